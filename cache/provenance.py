@@ -1,0 +1,68 @@
+"""Per-position provenance labels and the cache event log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import torch
+
+
+class Provenance(IntEnum):
+    """Who wrote a cache position.
+
+    Example::
+
+        >>> from cache import Provenance
+        >>> Provenance.DRAFT < Provenance.VERIFIED
+        True
+    """
+
+    PREFILL = 0  # the prompt, written by the prefill forward
+    DRAFT = 1  # proposed by a fast path / draft model, not yet verified
+    VERIFIED = 2  # written or confirmed by the reference model
+    REJECTED = 3  # a draft the verifier rejected (only seen in `cache.rejected`)
+
+
+EVENT_KINDS = ("prefill", "decode", "verify", "rollback", "fork", "overwrite", "relocate")
+
+
+@dataclass(frozen=True)
+class CacheEvent:
+    """One entry of ``cache.events``: ``kind`` happened to logical positions ``[start, end)`` of ``row``.
+
+    Example::
+
+        >>> from cache import CacheEvent
+        >>> CacheEvent("rollback", row=0, start=5, end=8, step=3).kind
+        'rollback'
+    """
+
+    kind: str  # one of EVENT_KINDS
+    row: int  # batch row
+    start: int  # first logical position concerned
+    end: int  # one past the last logical position concerned
+    step: int  # forward-pass counter of the cache when it happened
+
+    def __iter__(self):  # allows `kind, row, start, end, step = event`
+        return iter((self.kind, self.row, self.start, self.end, self.step))
+
+
+@dataclass
+class RejectedSpan:
+    """Entries removed by a rollback while ``keep_rejected`` was on (copies, not views).
+
+    Example::
+
+        >>> span = RejectedSpan(row=0, start=3, end=5, step=2, provenance=torch.ones(2, dtype=torch.int8))
+        >>> span.end - span.start
+        2
+    """
+
+    row: int  # batch row
+    start: int  # first rolled-back logical position
+    end: int  # one past the last rolled-back position
+    step: int  # cache step of the rollback
+    provenance: torch.Tensor  # [end-start] int8, provenance the entries had before rejection
+    keys: list[torch.Tensor] = field(default_factory=list)  # per layer: [kv_heads, end-start, d_head]
+    values: list[torch.Tensor] = field(default_factory=list)  # per layer: [kv_heads, end-start, d_head]

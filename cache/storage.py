@@ -1,0 +1,88 @@
+"""Shared, preallocated K/V buffers. Several caches (a parent and its forks) may hold one storage.
+
+Each holder owns a set of physical slots per row (its *segments*). A holder writes only into
+slots no other live holder uses; otherwise it moves (``relocate``) or jumps past them. The
+storage itself knows nothing about logical positions.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+
+class Storage:
+    """Per-layer K/V buffers ``[batch, kv_heads, capacity, d_head]`` plus per-slot metadata.
+
+    Example::
+
+        >>> import torch
+        >>> st = Storage(n_layers=1, batch=1, kv_heads=2, d_head=4, capacity=8,
+        ...              dtype=torch.float32, device=torch.device("cpu"))
+        >>> st.capacity
+        8
+    """
+
+    def __init__(self, n_layers, batch, kv_heads, d_head, capacity, dtype, device, growth=2.0):
+        self.n_layers, self.batch, self.kv_heads, self.d_head = n_layers, batch, kv_heads, d_head
+        self.dtype, self.device, self.growth = dtype, device, growth
+        self.capacity = max(1, int(capacity))
+        shape = (batch, kv_heads, self.capacity, d_head)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]  # [B, H, cap, D]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]  # [B, H, cap, D]
+        self.prov = torch.zeros((batch, self.capacity), dtype=torch.int8)  # [B, cap] Provenance per slot
+        self.stamp = torch.zeros((batch, self.capacity), dtype=torch.int64)  # [B, cap] last write tick
+        self.holders: weakref.WeakSet = weakref.WeakSet()
+
+    def ensure(self, needed: int) -> bool:
+        """Grow all buffers to hold ``needed`` slots (geometric growth). Returns True if it grew."""
+        if needed <= self.capacity:
+            return False
+        new_cap = max(needed, int(self.capacity * self.growth) + 1)
+        used = min(self.capacity, self.max_end())
+        for bufs in (self.k, self.v):
+            for i, old in enumerate(bufs):
+                new = torch.zeros((*old.shape[:2], new_cap, old.shape[3]), dtype=old.dtype, device=old.device)
+                new[:, :, :used].copy_(old[:, :, :used])
+                bufs[i] = new
+        for name in ("prov", "stamp"):
+            old = getattr(self, name)
+            new = torch.zeros((old.shape[0], new_cap), dtype=old.dtype)
+            new[:, :used] = old[:, :used]
+            setattr(self, name, new)
+        self.capacity = new_cap
+        return True
+
+    def max_end(self) -> int:
+        """One past the highest physical slot any live holder uses."""
+        return max((h._pend for h in self.holders), default=0)
+
+    def conflicts(self, me, start: int, end: int) -> bool:
+        """True if a live holder other than ``me`` uses a slot in ``[start, end)`` of any row."""
+        for h in self.holders:
+            if h is me or h._pend <= start:
+                continue
+            for segs in h._segs:
+                for a, b in segs:
+                    if a < end and b > start:
+                        return True
+        return False
+
+    def shared(self, me, row: int, slots: torch.Tensor) -> bool:
+        """True if another live holder also sees any of ``slots`` (physical indices) of ``row``."""
+        if len(self.holders) <= 1:
+            return False
+        lo, hi = int(slots.min()), int(slots.max()) + 1
+        for h in self.holders:
+            if h is me:
+                continue
+            for a, b in h._segs[row]:
+                if a < hi and b > lo:
+                    return True
+        return False
+
+    @property
+    def nbytes(self) -> int:
+        kv = sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+        return kv + self.prov.numel() * 1 + self.stamp.numel() * 8

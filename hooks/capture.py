@@ -1,0 +1,149 @@
+"""Scoped capture and steering hooks on a TransformerBridge.
+
+Hook functions follow TransformerLens: ``fn(act, *, hook)``. Hooks are removed in ``finally``.
+
+>>> from hooks import capture
+>>> with capture(model, ["blocks.0.hook_resid_post"]) as cap:  # doctest: +SKIP
+...     model(tokens)
+>>> cap.stacked("blocks.0.hook_resid_post").shape  # doctest: +SKIP
+torch.Size([1, 7, 128])
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from hooks.names import resolve_hook
+
+
+@dataclass
+class Record:
+    """Activations captured by one forward at one hook."""
+
+    positions: torch.Tensor  # [n_new] absolute positions of the captured tokens
+    act: torch.Tensor  # [batch, n_new, ...] the activation (detached, on CPU unless asked otherwise)
+    tags: dict = field(default_factory=dict)  # caller-set labels, e.g. {"pass": "draft"}
+
+
+class Capture:
+    """Activations collected per hook name, with the absolute positions of every token.
+
+    Positions: each forward starts at ``start``, which is, in order of preference, the value set
+    with ``seek`` (consumed by the next forward), the ``cache``'s length before the forward, or a
+    running counter. This keeps positions right during cached decoding and after rollbacks.
+    """
+
+    def __init__(self, names, cache=None, device="cpu"):
+        self.names = list(names)
+        self.cache = cache
+        self.device = device
+        self.records: dict[str, list[Record]] = {n: [] for n in self.names}
+        self.tags: dict = {}  # copied into every new record; set e.g. {"pass": "verify"}
+        self._start = 0
+        self._seek: int | None = None
+        self._counter = 0
+
+    def seek(self, position: int) -> None:
+        """The next forward's first token is at absolute `position`."""
+        self._seek = position
+
+    def _begin_forward(self, n_new: int) -> None:
+        if self._seek is not None:
+            self._start, self._seek = self._seek, None
+        elif self.cache is not None:
+            self._start = int(self.cache.get_seq_length())
+        else:
+            self._start = self._counter
+        self._counter = self._start + n_new
+
+    def _record(self, name: str, act: torch.Tensor) -> None:
+        n = act.shape[1]
+        pos = torch.arange(self._start, self._start + n)
+        self.records[name].append(Record(pos, act.detach().to(self.device).clone(), dict(self.tags)))
+
+    def stacked(self, name: str, where=None) -> torch.Tensor:
+        """Activations by absolute position, later writes winning (rolled-back positions are
+        replaced by whatever was written there last). `where(tags) -> bool` filters records.
+        Returns ``[batch, n_positions, ...]`` for positions 0..max."""
+        recs = [r for r in self.records[name] if where is None or where(r.tags)]
+        if not recs:
+            raise KeyError(f"nothing captured at {name!r}" + (" with that filter" if where else ""))
+        n = int(max(r.positions.max() for r in recs)) + 1
+        out = torch.zeros((recs[0].act.shape[0], n, *recs[0].act.shape[2:]), dtype=recs[0].act.dtype)
+        for r in recs:
+            out[:, r.positions] = r.act
+        return out
+
+
+@contextmanager
+def hooked(model, fwd_hooks):
+    """Attach ``[(name, fn)]`` forward hooks for the duration of the block; always removed."""
+    handles = []
+    try:
+        for name, fn in fwd_hooks:
+            hp = resolve_hook(model, name)
+            handles.append((hp, hp.add_hook(fn)))
+        yield
+    finally:
+        for hp, h in handles:
+            h.hook.remove()
+            for lst in (getattr(hp, "fwd_hooks", None),):
+                if isinstance(lst, list) and h in lst:
+                    lst.remove(h)
+
+
+@contextmanager
+def capture(model, names, cache=None, device="cpu"):
+    """Collect activations at `names` for every position of every forward in the block."""
+    names = [names] if isinstance(names, str) else list(names)
+    for n in names:
+        resolve_hook(model, n)  # fail early, with suggestions
+    cap = Capture(names, cache=cache, device=device)
+
+    def pre(module, args, kwargs):
+        tokens = args[0] if args else kwargs.get("input", kwargs.get("input_ids"))
+        cap._begin_forward(int(tokens.shape[-1]) if torch.is_tensor(tokens) else 0)
+
+    def make(name):
+        def fn(act, *, hook):
+            cap._record(name, act)
+        return fn
+
+    handle = model.register_forward_pre_hook(pre, with_kwargs=True)
+    try:
+        with hooked(model, [(n, make(n)) for n in names]):
+            yield cap
+    finally:
+        handle.remove()
+
+
+@contextmanager
+def steer(model, layer: int, direction: torch.Tensor, alpha: float, positions=None,
+          kind: str = "resid_post"):
+    """Add ``alpha * direction`` to the residual stream at `layer`.
+
+    `positions`: None for every position, a list of absolute positions within each forward's
+    window (ints; negative counts from the end), or a callable ``f(seq_len) -> index``.
+    """
+    from hooks.names import hook_name
+
+    name = hook_name(kind, layer)
+    d = direction.detach().flatten()
+
+    def fn(act, *, hook):
+        if act.shape[-1] != d.shape[0]:
+            raise ValueError(f"steering direction has width {d.shape[0]} but {name} has width {act.shape[-1]}")
+        vec = (alpha * d).to(act.dtype).to(act.device)
+        act = act.clone()
+        if positions is None:
+            act += vec
+        else:
+            idx = positions(act.shape[1]) if callable(positions) else positions
+            act[:, idx] += vec
+        return act
+
+    with hooked(model, [(name, fn)]):
+        yield

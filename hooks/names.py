@@ -1,0 +1,64 @@
+"""TransformerLens-style hook names and their validation.
+
+>>> hook_name("resid_post", 3)
+'blocks.3.hook_resid_post'
+>>> hook_name("embed")
+'hook_embed'
+"""
+
+from __future__ import annotations
+
+import difflib
+
+# short name -> template; "{l}" is the layer
+SHORT_NAMES = {
+    "resid_pre": "blocks.{l}.hook_resid_pre",
+    "resid_mid": "blocks.{l}.hook_resid_mid",
+    "resid_post": "blocks.{l}.hook_resid_post",
+    "attn_out": "blocks.{l}.hook_attn_out",
+    "mlp_out": "blocks.{l}.hook_mlp_out",
+    "k": "blocks.{l}.attn.hook_k",
+    "v": "blocks.{l}.attn.hook_v",
+    "q": "blocks.{l}.attn.hook_q",
+    "z": "blocks.{l}.attn.hook_z",
+    "pattern": "blocks.{l}.attn.hook_pattern",
+}
+
+
+def hook_name(kind: str, layer: int | None = None) -> str:
+    """Full hook name from a short kind (``resid_post``) and a layer; full names pass through."""
+    if kind in ("embed", "hook_embed"):
+        return "hook_embed"
+    if kind.startswith("blocks.") or kind.startswith("hook_"):
+        return kind
+    if kind not in SHORT_NAMES:
+        close = difflib.get_close_matches(kind, SHORT_NAMES, n=3)
+        raise ValueError(f"unknown hook kind {kind!r}; valid kinds: {sorted(SHORT_NAMES)}"
+                         + (f" (closest: {close})" if close else ""))
+    if layer is None:
+        raise ValueError(f"hook kind {kind!r} needs a layer index")
+    return SHORT_NAMES[kind].format(l=layer)
+
+
+def layer_names(model, kind: str = "resid_post", layers="all") -> list[str]:
+    """Hook names for `kind` at `layers` ("all", an int, or a list of ints)."""
+    n = model.cfg.n_layers
+    if layers == "all":
+        layers = list(range(n))
+    elif isinstance(layers, int):
+        layers = [layers]
+    bad = [layer for layer in layers if not 0 <= layer < n]
+    if bad:
+        raise ValueError(f"layers {bad} out of range: this model has layers 0..{n - 1}")
+    return [hook_name(kind, layer) for layer in layers]
+
+
+def resolve_hook(model, name: str):
+    """The HookPoint for `name`; unknown names raise an error listing the closest valid names."""
+    hooks = model.hook_dict
+    if name == "hook_embed" and name not in hooks:
+        name = "embed.hook_out"
+    if name not in hooks:
+        close = difflib.get_close_matches(name, list(hooks), n=5, cutoff=0.5)
+        raise KeyError(f"unknown hook name {name!r}. Closest valid names: {close or sorted(hooks)[:5]}")
+    return hooks[name]

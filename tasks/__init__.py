@@ -1,0 +1,40 @@
+"""State-tracking prompt families with a label for every token.
+
+>>> task = get_task("coinflip", rendering="toy")
+>>> len(task.examples(3, seed=0, events="1-4"))
+3
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from tasks.base import Event, Example, TokenLabels, label_offsets, parse_events_range
+from tasks.coinflip import CoinFlip
+from tasks.cups import Cups
+
+TASKS = {"coinflip": CoinFlip, "cups": Cups}
+
+
+def get_task(name: str, **kwargs):
+    """Build a task family by name (``coinflip`` or ``cups``)."""
+    if name not in TASKS:
+        close = difflib.get_close_matches(name, TASKS, n=2)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"task {name!r} does not exist; choose one of {sorted(TASKS)}.{hint}")
+    return TASKS[name](**kwargs)
+
+
+def toy_vocabulary() -> list[str]:
+    """The union of every toy grammar's words, in a fixed order (shared toy tokenizer)."""
+    from tasks import coinflip, cups
+
+    words: list[str] = []
+    for w in coinflip.toy_vocabulary() + cups.toy_vocabulary():
+        if w not in words:
+            words.append(w)
+    return words
+
+
+__all__ = ["CoinFlip", "Cups", "Event", "Example", "TokenLabels", "get_task", "label_offsets",
+           "parse_events_range", "toy_vocabulary", "TASKS"]

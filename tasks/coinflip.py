@@ -1,0 +1,159 @@
+"""Coin-flip state tracking: "A coin is heads . Alice flips . Bob stays . State ? tails".
+
+Two renderings:
+- ``toy``: a word-level grammar for the models trained here. Direct format ends the prompt at
+  ``State ?``; chain-of-thought ends it at ``Think :`` and the completion lists the state after
+  each event, then ``State ? <answer>``.
+- ``natural``: English for pretrained models, with several templates and a pool of names.
+  Templates and names are split into a train half and a held-out half.
+
+>>> task = CoinFlip(rendering="toy", fmt="direct")
+>>> ex = task.example(seed=3, n_events=2)
+>>> ex.prompt.endswith("State ?") and ex.completion.strip() in ("heads", "tails")
+True
+>>> sample_prompts(2, seed=0, events=(1, 3))[0].endswith("State ?")
+True
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from tasks.base import Event, Example, parse_events_range
+
+STATES = ("heads", "tails")
+
+TOY_NAMES = ("Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy")
+
+# Natural-language pieces. The first half of each list is for training, the rest is held out.
+NATURAL_NAMES = (
+    "Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry",
+    "Irene", "Jack", "Karen", "Liam", "Maria", "Noah", "Olivia", "Peter",
+)
+NATURAL_INTROS = (
+    "A coin's state is {s}.",
+    "A coin starts out {s} up.",
+    "There is a coin showing {s}.",
+    "A coin lies on the table, {s} up.",
+)
+NATURAL_FLIPS = (
+    "{n} flips the coin.",
+    "Then {n} flips it.",
+    "{n} turns the coin over.",
+    "Next, {n} flips the coin over.",
+)
+NATURAL_STAYS = (
+    "{n} does not flip it.",
+    "Then {n} leaves it alone.",
+    "{n} looks at the coin but does not flip it.",
+    "Next, {n} does not touch the coin.",
+)
+NATURAL_QUESTIONS = (
+    "What's the state? A:",
+    "Is the coin heads or tails now? A:",
+)
+
+
+@dataclass(frozen=True)
+class CoinFlipConfig:
+    """How coin-flip stories are rendered."""
+
+    rendering: str = "toy"  # "toy" word-level grammar or "natural" English
+    fmt: str = "direct"  # "direct" answer or "cot" (state after each event, then answer)
+    split: str = "train"  # natural only: "train" or "heldout" templates and names ("all" mixes)
+    p_flip: float = 0.5  # probability that an event is a flip rather than a stay
+
+
+class CoinFlip:
+    """Generator of labelled coin-flip examples."""
+
+    name = "coinflip"
+    state_names = STATES
+
+    def __init__(self, rendering: str = "toy", fmt: str = "direct", split: str = "train", p_flip=0.5):
+        if rendering not in ("toy", "natural"):
+            raise ValueError(f"rendering {rendering!r} is unknown: use 'toy' or 'natural'")
+        if fmt not in ("direct", "cot"):
+            raise ValueError(f"fmt {fmt!r} is unknown: use 'direct' or 'cot'")
+        if split not in ("train", "heldout", "all"):
+            raise ValueError(f"split {split!r} is unknown: use 'train', 'heldout' or 'all'")
+        if fmt == "cot" and rendering == "natural":
+            raise ValueError("the chain-of-thought format exists for the toy rendering only; use fmt='direct'")
+        self.cfg = CoinFlipConfig(rendering, fmt, split, p_flip)
+
+    # -- sampling ---------------------------------------------------------------------------
+    def example(self, seed: int, n_events: int) -> Example:
+        """One example drawn deterministically from `seed`."""
+        rng = random.Random(f"coinflip/{self.cfg.rendering}/{self.cfg.split}/{seed}/{n_events}")
+        initial = rng.randrange(2)
+        kinds = ["flip" if rng.random() < self.cfg.p_flip else "stay" for _ in range(n_events)]
+        if self.cfg.rendering == "toy":
+            names = [rng.choice(TOY_NAMES) for _ in range(n_events)]
+            return self._toy(initial, kinds, names, seed)
+        return self._natural(initial, kinds, rng, seed)
+
+    def examples(self, n: int, seed: int, events=(1, 8)) -> list[Example]:
+        """`n` examples with event counts drawn uniformly from the inclusive range `events`."""
+        lo, hi = parse_events_range(events)
+        rng = random.Random(f"coinflip-counts/{seed}")
+        return [self.example(seed * 1_000_003 + i, rng.randint(lo, hi)) for i in range(n)]
+
+    # -- renderings -------------------------------------------------------------------------
+    def _toy(self, initial: int, kinds: list[str], names: list[str], seed: int) -> Example:
+        text = f"A coin is {STATES[initial]} ."
+        state, events = initial, []
+        for kind, name in zip(kinds, names, strict=True):
+            start = len(text) + 1
+            text += f" {name} {'flips' if kind == 'flip' else 'stays'} ."
+            state ^= int(kind == "flip")
+            events.append(Event((start, len(text)), kind, state))
+        if self.cfg.fmt == "direct":
+            prompt = text + " State ?"
+            completion = f" {STATES[state]}"
+        else:
+            prompt = text + " Think :"
+            completion = " " + " ".join(STATES[e.state_after] for e in events) + f" . State ? {STATES[state]}"
+        end = len(prompt) + len(completion)
+        answer_span = (end - len(STATES[state]), end)
+        return Example("coinflip", "toy", self.cfg.fmt, prompt, completion, STATES, initial,
+                       tuple(events), answer_span, {"seed": seed, "names": names})
+
+    def _natural(self, initial: int, kinds: list[str], rng: random.Random, seed: int) -> Example:
+        names_pool = _half(NATURAL_NAMES, self.cfg.split)
+        intro_i = rng.randrange(len(_half(NATURAL_INTROS, self.cfg.split)))
+        q_i = rng.randrange(len(NATURAL_QUESTIONS))
+        text = _half(NATURAL_INTROS, self.cfg.split)[intro_i].format(s=STATES[initial])
+        state, events, names = initial, [], []
+        for kind in kinds:
+            name = rng.choice(names_pool)
+            names.append(name)
+            pool = _half(NATURAL_FLIPS if kind == "flip" else NATURAL_STAYS, self.cfg.split)
+            start = len(text) + 1
+            text += " " + rng.choice(pool).format(n=name)
+            state ^= int(kind == "flip")
+            events.append(Event((start, len(text)), kind, state))
+        prompt = text + " " + NATURAL_QUESTIONS[q_i]
+        completion = f" {STATES[state]}"
+        end = len(prompt) + len(completion)
+        return Example("coinflip", "natural", "direct", prompt, completion, STATES, initial,
+                       tuple(events), (end - len(STATES[state]), end),
+                       {"seed": seed, "names": names, "intro": intro_i, "question": q_i,
+                        "split": self.cfg.split})
+
+
+def _half(items: tuple, split: str) -> tuple:
+    """Train half, held-out half, or everything, of a template or name list."""
+    mid = len(items) // 2
+    return {"train": items[:mid], "heldout": items[mid:], "all": items}[split]
+
+
+def toy_vocabulary() -> list[str]:
+    """Every word the toy coin-flip grammar can produce (the toy tokenizer's vocabulary)."""
+    return ["A", "coin", "is", *STATES, ".", "?", ":", "State", "Think", "flips", "stays", *TOY_NAMES]
+
+
+def sample_prompts(n: int, seed: int, events=(1, 8), rendering: str = "toy", fmt: str = "direct",
+                   split: str = "train") -> list[str]:
+    """Prompt strings that end where the model should start answering."""
+    return [ex.prompt for ex in CoinFlip(rendering, fmt, split).examples(n, seed, events)]
