@@ -1,0 +1,270 @@
+"""Read-side of KVCache: per-layer K/V, provenance, snapshots/diffs, overwrite and write hooks."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+
+import torch
+
+from .provenance import CacheEvent, Provenance, RejectedSpan
+from .snapshot import CacheDiff, RowDiff, Snapshot, tick
+
+
+class _HookHandle:
+    def __init__(self, hooks: list, fn):
+        self._hooks, self._fn = hooks, fn
+
+    def remove(self) -> None:
+        if self._fn in self._hooks:
+            self._hooks.remove(self._fn)
+
+
+class InspectMixin:
+    """Inspection and patching methods of :class:`cache.KVCache` (mixed in; not used alone).
+
+    Example::
+
+        >>> from cache.testing import tiny_cache
+        >>> tiny_cache().lengths
+        [0]
+    """
+
+    # ------------------------------------------------------------------ positions
+    def _phys(self, row: int, positions=None) -> torch.Tensor:
+        """Physical slots (LongTensor) of logical ``positions`` (default: all) of ``row``."""
+        segs, n = self._segs[row], self._lens[row]
+        if len(segs) == 1 and segs[0][0] == 0:
+            idx = torch.arange(n)
+        else:
+            idx = torch.cat([torch.arange(a, b) for a, b in segs]) if segs else torch.zeros(0, dtype=torch.long)
+        if positions is None:
+            return idx
+        pos = torch.as_tensor(positions, dtype=torch.long).reshape(-1)
+        if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= n):
+            raise IndexError(f"positions {pos.tolist()} out of range for row {row}: valid positions are 0..{n - 1}.")
+        return idx[pos]
+
+    def _read(self, bufs, layer: int, positions, row):
+        if not 0 <= layer < self.config.n_layers:
+            raise IndexError(f"layer {layer} out of range: valid layers are 0..{self.config.n_layers - 1}.")
+        if self._st is None:
+            raise RuntimeError("the cache is empty: run a forward with past_key_values=cache first.")
+        rows = range(len(self._lens)) if row is None else [row]
+        out = []
+        for r in rows:
+            segs = self._segs[r]
+            if positions is None and len(segs) == 1:  # contiguous: a view, no copy
+                out.append(bufs[layer][r, :, segs[0][0] : segs[0][1]])
+            elif positions is None and not segs:
+                out.append(bufs[layer][r, :, :0])
+            else:
+                out.append(bufs[layer][r].index_select(1, self._phys(r, positions).to(bufs[layer].device)))
+        return out[0] if row is not None else torch.stack(out)
+
+    def keys(self, layer: int, positions=None, row: int | None = 0) -> torch.Tensor:
+        """Keys ``[kv_heads, n, d_head]`` of ``row`` (``row=None``: ``[batch, kv_heads, n, d_head]``).
+
+        A view when ``positions`` is None and the row is contiguous, else a copy.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> tiny_cache().keys  # doctest: +ELLIPSIS
+            <bound method ...>
+        """
+        return self._read(self._st.k if self._st else None, layer, positions, row)
+
+    def values(self, layer: int, positions=None, row: int | None = 0) -> torch.Tensor:
+        """Values, same shapes and rules as :meth:`keys`.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> tiny_cache().values  # doctest: +ELLIPSIS
+            <bound method ...>
+        """
+        return self._read(self._st.v if self._st else None, layer, positions, row)
+
+    @property
+    def lengths(self) -> list[int]:
+        """Per-row logical lengths."""
+        return list(self._lens) or [0]
+
+    @property
+    def seq_len(self) -> int:
+        """Logical length (the longest row for a ragged batch)."""
+        return max(self._lens, default=0)
+
+    @property
+    def capacity(self) -> int:
+        """Preallocated positions per row in the (possibly shared) buffers."""
+        return 0 if self._st is None else self._st.capacity
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the buffers this cache holds (shared with its forks, counted once here)."""
+        return 0 if self._st is None else self._st.nbytes
+
+    # ------------------------------------------------------------------ provenance
+    def provenance_of(self, row: int = 0) -> torch.Tensor:
+        """Provenance codes ``[length]`` (int8, compare with :class:`Provenance`) of ``row``.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> tiny_cache().provenance_of(0).shape
+            torch.Size([0])
+        """
+        if self._st is None:
+            return torch.zeros(0, dtype=torch.int8)
+        return self._st.prov[row, self._phys(row)]
+
+    @property
+    def provenance(self):
+        """Row 0's provenance ``[length]`` for batch 1; a list of them for a batch."""
+        rows = [self.provenance_of(r) for r in range(max(1, len(self._lens)))]
+        return rows[0] if len(rows) == 1 else rows
+
+    def mark(self, start: int, end: int, prov: Provenance, row: int | None = None) -> None:
+        """Relabel logical positions ``[start, end)`` with ``prov`` (e.g. DRAFT -> VERIFIED).
+
+        Example::
+
+            >>> from cache import Provenance
+            >>> from cache.testing import tiny_cache
+            >>> tiny_cache().mark(0, 0, Provenance.VERIFIED)
+        """
+        for r in range(len(self._lens)) if row is None else [row]:
+            if not 0 <= start <= end <= self._lens[r]:
+                raise ValueError(f"mark({start}, {end}) for row {r}: need 0 <= start <= end <= {self._lens[r]}.")
+            if end > start:
+                self._st.prov[r, self._phys(r, range(start, end))] = int(Provenance(prov))
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self) -> Snapshot:
+        """Record lengths and the write clock: O(batch), no tensors.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> tiny_cache().snapshot().lengths
+            (0,)
+        """
+        return Snapshot(self.id, tuple(self.lengths), tick(), self._step)
+
+    def diff(self, snap: Snapshot) -> CacheDiff:
+        """Positions added, removed or overwritten (incl. rolled back and rewritten) since ``snap``.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> c = tiny_cache()
+            >>> c.diff(c.snapshot()).changed
+            False
+        """
+        rows = []
+        for r, old in enumerate(snap.lengths):
+            new = self.lengths[r]
+            common = min(old, new)
+            over: tuple[int, ...] = ()
+            if common and self._st is not None:
+                stamps = self._st.stamp[r, self._phys(r, range(common))]
+                over = tuple((stamps > snap.clock).nonzero().flatten().tolist())
+            rows.append(RowDiff(r, range(old, max(old, new)), range(new, max(new, old)), over))
+        return CacheDiff(tuple(rows))
+
+    # ------------------------------------------------------------------ overwrite and write hooks
+    def overwrite(self, layer: int, positions, k: torch.Tensor, v: torch.Tensor, row: int | None = None,
+                  provenance: Provenance | None = None) -> None:
+        """Replace committed entries at logical ``positions``; ``k``/``v`` are ``[kv_heads, n, d_head]``
+        (one row) or ``[batch, kv_heads, n, d_head]``. Forks sharing those slots keep the old ones.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> tiny_cache().overwrite  # doctest: +ELLIPSIS
+            <bound method ...>
+        """
+        rows = list(range(len(self._lens))) if row is None else [row]
+        if k.dim() == 3:
+            k, v = k.unsqueeze(0), v.unsqueeze(0)
+        self._check(k.expand(self.config.batch, *k.shape[1:]), v.expand(self.config.batch, *v.shape[1:]), layer)
+        for i, r in enumerate(rows):
+            idx = self._phys(r, positions)
+            if self._st.shared(self, r, idx):
+                self._relocate()  # copy-on-write: forks keep the old entries
+                idx = self._phys(r, positions)
+            dev = self._st.k[layer].device
+            self._st.k[layer][r, :, idx.to(dev)] = k[min(i, k.shape[0] - 1)]
+            self._st.v[layer][r, :, idx.to(dev)] = v[min(i, v.shape[0] - 1)]
+            self._st.stamp[r, idx] = tick()
+            if provenance is not None:
+                self._st.prov[r, idx] = int(Provenance(provenance))
+            pos = torch.as_tensor(positions).reshape(-1)
+            self.events.append(CacheEvent("overwrite", r, int(pos.min()), int(pos.max()) + 1, self._step))
+
+    def add_write_hook(self, fn) -> _HookHandle:
+        """Call ``fn(k, v, *, layer, positions) -> (k, v) | None`` on every write before storing it.
+
+        ``positions`` is ``[batch, n_new]`` (logical). Returns a handle with ``.remove()``.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> h = tiny_cache().add_write_hook(lambda k, v, *, layer, positions: None)
+            >>> h.remove()
+        """
+        self._hooks.append(fn)
+        return _HookHandle(self._hooks, fn)
+
+    @contextlib.contextmanager
+    def write_hook(self, fn):
+        """Scope :meth:`add_write_hook` to a ``with`` block.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> with tiny_cache().write_hook(lambda k, v, *, layer, positions: None):
+            ...     pass
+        """
+        handle = self.add_write_hook(fn)
+        try:
+            yield self
+        finally:
+            handle.remove()
+
+    def _copy_span(self, row: int, start: int, end: int) -> RejectedSpan:
+        idx = self._phys(row, range(start, end))
+        st = self._st
+        dev = st.k[0].device
+        return RejectedSpan(
+            row, start, end, self._step, st.prov[row, idx].clone(),
+            [st.k[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],
+            [st.v[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],
+        )
+
+    # ------------------------------------------------------------------ summary
+    def summary(self, last_events: int = 8) -> str:
+        """A readable table of rows, provenance counts, memory and the latest events (never printed).
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> "row" in tiny_cache().summary()
+            True
+        """
+        c = self.config
+        lines = [f"KVCache #{self.id} model={c.model_name} layers={c.n_layers} kv_heads={c.kv_heads} "
+                 f"d_head={c.d_head} capacity={self.capacity} physical_end={self._pend} "
+                 f"nbytes={self.nbytes:,} forks_sharing={0 if self._st is None else len(self._st.holders) - 1}",
+                 f"{'row':>4} {'length':>7} {'segments':>9} " + " ".join(f"{p.name:>9}" for p in Provenance)]
+        for r in range(len(self._lens)):
+            counts = Counter(self.provenance_of(r).tolist())
+            rej = sum(s.end - s.start for s in self.rejected if s.row == r)
+            cells = [counts.get(int(p), 0) for p in list(Provenance)[:-1]] + [rej]
+            lines.append(f"{r:>4} {self._lens[r]:>7} {len(self._segs[r]):>9} " + " ".join(f"{x:>9}" for x in cells))
+        lines.append(f"events: {len(self.events)} total" + (", latest:" if self.events else ""))
+        for e in self.events[-last_events:]:
+            lines.append(f"  step {e.step:>4}  {e.kind:<9} row {e.row}  [{e.start}, {e.end})")
+        return "\n".join(lines)

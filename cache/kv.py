@@ -1,0 +1,488 @@
+"""KVCache: a transformers ``Cache`` with preallocated per-layer buffers, rollback and fork.
+
+Layout. Every holder (a cache or one of its forks) owns, per row, a list of physical
+*segments* ``[a, b)`` of a shared :class:`~cache.storage.Storage`. The logical sequence of a row
+is the concatenation of its segments. All rows of one forward write the same physical slots
+``[p, p + n_new)``; ``get_seq_length()`` reports ``p`` (so HF builds the right causal mask), and
+:meth:`KVCache.attention_mask` / :meth:`KVCache.position_ids` hide holes and give every row its own
+logical positions. A *clean* cache (each row is one segment ``[0, p)``) needs neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import weakref
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from .config import CacheConfig
+from .inspect import InspectMixin
+from .provenance import CacheEvent, Provenance, RejectedSpan
+from .snapshot import tick
+from .storage import Storage
+
+_IDS = itertools.count()
+
+
+class KVLayer(CacheLayerMixin):
+    """One layer's view of a :class:`KVCache` (the ``CacheLayerMixin`` HF attention talks to).
+
+    Example::
+
+        >>> from cache.testing import tiny_cache
+        >>> tiny_cache().layers[0].get_seq_length()
+        0
+    """
+
+    is_compileable = False
+    is_croppable = True
+    is_sliding = False
+
+    def __init__(self, owner: KVCache, idx: int):  # noqa: D107 - no super().__init__: keys/values are properties
+        self._owner = weakref.ref(owner)
+        self.idx = idx
+
+    @property
+    def keys(self):  # [batch, kv_heads, physical_len, d_head] view, or None before the first write
+        o = self._owner()
+        return None if o._st is None else o._st.k[self.idx][:, :, : o._pend]
+
+    @property
+    def values(self):  # [batch, kv_heads, physical_len, d_head] view, or None before the first write
+        o = self._owner()
+        return None if o._st is None else o._st.v[self.idx][:, :, : o._pend]
+
+    @property
+    def is_initialized(self) -> bool:
+        return self._owner()._st is not None
+
+    def lazy_initialization(self, key_states, value_states) -> None:  # buffers are made by the owner
+        return None
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        return self._owner()._update(key_states, value_states, self.idx)
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self._owner().get_seq_length() + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self._owner().get_seq_length()
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def reset(self) -> None:
+        self._owner().reset()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self._owner().crop(tokens_to_remove)
+
+
+class KVCache(InspectMixin, Cache):
+    """Inspectable layer-wise KV cache: O(1) append/rollback, zero-copy fork, provenance, snapshots.
+
+    Example::
+
+        >>> import torch
+        >>> from cache import KVCache
+        >>> from cache.testing import tiny_gpt2
+        >>> bridge = tiny_gpt2()
+        >>> cache = KVCache.for_model(bridge, batch=1, capacity=32)
+        >>> logits, _ = bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache, return_type="logits_and_cache")
+        >>> cache.rollback(2)          # `to` is the new absolute length
+        >>> cache.seq_len
+        2
+    """
+
+    def __init__(self, config: CacheConfig, *, _storage: Storage | None = None):
+        self.config = config
+        super().__init__(layers=[KVLayer(self, i) for i in range(config.n_layers)])
+        self.id = next(_IDS)
+        self._st: Storage | None = _storage
+        self._segs: list[list[list[int]]] = [[] for _ in range(config.batch or 0)]  # per row [[a, b), ...]
+        self._lens: list[int] = [0] * (config.batch or 0)  # per-row logical length
+        self._pend = 0  # physical end: next forward writes slots [_pend, _pend + n) (unless planned)
+        self._plan: tuple[int, int] | None = None  # (p, n) armed by attention_mask(n)
+        self._cur: tuple[int, int] | None = None  # (p, n) of the forward in progress
+        self._cur_pos: torch.Tensor | None = None  # [batch, n] logical positions being written
+        self._step = 0
+        self._closed = False
+        self.events: list[CacheEvent] = []
+        self.rejected: list[RejectedSpan] = []
+        self.next_provenance: Provenance | None = None  # one-shot: provenance of the next forward's writes
+        self._tags: list[Provenance] = []
+        self._hooks: list = []
+        if _storage is not None:
+            _storage.holders.add(self)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def for_model(cls, model, batch: int = 1, capacity: int = 256, **overrides) -> KVCache:
+        """Build a cache shaped for ``model`` (a TransformerBridge or a HF causal LM).
+
+        Example::
+
+            >>> from cache import KVCache
+            >>> from cache.testing import tiny_llama
+            >>> KVCache.for_model(tiny_llama(), batch=2, capacity=64).config.kv_heads
+            2
+        """
+        hf = getattr(model, "original_model", model)
+        c = hf.config
+        heads = getattr(c, "num_attention_heads", None) or c.n_head
+        n_layers = getattr(c, "num_hidden_layers", None) or c.n_layer
+        d_head = getattr(c, "head_dim", None) or c.hidden_size // heads
+        param = next(hf.parameters())
+        cfg = CacheConfig(
+            n_layers=n_layers,
+            kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+            d_head=d_head,
+            batch=batch,
+            capacity=capacity,
+            dtype=param.dtype,
+            device=param.device,
+            model_name=getattr(c, "_name_or_path", "") or type(hf).__name__,
+        )
+        for k, v in overrides.items():
+            setattr(cfg, k, v)
+        return cls(cfg)
+
+    # ------------------------------------------------------------------ HF Cache protocol
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Physical length HF sees (== logical length for a clean cache; see ``seq_len``)."""
+        return self._plan[0] if self._plan is not None else self._pend
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+    def get_max_length(self, layer_idx: int | None = None) -> int:
+        return -1
+
+    @property
+    def batch_size(self) -> int:
+        return len(self._lens) if self._lens else -1
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """HF-style crop: negative = drop that many, non-negative = new absolute length (all rows)."""
+        if tokens_to_remove < 0:
+            self.rollback([max(0, n + tokens_to_remove) for n in self._lens])
+        else:
+            self.rollback([min(n, tokens_to_remove) for n in self._lens])
+
+    def reset(self) -> None:
+        """Empty every row (buffers are kept)."""
+        if self._lens:
+            self.rollback([0] * len(self._lens))
+
+    def _unsupported(self, *a, **k):
+        raise NotImplementedError("KVCache does not support beam reordering; fork() per beam instead.")
+
+    reorder_cache = batch_repeat_interleave = batch_select_indices = _unsupported
+
+    # ------------------------------------------------------------------ writes
+    def _check(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> None:
+        c = self.config
+        if layer >= c.n_layers:
+            raise ValueError(
+                f"update for layer {layer}, but this cache was built for {c.n_layers} layers "
+                f"(model {c.model_name!r}); valid layers are 0..{c.n_layers - 1}. "
+                "Build the cache with KVCache.for_model(<this model>)."
+            )
+        if k.dim() != 4 or k.shape != v.shape:
+            raise ValueError(f"keys/values must be [batch, kv_heads, n_new, d_head] and equal; got {tuple(k.shape)}"
+                             f" and {tuple(v.shape)}")
+        b, h, _, d = k.shape
+        for name, want, got in (("batch", c.batch, b), ("kv_heads", c.kv_heads, h), ("d_head", c.d_head, d)):
+            if want is not None and want != got:
+                raise ValueError(
+                    f"cache shape mismatch: this cache was built for {name}={want} (model {c.model_name!r}, "
+                    f"n_layers={c.n_layers}, kv_heads={c.kv_heads}, d_head={c.d_head}, batch={c.batch}) but layer "
+                    f"{layer} wrote {name}={got}. Build a new cache with KVCache.for_model(<this model>, batch={b})."
+                )
+        if c.dtype is not None and k.dtype != c.dtype:
+            raise TypeError(f"dtype mismatch: cache holds {c.dtype}, layer {layer} wrote {k.dtype}. "
+                            f"Build the cache with dtype={k.dtype} or cast the model with .to({c.dtype}).")
+        if c.device is not None and torch.device(k.device) != torch.device(c.device):
+            raise TypeError(f"device mismatch: cache lives on {c.device}, layer {layer} wrote on {k.device}. "
+                            f"Build the cache with device={k.device!s} or move the model to {c.device}.")
+
+    def _adopt_shape(self, k: torch.Tensor) -> None:
+        c = self.config
+        c.batch, c.kv_heads, c.d_head = k.shape[0], k.shape[1], k.shape[3]
+        c.dtype = c.dtype or k.dtype
+        c.device = c.device or k.device
+        if not self._lens:
+            self._segs, self._lens = [[] for _ in range(c.batch)], [0] * c.batch
+
+    def _new_storage(self, capacity: int) -> Storage:
+        c = self.config
+        return Storage(c.n_layers, c.batch, c.kv_heads, c.d_head, capacity, c.dtype, torch.device(c.device),
+                       c.growth)
+
+    def _update(self, k: torch.Tensor, v: torch.Tensor, layer: int):
+        if self._closed:
+            raise RuntimeError("this KVCache was closed (a fork that left its `with` block); fork again.")
+        self._check(k, v, layer)
+        n = k.shape[2]
+        if layer == 0:
+            self._begin(k, n)
+        elif self._cur is None or self._cur[1] != n:
+            raise RuntimeError(f"layer {layer} wrote {n} positions but layer 0 of this forward wrote "
+                               f"{None if self._cur is None else self._cur[1]}; layers must update in order 0..L-1.")
+        p = self._cur[0]
+        for fn in self._hooks:
+            out = fn(k, v, layer=layer, positions=self._cur_pos)
+            if out is not None:
+                k, v = out
+        st = self._st
+        st.k[layer][:, :, p : p + n].copy_(k)
+        st.v[layer][:, :, p : p + n].copy_(v)
+        return st.k[layer][:, :, : p + n], st.v[layer][:, :, : p + n]
+
+    def _begin(self, k: torch.Tensor, n: int) -> None:
+        """Layer 0 of a forward: choose slots, grow, record lengths/provenance/events."""
+        if self.config.kv_heads is None or self.config.d_head is None or not self._lens:
+            self._adopt_shape(k)
+        if self._st is None:
+            self._st = self._new_storage(max(self.config.capacity, n))
+            self._st.holders.add(self)
+        armed = self._plan is not None
+        if armed:
+            p, planned = self._plan
+            self._plan = None
+            if planned != n:
+                raise RuntimeError(f"attention_mask/position_ids were built for n_new={planned} but the forward "
+                                   f"writes {n} positions; call cache.forward_kwargs({n}).")
+        else:
+            if not self.is_clean and self.config.strict_masks:
+                raise RuntimeError(
+                    "this cache has ragged rows or holes (lengths "
+                    f"{self._lens}, physical end {self._pend}), so the forward needs its mask and positions: "
+                    f"call bridge(tokens, **cache.forward_kwargs({n})) "
+                    f"(= attention_mask=cache.attention_mask({n}), position_ids=cache.position_ids({n}))."
+                )
+            p = self._pend
+        st = self._st
+        if st.conflicts(self, p, p + n):
+            if armed:
+                raise RuntimeError("another fork took the planned slots between attention_mask() and the forward; "
+                                   "call cache.forward_kwargs(n) right before each forward.")
+            self._relocate()  # clean holder: same layout, private storage
+            st, p = self._st, self._pend
+        st.ensure(p + n)
+        stamp = tick()
+        st.stamp[:, p : p + n] = stamp
+        self._cur_pos = torch.tensor(self._lens)[:, None] + torch.arange(n)  # [batch, n]
+        explicit, prov = self._consume_provenance()
+        for r in range(len(self._lens)):
+            pr = prov if prov is not None else (Provenance.PREFILL if self._lens[r] == 0 else Provenance.VERIFIED)
+            st.prov[r, p : p + n] = int(pr)
+            segs = self._segs[r]
+            if segs and segs[-1][1] == p:
+                segs[-1][1] = p + n
+            else:
+                segs.append([p, p + n])
+            kind = {Provenance.PREFILL: "prefill", Provenance.DRAFT: "decode"}.get(pr, "verify" if explicit else "decode")
+            self.events.append(CacheEvent(kind, r, self._lens[r], self._lens[r] + n, self._step))
+            self._lens[r] += n
+        self._pend = p + n
+        self._cur = (p, n)
+        self._step += 1
+
+    def _consume_provenance(self) -> tuple[bool, Provenance | None]:
+        if self.next_provenance is not None:
+            prov, self.next_provenance = Provenance(self.next_provenance), None
+            return True, prov
+        if self._tags:
+            return True, self._tags[-1]
+        return False, None
+
+    # ------------------------------------------------------------------ masks for ragged rows / holes
+    @property
+    def is_clean(self) -> bool:
+        """True if every row is the single segment ``[0, physical_end)``: no mask or positions needed."""
+        p = self._pend
+        return all((not s and p == 0) or (len(s) == 1 and s[0][0] == 0 and s[0][1] == p) for s in self._segs)
+
+    def attention_mask(self, n_new: int) -> torch.Tensor:
+        """2D mask ``[batch, past + n_new]`` (1 = attend) for the next forward of ``n_new`` tokens per row.
+
+        Calling it plans where the next forward writes; pass the result with ``position_ids``.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> tiny_cache(batch=2).attention_mask(3).shape
+            torch.Size([2, 3])
+        """
+        p = self._pend
+        if self._st is not None and self._st.conflicts(self, p, p + n_new):
+            p = max(p, self._st.max_end())  # jump past slots other forks use: zero-copy, leaves a hole
+        self._plan = (p, n_new)
+        b = max(1, len(self._lens))
+        dev = self.config.device or "cpu"
+        if self.is_clean and p == self._pend:
+            return torch.ones((b, p + n_new), dtype=torch.long, device=dev)
+        mask = torch.zeros((b, p + n_new), dtype=torch.long)
+        for r, segs in enumerate(self._segs):
+            for a, e in segs:
+                mask[r, a:e] = 1
+        mask[:, p:] = 1
+        return mask.to(dev)
+
+    def position_ids(self, n_new: int) -> torch.Tensor:
+        """Logical positions ``[batch, n_new]`` of the next ``n_new`` tokens of every row.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> tiny_cache().position_ids(2).tolist()
+            [[0, 1]]
+        """
+        lens = torch.tensor(self._lens or [0], dtype=torch.long)
+        return (lens[:, None] + torch.arange(n_new)).to(self.config.device or "cpu")
+
+    def forward_kwargs(self, n_new: int) -> dict:
+        """``dict(past_key_values=self, attention_mask=..., position_ids=...)`` for the next forward.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> sorted(tiny_cache().forward_kwargs(1))
+            ['attention_mask', 'past_key_values', 'position_ids']
+        """
+        return {"past_key_values": self, "attention_mask": self.attention_mask(n_new),
+                "position_ids": self.position_ids(n_new)}
+
+    # ------------------------------------------------------------------ rollback / fork / relocate
+    def rollback(self, to: int | Sequence[int], row: int | None = None) -> None:
+        """Set the new absolute length: ``to`` (all rows, or only ``row``), or one value per row.
+
+        O(1) per rolled-back row: only the segment pointers move (unless ``keep_rejected``).
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> c = tiny_cache()
+            >>> c.rollback(0)
+        """
+        rows = list(range(len(self._lens))) if row is None else [row]
+        if row is not None and not 0 <= row < len(self._lens):
+            raise IndexError(f"row {row} out of range: this cache has rows 0..{len(self._lens) - 1}.")
+        tos = [to] * len(rows) if isinstance(to, int) else list(to)
+        if len(tos) != len(rows):
+            raise ValueError(f"rollback got {len(tos)} lengths for {len(rows)} rows; pass one per row or an int.")
+        for r, t in zip(rows, tos):
+            if not 0 <= t <= self._lens[r]:
+                raise ValueError(
+                    f"rollback(to={t}) for row {r}: valid range is 0..{self._lens[r]} (the row's current length). "
+                    f"`to` is the new absolute length, e.g. rollback(cache.lengths[{r}] - k) drops the last k "
+                    "positions; a cache cannot roll forward."
+                )
+        for r, t in zip(rows, tos):
+            old = self._lens[r]
+            if t == old:
+                continue
+            if self.config.keep_rejected:
+                self.rejected.append(self._copy_span(r, t, old))
+            drop, segs = old - t, self._segs[r]
+            while drop:
+                a, b = segs[-1]
+                if b - a <= drop:
+                    segs.pop()
+                    drop -= b - a
+                else:
+                    segs[-1][1] = b - drop
+                    drop = 0
+            self._lens[r] = t
+            self.events.append(CacheEvent("rollback", r, t, old, self._step))
+        self._pend = max((s[-1][1] for s in self._segs if s), default=0)
+        self._plan = None
+
+    def fork(self, at: int | Sequence[int] | None = None) -> KVCache:
+        """A branch that shares this cache's prefix (no copy); its writes never touch this cache.
+
+        ``at`` = the branch's length (default: current lengths). A branch from an earlier point
+        (``at`` < length) needs ``**branch.forward_kwargs(n)`` in its forwards (zero-copy) or,
+        if none are passed, copies its prefix once on its first write.
+
+        Example::
+
+            >>> from cache.testing import tiny_cache
+            >>> with tiny_cache().fork() as branch:
+            ...     branch.seq_len
+            0
+        """
+        ats = list(self._lens) if at is None else ([at] * len(self._lens) if isinstance(at, int) else list(at))
+        for r, t in enumerate(ats):
+            if not 0 <= t <= self._lens[r]:
+                raise ValueError(f"fork(at={t}) for row {r}: valid range is 0..{self._lens[r]} (current length).")
+        child = KVCache(self.config, _storage=self._st)
+        child._segs = [[s[:] for s in segs] for segs in self._segs]
+        child._lens = list(self._lens)
+        child._pend, child._step = self._pend, self._step
+        child._hooks = list(self._hooks)
+        child.rollback(ats)
+        child.events = []
+        for r, t in enumerate(ats):
+            ev = CacheEvent("fork", r, 0, t, self._step)
+            self.events.append(ev)
+            child.events.append(ev)
+        return child
+
+    def _relocate(self) -> None:
+        """Move this holder's live entries to a private storage, rows left-aligned (O(length) copy)."""
+        old = self._st
+        new = self._new_storage(max(old.capacity, self.config.capacity))
+        for r in range(len(self._lens)):
+            n = self._lens[r]
+            if not n:
+                continue
+            idx = self._phys(r)
+            new.prov[r, :n], new.stamp[r, :n] = old.prov[r, idx], old.stamp[r, idx]
+            for l in range(self.config.n_layers):
+                new.k[l][r, :, :n] = old.k[l][r, :, idx]
+                new.v[l][r, :, :n] = old.v[l][r, :, idx]
+            self.events.append(CacheEvent("relocate", r, 0, n, self._step))
+        old.holders.discard(self)
+        new.holders.add(self)
+        self._st = new
+        self._segs = [[[0, n]] if n else [] for n in self._lens]
+        self._pend = max(self._lens, default=0)
+
+    def compact(self) -> None:
+        """Left-align every row in a fresh buffer, dropping holes left by ragged rollbacks (O(length))."""
+        if self._st is not None:
+            self._relocate()
+
+    def close(self) -> None:
+        """Release this cache's claim on shared buffers (done by ``with cache.fork() as b:``)."""
+        if self._st is not None:
+            self._st.holders.discard(self)
+        self._closed = True
+
+    def __enter__(self) -> KVCache:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def tagging(self, provenance: Provenance):
+        """Tag every write inside the block with ``provenance``.
+
+        Example::
+
+            >>> from cache import Provenance
+            >>> from cache.testing import tiny_cache
+            >>> with tiny_cache().tagging(Provenance.DRAFT):
+            ...     pass
+        """
+        self._tags.append(Provenance(provenance))
+        try:
+            yield self
+        finally:
+            self._tags.pop()
