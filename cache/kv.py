@@ -151,6 +151,10 @@ class KVCache(InspectMixin, Cache):
         return cls(cfg)
 
     # ------------------------------------------------------------------ HF Cache protocol
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        """Append ``[batch, kv_heads, n_new, d_head]`` keys/values of ``layer_idx``; returns views of the buffers."""
+        return self._update(key_states, value_states, layer_idx)
+
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Physical length HF sees (== logical length for a clean cache; see ``seq_len``)."""
         return self._plan[0] if self._plan is not None else self._pend

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 import torch
 
@@ -27,8 +28,7 @@ class Provenance(IntEnum):
 EVENT_KINDS = ("prefill", "decode", "verify", "rollback", "fork", "overwrite", "relocate")
 
 
-@dataclass(frozen=True)
-class CacheEvent:
+class CacheEvent(NamedTuple):
     """One entry of ``cache.events``: ``kind`` happened to logical positions ``[start, end)`` of ``row``.
 
     Example::
@@ -43,9 +43,6 @@ class CacheEvent:
     start: int  # first logical position concerned
     end: int  # one past the last logical position concerned
     step: int  # forward-pass counter of the cache when it happened
-
-    def __iter__(self):  # allows `kind, row, start, end, step = event`
-        return iter((self.kind, self.row, self.start, self.end, self.step))
 
 
 @dataclass
