@@ -1,0 +1,296 @@
+"""Run prompts through a bridge and store activations at every position with per-token labels.
+
+Prompts are batched only with prompts of the same token length, so no padding ever enters an
+activation. Each rank of a ``torchrun`` job takes prompts ``rank, rank + N, ...`` and writes its
+own shards; rank 0 merges the journals into the manifest at the end::
+
+    torchrun --nproc-per-node 2 -m probes.harvest --model target --n 400 --out acts/target
+
+>>> store = harvest(bridge, tok, examples, ["resid_post"], "all", "acts/x")  # doctest: +SKIP
+>>> store.manifest["n_rows"] > 0  # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from hooks import capture, hook_name
+from probes.store import DTYPES, LABEL_NAMES, ActivationStore
+
+EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
+
+
+@dataclass
+class HarvestConfig:
+    """What `beliefscope harvest` runs (everything except `out` and speed knobs is hashed)."""
+
+    model: str = "target"  # checkpoint folder, alias ("target", "smollm2"), or hub name
+    task: str = "coinflip"  # task family (tasks.get_task)
+    rendering: str = "toy"  # "toy" or "natural"
+    fmt: str = "direct"  # "direct" or "cot"
+    split: str = "train"  # natural templates: "train", "heldout", "all", or "train+heldout" (half each)
+    n: int = 1000  # number of prompts
+    seed: int = 0  # example seed
+    events: str = "1-8"  # inclusive range of events per prompt
+    hooks: str = "resid_post"  # comma-separated hook kinds or full names (embedding is always added)
+    layers: str = "all"  # "all" or comma-separated layer indices
+    dtype: str = "float32"  # stored dtype: float32 / float16 / bfloat16
+    random_init_seed: int = 0  # seed of the random-init twin model (harvested into OUT/random_init)
+
+
+def make_examples(cfg: HarvestConfig) -> list:
+    """The examples a config describes, in prompt-id order."""
+    from tasks import get_task
+
+    if cfg.split == "train+heldout":
+        half = cfg.n // 2
+        train = get_task(cfg.task, rendering=cfg.rendering, fmt=cfg.fmt, split="train")
+        held = get_task(cfg.task, rendering=cfg.rendering, fmt=cfg.fmt, split="heldout")
+        return train.examples(cfg.n - half, cfg.seed, cfg.events) + held.examples(half, cfg.seed + 1, cfg.events)
+    task = get_task(cfg.task, rendering=cfg.rendering, fmt=cfg.fmt, split=cfg.split)
+    return task.examples(cfg.n, cfg.seed, cfg.events)
+
+
+def hook_names_for(model, hooks, layers) -> list[str]:
+    """Full hook names for kinds x layers, with the embedding hook first."""
+    from hooks import layer_names
+
+    kinds = [h.strip() for h in hooks.split(",")] if isinstance(hooks, str) else list(hooks)
+    if isinstance(layers, str) and layers != "all":
+        layers = [int(x) for x in layers.split(",")]
+    names = [EMBED_HOOK]
+    for k in kinds:
+        if k.startswith("blocks.") or k.startswith("hook_"):
+            names.append(k)
+        else:
+            names += layer_names(model, k, layers)
+    return list(dict.fromkeys(names))
+
+
+def checkpoint_hash(model) -> str:
+    """sha256 over the model's parameters and buffers (names, shapes and bytes), 16 hex digits."""
+    hf = getattr(model, "original_model", model)
+    h = hashlib.sha256()
+    for name, t in sorted(hf.state_dict().items()):
+        h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def random_init_like(model, seed: int = 0):
+    """A freshly initialised model with the same HF config, wrapped as a bridge."""
+    from models.load import bridge_from_hf
+
+    hf = getattr(model, "original_model", model)
+    torch.manual_seed(seed)
+    twin = type(hf)(hf.config).to(next(hf.parameters()).dtype).eval()
+    bridge = bridge_from_hf(twin, getattr(model, "tokenizer", None))
+    bridge.eval()
+    bridge.name_or_path = f"random-init(seed={seed}) of {getattr(model, 'name_or_path', type(hf).__name__)}"
+    return bridge
+
+
+def row_labels(ex, lab, prompt_id: int) -> dict[str, np.ndarray]:
+    """Per-token label arrays for one example (the keys are `LABEL_NAMES`)."""
+    T = len(lab.input_ids)
+    held = int(ex.meta.get("split") == "heldout")
+    return {"state": lab.state, "parity": lab.parity, "events_so_far": lab.events_so_far,
+            "is_event_boundary": lab.is_event_boundary.astype(np.int64), "token_id": lab.input_ids,
+            "position": np.arange(T), "prompt_id": np.full(T, prompt_id), "n_events": np.full(T, ex.n_events),
+            "in_prompt": lab.in_prompt.astype(np.int64), "in_answer": lab.in_answer.astype(np.int64),
+            "template_split": np.full(T, held)}
+
+
+def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | None = None,
+            batch_size: int = 16, shard_rows: int = 8192, dtype: str = "float32",
+            max_gb: float | None = None, progress=None, rank: int = 0, world_size: int = 1,
+            barrier=None, pause_after_shard: float = 0.0) -> ActivationStore:
+    """Store activations of `hooks` x `layers` for every token of every example's full text.
+
+    `config` (JSON-able) is hashed together with the model's checkpoint hash, the hook names
+    and a hash of the example texts; reopening `out` with another config is refused. `progress`
+    is called as ``progress(tokens_done, tokens_total)`` for this rank. `barrier` synchronises ranks (torchrun).
+    Returns the store (complete once every rank has finished and rank 0 has merged).
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is unknown; choose one of {sorted(DTYPES)}")
+    if not examples:
+        raise ValueError("no examples to harvest: pass at least one prompt (--n >= 1)")
+    names = hook_names_for(model, hooks, layers)
+    labels = [ex.labels(tokenizer) for ex in examples]
+    n_rows = sum(len(lab.input_ids) for lab in labels)
+    width = model.cfg.d_model
+    bytes_per_row = len(names) * width * torch.finfo(DTYPES[dtype]).bits // 8 + 4 * len(LABEL_NAMES)
+    est = n_rows * bytes_per_row
+    if max_gb is not None and est > max_gb * 1e9:
+        raise ValueError(f"this harvest needs about {est / 1e9:.2f} GB ({n_rows} tokens x {len(names)} hooks "
+                         f"x {width} x {dtype}), over --max-gb {max_gb}: use fewer prompts, layers or float16")
+    texts = hashlib.sha256("\x00".join(ex.text for ex in examples).encode()).hexdigest()[:16]
+    header = {
+        "config": {**(config or {}), "examples_hash": texts, "n_prompts": len(examples), "hooks": names,
+                   "dtype": dtype, "checkpoint_hash": checkpoint_hash(model)},
+        "model": {"id": str(getattr(model, "name_or_path", type(model).__name__)),
+                  "n_layers": int(model.cfg.n_layers), "d_model": int(width)},
+        "hooks": names, "dtype": dtype, "shapes": {h: [width] for h in names},
+        "n_prompts": len(examples), "estimated_bytes": est,
+        "prompt_lengths": [len(lab.input_ids) for lab in labels],
+        "state_names": list(examples[0].state_names),
+    }
+    header["checkpoint_hash"] = header["config"]["checkpoint_hash"]
+    if rank == 0:
+        store = ActivationStore.create(out, header, rank=0)
+    if barrier:
+        barrier()
+    if rank != 0:
+        store = ActivationStore.create(out, header, rank=rank)
+    done = store.done_prompts()
+    mine = [i for i in range(rank, len(examples), world_size) if i not in done]
+    mine.sort(key=lambda i: (len(labels[i].input_ids), i))
+    total, done_tokens = sum(len(labels[i].input_ids) for i in mine), 0
+    buf_acts, buf_labels, buf_prompts = {h: [] for h in names}, [], []
+
+    def flush():
+        if not buf_prompts:
+            return
+        lab = {k: np.concatenate([b[k] for b in buf_labels]) for k in LABEL_NAMES}
+        store.write_shard(rank, {h: torch.cat(buf_acts[h]) for h in names}, lab, list(buf_prompts))
+        if max_gb is not None and store.bytes_written() > max_gb * 1e9:
+            raise ValueError(f"store {out} passed --max-gb {max_gb}; stopped (rerun with a larger limit to resume)")
+        for h in names:
+            buf_acts[h].clear()
+        buf_labels.clear()
+        buf_prompts.clear()
+        if pause_after_shard:
+            time.sleep(pause_after_shard)
+
+    model.eval()
+    i = 0
+    while i < len(mine):
+        T = len(labels[mine[i]].input_ids)
+        batch = [mine[i]]
+        while i + len(batch) < len(mine) and len(batch) < batch_size and len(labels[mine[i + len(batch)]].input_ids) == T:
+            batch.append(mine[i + len(batch)])
+        i += len(batch)
+        ids = torch.as_tensor(np.stack([labels[j].input_ids for j in batch]))  # [batch, pos]
+        with torch.no_grad(), capture(model, names) as cap:
+            model(ids, return_type=None)
+        for b, j in enumerate(batch):
+            for h in names:
+                buf_acts[h].append(cap.records[h][0].act[b].to(DTYPES[dtype]))  # [pos, d_model]
+            buf_labels.append(row_labels(examples[j], labels[j], j))
+            buf_prompts.append((j, T))
+        done_tokens += T * len(batch)
+        if progress is not None:
+            progress(done_tokens, total)
+        if sum(n for _, n in buf_prompts) >= shard_rows:
+            flush()
+    flush()
+    if barrier:
+        barrier()
+    if rank == 0:
+        store.finalize()
+    if barrier:
+        barrier()
+    return ActivationStore(out, store.manifest) if rank == 0 else store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Harvest options shared by `beliefscope harvest` and `python -m probes.harvest`."""
+    d = HarvestConfig()
+    p.add_argument("--model", default=d.model, help="checkpoint folder or alias (target, smollm2)")
+    p.add_argument("--task", default=d.task)
+    p.add_argument("--rendering", default=d.rendering, choices=["toy", "natural"])
+    p.add_argument("--fmt", default=d.fmt, choices=["direct", "cot"])
+    p.add_argument("--split", default=d.split, choices=["train", "heldout", "all", "train+heldout"])
+    p.add_argument("--n", type=int, default=d.n, help="number of prompts")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--events", default=d.events, help="events per prompt, LO-HI (use 1-16 for held-out lengths)")
+    p.add_argument("--hooks", default=d.hooks, help="comma-separated hook kinds (resid_post, ...)")
+    p.add_argument("--layers", default=d.layers, help="'all' or comma-separated layer indices")
+    p.add_argument("--dtype", default=d.dtype, choices=sorted(DTYPES))
+    p.add_argument("--random-init-seed", type=int, default=d.random_init_seed)
+    p.add_argument("--no-random-init", action="store_true", help="skip the random-init twin store")
+    p.add_argument("--out", required=True, help="store folder (resumed if it exists with the same config)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--shard-rows", type=int, default=8192, help="tokens per shard (whole prompts)")
+    p.add_argument("--max-gb", type=float, default=None, help="refuse to write more than this")
+    p.add_argument("--pause-after-shard", type=float, default=0.0, help=argparse.SUPPRESS)  # tests only
+    p.add_argument("--no-progress", action="store_true")
+
+
+def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None) -> dict:
+    """Harvest the model store and (unless ``--no-random-init``) the random-init twin store."""
+    from models.load import load_model
+    from tasks import parse_events_range
+
+    lo, hi = parse_events_range(args.events)
+    cfg = HarvestConfig(args.model, args.task, args.rendering, args.fmt, args.split, args.n, args.seed,
+                        f"{lo}-{hi}", args.hooks, args.layers, args.dtype, args.random_init_seed)
+    examples = make_examples(cfg)
+    model, tok = load_model(cfg.model)
+    targets = [(model, args.out, "model")]
+    if not args.no_random_init:
+        twin = random_init_like(model, cfg.random_init_seed)
+        targets.append((twin, os.path.join(args.out, "random_init"), "random_init"))
+    result = {}
+    for m, out, role in targets:
+        bar = progress_factory(out) if progress_factory else None
+        kw = dict(batch_size=args.batch_size, shard_rows=args.shard_rows, dtype=cfg.dtype, max_gb=args.max_gb,
+                  rank=rank, world_size=world_size, barrier=barrier, pause_after_shard=args.pause_after_shard)
+        store = harvest(m, tok, examples, cfg.hooks, cfg.layers, out, config={**asdict(cfg), "role": role},
+                        progress=None if bar is None else lambda n, t, b=bar: _advance(b, n, t), **kw)
+        if bar is not None:
+            bar.close()
+        result[out] = {"config_hash": store.hash, "n_rows": store.manifest.get("n_rows"),
+                       "complete": store.manifest.get("complete"), "hooks": store.hooks}
+    return result
+
+
+def _advance(bar, n: int, total: int) -> None:
+    bar.total = total
+    bar.update(n - bar.n)
+
+
+def main(argv=None) -> int:
+    """Entry point for ``python -m probes.harvest`` and ``torchrun ... -m probes.harvest``."""
+    import json
+
+    p = argparse.ArgumentParser(prog="probes.harvest", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    barrier = None
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        barrier = dist.barrier
+    factory = None
+    if not args.no_progress and rank == 0:
+        from tqdm import tqdm
+
+        factory = lambda out: tqdm(desc=f"harvest {os.path.basename(out)}", unit="tok", file=sys.stderr)  # noqa: E731
+    try:
+        result = run(args, factory, rank, world, barrier)
+    finally:
+        if world > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
