@@ -1,0 +1,59 @@
+"""The `beliefscope` command line. Each area registers its own subcommands:
+
+- models/cli.py: train, eval
+- decoding/cli.py: generate
+- probes/cli.py: harvest, probe, steer
+- analyses/commands.py: beliefs, forced, trace, determinism, demo
+- benchmarks/cli.py: bench
+
+A module registers with ``register(subparsers)``, adding parsers whose ``func(args) -> int``
+runs the command. Missing modules are skipped, so the CLI works while areas are being built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+AREAS = ("models.cli", "decoding.cli", "probes.cli", "analyses.commands", "benchmarks.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="beliefscope",
+        description="Inspect what a language model believes while it generates.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in AREAS:
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name == mod:
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, KeyError, FileNotFoundError, PermissionError, RuntimeError) as e:
+        # Library errors carry the bad value and the fix; show them without a traceback.
+        if os.environ.get("BELIEFSCOPE_DEBUG"):
+            raise
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"beliefscope {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Plot functions: arrays in, matplotlib `Figure` out (testable without a display).
+
+>>> import numpy as np
+>>> fig = belief_heatmap(np.random.rand(4, 6), ["A", "coin", "is", "heads", ".", "?"], np.zeros(6))
+>>> fig.axes[0].get_xlabel()
+'token'
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+# Provenance colours of seed 000: prefill blue, draft yellow, verified green, rejected red.
+PROVENANCE_COLORS = {0: "#5b8fd9", 1: "#f2c94c", 2: "#6fcf97", 3: "#eb5757"}
+PROVENANCE_NAMES = {0: "prefill", 1: "draft", 2: "verified", 3: "rejected"}
+
+
+def _token_axis(ax, tokens, rotate=True):
+    ax.set_xticks(range(len(tokens)))
+    ax.set_xticklabels(tokens, rotation=90 if rotate else 0, fontsize=8 if len(tokens) < 60 else 6)
+    ax.set_xlabel("token")
+
+
+def belief_heatmap(p_heads: np.ndarray, tokens: list[str], true_state: np.ndarray,
+                   title: str = "Probe readout P(heads): layer × position", state_name="heads") -> Figure:
+    """Heatmap of P(state) with layers on y and tokens on x; true state marked under the tokens.
+
+    p_heads: [n_layers, T] probabilities; true_state: [T] with 1 where the true state is `state_name`.
+    """
+    p = np.asarray(p_heads, dtype=float)
+    n_layers, T = p.shape
+    fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(max(6, 0.32 * T + 2), 1.2 + 0.45 * n_layers + 0.8),
+                                      gridspec_kw={"height_ratios": [n_layers, 1.2]}, sharex=True,
+                                      constrained_layout=True)
+    im = ax.imshow(p, aspect="auto", cmap="RdBu_r", vmin=0, vmax=1, interpolation="nearest")
+    ax.set_yticks(range(n_layers))
+    ax.set_yticklabels([f"L{i}" for i in range(n_layers)], fontsize=8)
+    ax.set_ylabel("layer")
+    ax.set_title(title, fontsize=10)
+    ax_true.imshow(np.asarray(true_state, dtype=float)[None, :], aspect="auto", cmap="RdBu_r", vmin=0, vmax=1)
+    ax_true.set_yticks([0])
+    ax_true.set_yticklabels([f"true: {state_name}?"], fontsize=8)
+    _token_axis(ax_true, tokens)
+    cb = fig.colorbar(im, ax=[ax, ax_true], shrink=0.9, pad=0.01)
+    cb.set_label(f"P({state_name})")
+    return fig
+
+
+def belief_lines(p_heads_best: np.ndarray, tokens: list[str], true_state: np.ndarray, layer: int,
+                 forced: np.ndarray | None = None, forced_positions=None, state_name="heads",
+                 title: str | None = None) -> Figure:
+    """P(state) at one layer over positions, with the true state as a step function.
+
+    `forced` (optional): forced-answer P(state) at `forced_positions` (e.g. event boundaries).
+    """
+    T = len(tokens)
+    fig, ax = plt.subplots(figsize=(max(6, 0.32 * T + 2), 3.4), constrained_layout=True)
+    x = np.arange(T)
+    ax.step(x, np.asarray(true_state, float), where="mid", color="0.35", lw=2, label=f"true state is {state_name}")
+    ax.plot(x, p_heads_best, "o-", color="#d1495b", ms=3, lw=1.5, label=f"probe, layer {layer}")
+    if forced is not None:
+        ax.plot(forced_positions, forced, "s", color="#2e86ab", ms=7, label="forced answer")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel(f"P({state_name})")
+    ax.axhline(0.5, color="0.8", lw=0.8, ls="--")
+    _token_axis(ax, tokens)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_title(title or f"Belief trajectory at layer {layer}", fontsize=10)
+    return fig
+
+
+def forced_vs_probe(positions, forced: np.ndarray, probe: np.ndarray, true_state: np.ndarray,
+                    labels: list[str] | None = None, state_name="heads") -> Figure:
+    """Forced-answer P(state) over the probe readout at each event boundary."""
+    fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(positions) + 2), 3.4), constrained_layout=True)
+    x = np.arange(len(positions))
+    ax.bar(x - 0.2, forced, 0.4, color="#2e86ab", label="forced answer")
+    ax.bar(x + 0.2, probe, 0.4, color="#d1495b", label="probe")
+    ax.plot(x, true_state, "k_", ms=18, mew=2, label="true state")
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels or [str(p) for p in positions], rotation=45, ha="right", fontsize=8)
+    ax.set_xlabel("event boundary")
+    ax.set_ylabel(f"P({state_name})")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.set_title("Forced answer vs probe at every event", fontsize=10)
+    return fig
+
+
+def cache_timeline(stages: list[tuple[str, list[str], list[int]]], title="KV cache through decode, verify, rollback"
+                   ) -> Figure:
+    """Seed 000 made real: one row per stage, one cell per cache position coloured by provenance.
+
+    stages: [(stage name, tokens, provenance codes 0..3)], e.g. after prefill / decode / verify-rollback.
+    """
+    width = max(len(t) for _, t, _ in stages)
+    fig, ax = plt.subplots(figsize=(max(6, 0.55 * width + 2.5), 0.8 * len(stages) + 1.4), constrained_layout=True)
+    for row, (_, toks, prov) in enumerate(stages):
+        y = len(stages) - 1 - row
+        for i, (tok, p) in enumerate(zip(toks, prov, strict=True)):
+            ax.add_patch(plt.Rectangle((i, y + 0.1), 0.95, 0.8, color=PROVENANCE_COLORS[int(p)],
+                                       hatch="//" if int(p) == 3 else None, ec="white"))
+            ax.text(i + 0.475, y + 0.5, tok, ha="center", va="center", fontsize=7, rotation=90 if len(tok) > 4 else 0)
+    ax.set_xlim(0, width)
+    ax.set_ylim(0, len(stages))
+    ax.set_yticks([len(stages) - 1 - r + 0.5 for r in range(len(stages))])
+    ax.set_yticklabels([s for s, _, _ in stages], fontsize=9)
+    ax.set_xlabel("cache position")
+    ax.set_xticks(range(0, width, max(1, width // 20)))
+    ax.legend(handles=[Patch(color=c, label=PROVENANCE_NAMES[k]) for k, c in PROVENANCE_COLORS.items()],
+              ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=10, pad=22)
+    return fig
+
+
+def acceptance_chart(drafted: list[int], accepted: list[int], title="Accepted draft tokens per verify step") -> Figure:
+    """Stacked bars per verify step: accepted vs rejected proposals."""
+    drafted, accepted = np.asarray(drafted), np.asarray(accepted)
+    x = np.arange(len(drafted))
+    fig, ax = plt.subplots(figsize=(max(5, 0.25 * len(x) + 2), 3), constrained_layout=True)
+    ax.bar(x, accepted, color=PROVENANCE_COLORS[2], label="accepted")
+    ax.bar(x, drafted - accepted, bottom=accepted, color=PROVENANCE_COLORS[3], label="rejected")
+    ax.set_xlabel("verify step")
+    ax.set_ylabel("draft tokens")
+    alpha = accepted.sum() / max(1, drafted.sum())
+    ax.set_title(f"{title} (acceptance {alpha:.0%})", fontsize=10)
+    ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+def draft_vs_target_beliefs(positions, p_draft, p_target, true_state, state_name="heads") -> Figure:
+    """At rejected positions: the draft's and the target's probe readouts side by side."""
+    x = np.arange(len(positions))
+    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(x) + 2), 3.2), constrained_layout=True)
+    ax.bar(x - 0.2, p_draft, 0.4, color=PROVENANCE_COLORS[1], label="draft probe")
+    ax.bar(x + 0.2, p_target, 0.4, color=PROVENANCE_COLORS[2], label="target probe")
+    ax.plot(x, true_state, "k_", ms=18, mew=2, label="true state")
+    ax.set_xticks(x)
+    ax.set_xticklabels([str(p) for p in positions], fontsize=8)
+    ax.set_xlabel("position of a rejected draft token")
+    ax.set_ylabel(f"P({state_name})")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.set_title("Draft vs target belief where drafts were rejected", fontsize=10)
+    return fig
+
+
+def determinism_chart(n_batch: list[int], unique_fast: list[float], unique_verified: list[float]) -> Figure:
+    """Unique outputs per prompt against the number of co-batched requests."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.2), constrained_layout=True)
+    ax.plot(n_batch, unique_fast, "o-", color="#eb5757", label="fast path (unverified)")
+    ax.plot(n_batch, unique_verified, "s-", color="#27ae60", label="deterministic (verified)")
+    ax.set_xlabel("co-batched requests")
+    ax.set_ylabel("unique outputs per prompt")
+    ax.set_ylim(bottom=0.9)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title("Determinism against batch composition", fontsize=10)
+    return fig
+
+
+def probe_layers_chart(layers, acc, control, random_init, embedding: float, majority: float) -> Figure:
+    """Probe accuracy per layer with its controls."""
+    fig, ax = plt.subplots(figsize=(6, 3.4), constrained_layout=True)
+    ax.plot(layers, acc, "o-", color="#d1495b", label="probe (held out by prompt)")
+    ax.plot(layers, control, "^--", color="0.5", label="control task")
+    ax.plot(layers, random_init, "v--", color="#8e44ad", label="random-init model")
+    ax.axhline(embedding, color="#2e86ab", ls=":", label="embedding only")
+    ax.axhline(majority, color="0.2", ls="-.", lw=0.8, label="majority class")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0.3, 1.02)
+    ax.legend(fontsize=7, loc="lower right", frameon=False)
+    ax.set_title("State probe accuracy by layer, with controls", fontsize=10)
+    return fig

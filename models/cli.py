@@ -1,0 +1,66 @@
+"""`beliefscope train` and `beliefscope eval`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a toy GPT-2 on a task, with a length curriculum")
+    p.add_argument("--task", default="coinflip", help="task family: coinflip or cups")
+    p.add_argument("--preset", default="target", help="architecture: target, draft or tiny")
+    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--steps", type=int, default=6000, help="maximum optimizer steps")
+    p.add_argument("--max-events", type=int, default=8, help="longest story in training")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_train)
+
+    e = sub.add_parser("eval", help="exact match and answer accuracy of a model on a task")
+    e.add_argument("--model", required=True, help="checkpoint folder, alias (target, draft, smollm2) or hub name")
+    e.add_argument("--task", default="coinflip")
+    e.add_argument("--events", default="1-8", help="inclusive range of event counts, e.g. 1-8")
+    e.add_argument("--n", type=int, default=500, help="prompts per format")
+    e.add_argument("--seed", type=int, default=12345)
+    e.add_argument("--rendering", default=None, help="toy or natural (default: natural for smollm2)")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=_eval)
+
+
+def _train(args) -> int:
+    from tqdm import tqdm
+
+    from models.train import TrainConfig, train
+    from tasks import get_task
+
+    get_task(args.task)  # validate the name before spending time
+    cfg = TrainConfig(task=args.task, preset=args.preset, steps=args.steps, max_events=args.max_events,
+                      seed=args.seed)
+    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr)
+
+    def progress(h):
+        bar.update(cfg.check_every)
+        bar.set_postfix(loss=h["loss"], events=h["max_events"], acc=round(h["acc"], 3))
+
+    _, _, card = train(cfg, args.out, progress=progress)
+    bar.close()
+    print(json.dumps({"out": args.out, "steps": card["steps"], "curriculum_reached": card["curriculum_reached"]}))
+    return 0
+
+
+def _eval(args) -> int:
+    from models.evaluate import evaluate
+    from tasks import get_task, parse_events_range
+
+    get_task(args.task)
+    parse_events_range(args.events)
+    rendering = args.rendering or ("natural" if args.model == "smollm2" else "toy")
+    res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(f"{args.model} on {args.task} {args.events}: exact match {res.get('exact_match', float('nan')):.4f}, "
+              f"answer accuracy {res['answer_accuracy']:.4f} (n={res['n']})")
+        for k, v in res.get("by_events", res["answer_accuracy_by_events"]).items():
+            print(f"  {k:>2} events: {v:.4f}")
+    return 0

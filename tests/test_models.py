@@ -1,0 +1,78 @@
+"""Models: bridge vs HF logits, the shipped checkpoints, load errors, SmolLM2 offline."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from models.evaluate import evaluate
+from models.load import ModelLoadError, bridge_from_hf, load_hf, load_model
+from tests.conftest import DRAFT, TARGET, copy_of, tiny_gpt2_hf, tiny_llama_hf
+
+
+@pytest.mark.parametrize("make", [tiny_gpt2_hf, tiny_llama_hf], ids=["gpt2", "llama"])
+def test_bridge_logits_equal_hf_tiny_random(make):
+    hf = make()
+    ref = copy_of(hf)
+    bridge = bridge_from_hf(hf)
+    x = torch.randint(0, 64, (3, 17))
+    with torch.no_grad():
+        diff = (bridge(x, return_type="logits") - ref(x).logits).abs().max().item()
+    assert diff <= 1e-5
+
+
+def test_bridge_logits_equal_hf_toy_target():
+    bridge, tok = load_model(TARGET)
+    hf, _ = load_hf(TARGET)
+    ids = tok(["A coin is heads . Alice flips . Bob stays . State ?"], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        diff = (bridge(ids, return_type="logits") - hf(ids).logits).abs().max().item()
+    assert diff <= 1e-5
+
+
+def test_shipped_checkpoints_small_and_carded():
+    for path in (TARGET, DRAFT):
+        size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+        assert size < 10 * 2**20, f"{path} is {size / 2**20:.1f} MB"
+        card = json.load(open(os.path.join(path, "model_card.json")))
+        assert card["eval"]["1-8"]["exact_match"] >= 0.0 and "9-16" in card["eval"]
+    assert json.load(open(os.path.join(DRAFT, "config.json")))["n_layer"] <= 2
+
+
+def test_target_meets_accuracy_and_draft_is_weaker():
+    tgt = evaluate(TARGET, "coinflip", "1-8", n=200, seed=777)
+    drf = evaluate(DRAFT, "coinflip", "1-8", n=200, seed=777)
+    assert tgt["exact_match"] >= 0.99 and tgt["answer_accuracy"] >= 0.99
+    assert drf["answer_accuracy"] < tgt["answer_accuracy"] - 0.05
+
+
+def test_unknown_model_path_is_clear():
+    with pytest.raises(ModelLoadError, match="not found.*checkpoint folder"):
+        load_model("/no/such/model/folder")
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(os.path.dirname(TARGET))
+
+
+def test_hub_name_offline_fails_clearly(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="offline"):
+        load_model("no-such-org/no-such-model-xyz")
+
+
+@pytest.mark.slow
+def test_smollm2_offline_greedy_matches_raw_hf(smollm2):
+    bridge, tok = smollm2
+    raw, _ = load_hf("smollm2")
+    prompt = "A coin's state is heads. Alice flips the coin. What's the state? A:"
+    ids = tok(prompt, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        ref = raw.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)[0, ids.shape[1]:]
+        out = ids
+        for _ in range(8):  # plain greedy through the bridge, uncached
+            nxt = bridge(out, return_type="logits")[:, -1].argmax(-1, keepdim=True)
+            out = torch.cat([out, nxt], dim=1)
+        diff = (bridge(ids, return_type="logits") - raw(ids).logits).abs().max().item()
+    assert out[0, ids.shape[1]:].tolist() == ref.tolist()
+    assert diff <= 1e-3
+    assert bridge.cfg.n_layers == 30

@@ -1,0 +1,150 @@
+"""Tasks: per-token labels against hand-computed expectations, for word-level and BPE tokenizers."""
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from models.tokenizer import toy_tokenizer
+from tasks import CoinFlip, Cups, Event, Example, get_task, parse_events_range
+from tasks.coinflip import NATURAL_FLIPS, NATURAL_INTROS, NATURAL_NAMES, NATURAL_STAYS, sample_prompts
+
+
+def toy_example():
+    # "A coin is heads . Alice flips . Bob stays . State ? tails" built by hand
+    prompt = "A coin is heads . Alice flips . Bob stays . State ?"
+    ev1 = (prompt.index("Alice"), prompt.index("flips .") + len("flips ."))
+    ev2 = (prompt.index("Bob"), prompt.index("stays .") + len("stays ."))
+    return Example("coinflip", "toy", "direct", prompt, " tails", ("heads", "tails"), 0,
+                   (Event(ev1, "flip", 1), Event(ev2, "stay", 1)), (len(prompt) + 1, len(prompt) + 6))
+
+
+def test_generator_matches_hand_built_example():
+    ex = CoinFlip("toy").example(seed=0, n_events=2)
+    assert ex.prompt.endswith("State ?")
+    # recompute the state by reading the words, independently of the generator
+    words = ex.text.split()
+    state = words[3]
+    for verb in words[4:]:
+        if verb == "flips":
+            state = {"heads": "tails", "tails": "heads"}[state]
+    assert ex.answer == state == words[-1]
+
+
+def test_word_level_labels_hand_computed():
+    ex = toy_example()
+    lab = ex.labels(toy_tokenizer())
+    words = ex.text.split()
+    assert len(lab.input_ids) == len(words)
+    # hand labels: state is heads until Alice's event ends at its ".", then tails
+    #            A  coin is heads .  Alice flips .  Bob stays .  State ?  tails
+    state =     [0, 0,   0, 0,    0, 0,    0,    1, 1,   1,    1, 1,    1, 1]
+    events =    [0, 0,   0, 0,    0, 0,    0,    1, 1,   1,    2, 2,    2, 2]
+    boundary =  [0, 0,   0, 0,    0, 0,    0,    1, 0,   0,    1, 0,    0, 0]
+    parity =    [0, 0,   0, 0,    0, 0,    0,    1, 1,   1,    1, 1,    1, 1]
+    assert lab.state.tolist() == state
+    assert lab.events_so_far.tolist() == events
+    assert lab.is_event_boundary.astype(int).tolist() == boundary
+    assert lab.parity.tolist() == parity
+    assert lab.in_answer.tolist() == [False] * 13 + [True]
+
+
+def test_parity_differs_from_state_when_starting_tails():
+    ex = CoinFlip("toy").example(seed=5, n_events=6)
+    lab = ex.labels(toy_tokenizer())
+    last = len(lab.state) - 1
+    assert lab.state[last] == (ex.initial + lab.parity[last]) % 2
+
+
+def _bpe_tokenizer():
+    texts = [ex.text for ex in CoinFlip("natural", split="all").examples(300, seed=1, events=(1, 6))]
+    core = Tokenizer(models.BPE(unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["[UNK]"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=core)
+
+
+def test_bpe_labels_follow_characters():
+    tok = _bpe_tokenizer()
+    ex = CoinFlip("natural", split="all").example(seed=11, n_events=4)
+    lab = ex.labels(tok)
+    assert len(lab.input_ids) > len(ex.text.split())  # sub-word pieces, not words
+    # Hand rule on characters: a token at character end c has seen every event ending <= c.
+    ends = [e.span[1] for e in ex.events]
+    for (s, e), st, n in zip(lab.offsets, lab.state, lab.events_so_far):
+        seen = sum(e >= end for end in ends)
+        assert n == seen
+        expected = ex.initial if seen == 0 else ex.events[seen - 1].state_after
+        assert st == expected
+    # exactly one boundary token per event, and it is the token covering the event's last char
+    assert lab.is_event_boundary.sum() == ex.n_events
+    for ev in ex.events:
+        i = int(np.nonzero(lab.offsets[:, 1] >= ev.span[1])[0][0])
+        assert lab.is_event_boundary[i]
+
+
+def test_bpe_hand_sentence():
+    tok = _bpe_tokenizer()
+    text_prompt = "A coin's state is heads. Alice flips the coin. What's the state? A:"
+    s = text_prompt.index("Alice")
+    ex = Example("coinflip", "natural", "direct", text_prompt, " tails", ("heads", "tails"), 0,
+                 (Event((s, s + len("Alice flips the coin.")), "flip", 1),), (len(text_prompt) + 1, len(text_prompt) + 6))
+    lab = ex.labels(tok)
+    pieces = [ex.text[a:b] for a, b in lab.offsets]
+    # every piece up to and including the final "." of Alice's sentence is heads, after it tails
+    dot = s + len("Alice flips the coin.")
+    for piece, (a, b), st in zip(pieces, lab.offsets, lab.state):
+        assert st == (1 if b >= dot else 0), (piece, a, b)
+
+
+def test_natural_splits_hold_out_templates_and_names():
+    train = CoinFlip("natural", split="train").examples(200, seed=0, events=(2, 4))
+    held = CoinFlip("natural", split="heldout").examples(200, seed=0, events=(2, 4))
+    train_names = {n for e in train for n in e.meta["names"]}
+    held_names = {n for e in held for n in e.meta["names"]}
+    assert train_names and held_names and not train_names & held_names
+    assert {e.meta["intro"] for e in train} <= set(range(len(NATURAL_INTROS) // 2))
+    flips_train = {t.split("{n}")[1] for t in NATURAL_FLIPS[: len(NATURAL_FLIPS) // 2]}
+    assert any(f.strip(" .") in e.text for e in train for f in flips_train)
+    assert len(NATURAL_NAMES) == 16 and len(NATURAL_STAYS) == 4
+
+
+def test_cups_three_way_labels():
+    ex = Cups("toy").example(seed=3, n_events=5)
+    lab = ex.labels(toy_tokenizer())
+    assert set(lab.state.tolist()) <= {0, 1, 2}
+    # replay the swaps from the words
+    words = ex.prompt.split()
+    ball = words[4]
+    i = 6
+    while words[i] not in ("Where",):
+        if words[i + 1] == "swaps":
+            a, b = words[i + 2], words[i + 3]
+            ball = b if ball == a else a if ball == b else ball
+            i += 5
+        else:
+            i += 3
+    assert ball == ex.answer
+    assert ex.state_names[lab.state[-1]] == ex.answer
+
+
+def test_sample_prompts_and_lengths():
+    ps = sample_prompts(20, seed=4, events=(9, 16))
+    assert len(ps) == 20 and all(p.endswith("State ?") for p in ps)
+    counts = [p.count(" .") - 1 for p in ps]
+    assert min(counts) >= 9 and max(counts) <= 16
+    assert sample_prompts(5, seed=4) == sample_prompts(5, seed=4)
+    assert sample_prompts(5, seed=4) != sample_prompts(5, seed=5)
+    assert all(p.endswith("A:") for p in sample_prompts(3, 0, rendering="natural"))
+
+
+def test_bad_task_and_range_errors():
+    with pytest.raises(ValueError, match="coinflp.*Did you mean 'coinflip'"):
+        get_task("coinflp")
+    with pytest.raises(ValueError, match="9-3"):
+        parse_events_range("9-3")
+    with pytest.raises(ValueError, match="LO-HI"):
+        parse_events_range("many")
+    with pytest.raises(ValueError, match="rendering"):
+        CoinFlip(rendering="klingon")
