@@ -1,0 +1,222 @@
+"""Probe every layer of a store, with controls, prompt-grouped folds and held-out splits.
+
+For every layer: out-of-fold accuracy (GroupKFold by prompt) on the chosen label, the same on
+the control task (selectivity = accuracy - control accuracy), the same probe on the
+random-init twin store, per-token-type accuracy (event-boundary tokens vs the others), and
+accuracy on held-out lengths (train on ``train_events``, test on longer prompts) and held-out
+templates and names (natural rendering). The embedding-only probe (input to block 0) and a
+majority-class baseline are reported next to them.
+
+>>> rep = probe_report(ActivationStore.open("acts/target"), ReportConfig(label="state"))  # doctest: +SKIP
+>>> rep.best_layer  # doctest: +SKIP
+3
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from probes.controls import control_labels, majority_accuracy, position_mask, prompt_folds
+from probes.harvest import EMBED_HOOK
+from probes.linear import LinearProbe, ProbeConfig, fit_all_layers
+from probes.store import ActivationStore
+
+
+@dataclass
+class ReportConfig:
+    """What `beliefscope probe` fits and reports."""
+
+    label: str = "state"  # label to probe: "state" or "parity" (any store label name works)
+    positions: str = "after_first_event"  # which tokens: after_first_event / boundary / all
+    folds: int = 5  # GroupKFold folds over prompts
+    train_events: str = "1-8"  # prompts with this many events form the main split; longer ones test lengths
+    trainer: str = "torch"  # "torch" (batched) or "sklearn" (reference)
+    C: float = 1.0  # inverse L2 strength on standardised activations
+    max_iter: int = 300  # optimiser iterations per fit
+    control_seed: int = 0  # seed of the control task's random labels
+    layers_per_fit: int = 8  # hooks fitted together (bounds memory: rows x d x this many floats)
+
+
+@dataclass
+class ProbeData:
+    """Selected rows of a store, sorted by (prompt id, position)."""
+
+    hooks: list[str]  # hook names, one per X layer
+    X: torch.Tensor  # [L, n, d] float32 activations
+    labels: dict  # label name -> [n] int64
+
+
+def _row_selection(store: ActivationStore, positions: str):
+    labels = store.load_labels()
+    mask = position_mask(labels, positions)
+    idx = np.nonzero(mask)[0]
+    key = labels["prompt_id"][idx] * 1_000_000 + labels["position"][idx]
+    perm = np.argsort(key, kind="stable")
+    return mask, perm, {k: v[idx][perm] for k, v in labels.items()}
+
+
+def load_probe_data(store: ActivationStore, positions: str, hooks: list[str], selection=None) -> ProbeData:
+    """Activations of `hooks` at the selected positions, shard by shard, in (prompt, position) order."""
+    mask, perm, labels = selection or _row_selection(store, positions)
+    X = torch.stack([store.load_hook(h, rows=mask)[torch.as_tensor(perm)] for h in hooks])  # [L, n, d]
+    return ProbeData(list(hooks), X, labels)
+
+
+def layer_index(hook: str) -> int:
+    """Block index of a hook name; the embedding (input to block 0) is -1."""
+    if hook == EMBED_HOOK:
+        return -1
+    m = re.match(r"blocks\.(\d+)\.", hook)
+    return int(m.group(1)) if m else -1
+
+
+@dataclass
+class ProbeReport:
+    """Everything `beliefscope probe --json` prints."""
+
+    label: str  # probed label
+    positions: str  # token selection
+    store: str  # store folder
+    store_hash: str  # config hash of the store
+    model: str  # model id
+    n_prompts: int  # prompts in the main (by-prompt CV) split
+    n_rows: int  # tokens in the main split
+    folds: int  # GroupKFold folds
+    trainer: str  # torch / sklearn
+    majority_accuracy: float  # always predict the training majority
+    embedding_accuracy: float  # probe on the input to block 0
+    embedding_control_accuracy: float  # control task on the input to block 0
+    random_init_embedding_accuracy: float | None  # same on the random-init model
+    best_layer: int  # layer with the highest accuracy (resid_post)
+    layers: list = field(default_factory=list)  # per-layer dicts (see `probe_report`)
+    heldout_lengths: dict = field(default_factory=dict)  # train/test event ranges and sizes
+    heldout_templates: dict = field(default_factory=dict)  # sizes, if the store has held-out templates
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _oof(X, y, folds, cfg: ReportConfig, n_classes):
+    """Out-of-fold predictions ``[L, n]`` of per-layer probes."""
+    pred = torch.full((X.shape[0], X.shape[1]), -1, dtype=torch.long)
+    for train, test in folds:
+        probe = fit_all_layers(X[:, train], y[train], n_classes=n_classes, trainer=cfg.trainer,
+                               config=ProbeConfig(cfg.C, cfg.max_iter, trainer=cfg.trainer))
+        for i, h in enumerate(probe.hooks):
+            pred[i, test] = probe.predict(X[i, test], h)
+    return pred
+
+
+def _acc(pred, y, rows=None):
+    y = torch.as_tensor(y)
+    if rows is not None:
+        rows = torch.as_tensor(rows, dtype=torch.bool)
+        if not rows.any():
+            return [None] * pred.shape[0]
+        pred, y = pred[:, rows], y[rows]
+    return [round(float(a), 4) for a in (pred == y).float().mean(1)]
+
+
+def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: ActivationStore | None = None,
+                 out: str | None = None, progress=None) -> ProbeReport:
+    """Fit and evaluate probes on every hook of `store`; save the final probes to `out`.
+
+    `progress(message)` is called before each block of layers.
+    """
+    from tasks import parse_events_range
+
+    store.check_label(cfg.label)
+    lo, hi = parse_events_range(cfg.train_events)
+    sel = _row_selection(store, cfg.positions)
+    lab = sel[2]
+    if len(lab["prompt_id"]) == 0:
+        raise ValueError(f"no tokens match positions={cfg.positions!r} in {store.path}")
+    rsel = None
+    if random_store is not None:
+        rsel = _row_selection(random_store, cfg.positions)
+        if not (np.array_equal(rsel[2]["prompt_id"], lab["prompt_id"])
+                and np.array_equal(rsel[2]["token_id"], lab["token_id"])):
+            raise ValueError(f"random-init store {random_store.path} holds other prompts than {store.path}; "
+                             "harvest both with the same command")
+    n_classes = len(store.manifest.get("state_names", [])) if cfg.label == "state" else 0
+    n_classes = max(n_classes, int(lab[cfg.label].max()) + 1, 2)
+    y = torch.as_tensor(lab[cfg.label])
+    yc = torch.as_tensor(control_labels(lab["token_id"], lab["position"], n_classes, cfg.control_seed))
+    in_len = (lab["n_events"] >= lo) & (lab["n_events"] <= hi)
+    main = in_len & (lab["template_split"] == 0)
+    long_rows = (lab["n_events"] > hi) & (lab["template_split"] == 0)
+    held_tpl = in_len & (lab["template_split"] == 1)
+    mi = np.nonzero(main)[0]
+    if len(mi) == 0:
+        raise ValueError(f"no prompts with {lo}-{hi} events in {store.path}: set --train-events to the harvested range")
+    folds = prompt_folds(lab["prompt_id"][mi], cfg.folds)
+    boundary = lab["is_event_boundary"][mi].astype(bool)
+    maj = np.mean([majority_accuracy(lab[cfg.label][mi][tr], lab[cfg.label][mi][te]) for tr, te in folds])
+    pcfg = ProbeConfig(cfg.C, cfg.max_iter, trainer=cfg.trainer)
+    rows, finals, embed = [], [], {}
+    hooks = store.hooks
+    for start in range(0, len(hooks), cfg.layers_per_fit):
+        block = hooks[start:start + cfg.layers_per_fit]
+        if progress:
+            progress(f"layers {start}-{start + len(block) - 1} of {len(hooks)}")
+        data = load_probe_data(store, cfg.positions, block, sel)
+        X = data.X[:, torch.as_tensor(mi)]  # [L, n_main, d]
+        acc = _oof(X, y[mi], folds, cfg, n_classes)
+        ctl = _oof(X, yc[mi], folds, cfg, n_classes)
+        racc = [None] * len(block)
+        if random_store is not None:
+            RX = load_probe_data(random_store, cfg.positions, block, rsel).X[:, torch.as_tensor(mi)]
+            racc = _acc(_oof(RX, y[mi], folds, cfg, n_classes), y[mi])
+            del RX
+        final = fit_all_layers(X, y[mi], hooks=block, n_classes=n_classes, trainer=cfg.trainer, config=pcfg)
+        finals.append((final, X.norm(dim=2).mean(1)))
+        held = {}
+        for name, test_rows in (("heldout_length_accuracy", long_rows), ("heldout_template_accuracy", held_tpl)):
+            if test_rows.any():
+                ti = torch.as_tensor(np.nonzero(test_rows)[0])
+                held[name] = [round(final.accuracy(data.X[i, ti], y[ti], h), 4) for i, h in enumerate(block)]
+        a, c = _acc(acc, y[mi]), _acc(ctl, yc[mi])
+        ab, ao = _acc(acc, y[mi], boundary), _acc(acc, y[mi], ~boundary)
+        for i, h in enumerate(block):
+            row = {"layer": layer_index(h), "hook": h, "accuracy": a[i], "control_accuracy": c[i],
+                   "selectivity": round(a[i] - c[i], 4), "random_init_accuracy": racc[i],
+                   "accuracy_event_tokens": ab[i], "accuracy_other_tokens": ao[i],
+                   **{k: v[i] for k, v in held.items()}}
+            if h == EMBED_HOOK:
+                embed = row
+            else:
+                rows.append(row)
+        del data, X
+    best = max(rows, key=lambda r: r["accuracy"]) if rows else embed
+    if out:
+        _save_final(finals, store, cfg, out)
+    return ProbeReport(
+        cfg.label, cfg.positions, store.path, store.hash, store.manifest["model"]["id"],
+        int(len(np.unique(lab["prompt_id"][mi]))), int(len(mi)), cfg.folds, cfg.trainer, round(float(maj), 4),
+        embed.get("accuracy"), embed.get("control_accuracy"), embed.get("random_init_accuracy"),
+        best["layer"], rows,
+        {"train_events": f"{lo}-{hi}", "test_prompts": int(len(np.unique(lab["prompt_id"][long_rows]))),
+         "test_rows": int(long_rows.sum())},
+        {"test_prompts": int(len(np.unique(lab["prompt_id"][held_tpl]))), "test_rows": int(held_tpl.sum())},
+    )
+
+
+def _save_final(finals, store, cfg: ReportConfig, out: str) -> None:
+    """Concatenate the per-block final probes into one `LinearProbe` and save it."""
+    probes = [p for p, _ in finals]
+    norms = torch.cat([n for _, n in finals])
+    hooks = [h for p in probes for h in p.hooks]
+    probe = LinearProbe(hooks, torch.cat([p.mean for p in probes]), torch.cat([p.std for p in probes]),
+                        torch.cat([p.W for p in probes]), torch.cat([p.b for p in probes]), probes[0].n_classes,
+                        {"label": cfg.label, "positions": cfg.positions, "store": os.path.abspath(store.path),
+                         "store_hash": store.hash, "model": store.manifest["model"]["id"],
+                         "harvest_config": store.manifest["config"],
+                         "state_names": store.manifest.get("state_names"),
+                         "resid_norm": {h: round(float(n), 5) for h, n in zip(hooks, norms, strict=True)},
+                         "trainer": cfg.trainer, "C": cfg.C})
+    probe.save(out)
