@@ -148,3 +148,24 @@ def test_bad_task_and_range_errors():
         parse_events_range("many")
     with pytest.raises(ValueError, match="rendering"):
         CoinFlip(rendering="klingon")
+
+
+def test_parse_prompt_round_trips_generated_examples():
+    from tasks.parse import parse_prompt
+
+    for rendering, split in (("toy", "train"), ("natural", "all")):
+        for ex in CoinFlip(rendering, split=split).examples(40, seed=2, events=(1, 9)):
+            got = parse_prompt(ex.prompt)
+            assert got.prompt == ex.prompt and got.events == ex.events and got.answer == ex.answer
+    for ex in Cups("toy").examples(20, seed=2, events=(1, 6)):
+        got = parse_prompt(ex.prompt, task="cups")
+        assert got.events == ex.events and got.answer == ex.answer
+
+
+def test_parse_prompt_rejects_unparseable_text():
+    from tasks.parse import parse_prompt
+
+    with pytest.raises(ValueError, match="character 17.*Bob flips"):
+        parse_prompt("A coin is heads . Alice jumps . State ?")
+    with pytest.raises(ValueError, match="opening"):
+        parse_prompt("Once upon a time there was a coin.")
