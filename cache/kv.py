@@ -20,6 +20,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .config import CacheConfig
 from .inspect import InspectMixin
+from .masks import MaskMixin
 from .provenance import CacheEvent, Provenance, RejectedSpan
 from .snapshot import tick
 from .storage import Storage
@@ -81,7 +82,7 @@ class KVLayer(CacheLayerMixin):
         self._owner().crop(tokens_to_remove)
 
 
-class KVCache(InspectMixin, Cache):
+class KVCache(MaskMixin, InspectMixin, Cache):
     """Inspectable layer-wise KV cache: O(1) append/rollback, zero-copy fork, provenance, snapshots.
 
     Example::
@@ -248,7 +249,8 @@ class KVCache(InspectMixin, Cache):
 
     def _begin(self, k: torch.Tensor, n: int) -> None:
         """Layer 0 of a forward: choose slots, grow, record lengths/provenance/events."""
-        if self.config.kv_heads is None or self.config.d_head is None or not self._lens:
+        c = self.config
+        if None in (c.kv_heads, c.d_head, c.batch, c.dtype, c.device) or not self._lens:
             self._adopt_shape(k)
         if self._st is None:
             self._st = self._new_storage(max(self.config.capacity, n))
@@ -303,63 +305,6 @@ class KVCache(InspectMixin, Cache):
         if self._tags:
             return True, self._tags[-1]
         return False, None
-
-    # ------------------------------------------------------------------ masks for ragged rows / holes
-    @property
-    def is_clean(self) -> bool:
-        """True if every row is the single segment ``[0, physical_end)``: no mask or positions needed."""
-        p = self._pend
-        return all((not s and p == 0) or (len(s) == 1 and s[0][0] == 0 and s[0][1] == p) for s in self._segs)
-
-    def attention_mask(self, n_new: int) -> torch.Tensor:
-        """2D mask ``[batch, past + n_new]`` (1 = attend) for the next forward of ``n_new`` tokens per row.
-
-        Calling it plans where the next forward writes; pass the result with ``position_ids``.
-
-        Example::
-
-            >>> from cache.testing import tiny_cache
-            >>> tiny_cache(batch=2).attention_mask(3).shape
-            torch.Size([2, 3])
-        """
-        p = self._pend
-        if self._st is not None and self._st.conflicts(self, p, p + n_new):
-            p = max(p, self._st.max_end())  # jump past slots other forks use: zero-copy, leaves a hole
-        self._plan = (p, n_new)
-        b = max(1, len(self._lens))
-        dev = self.config.device or "cpu"
-        if self.is_clean and p == self._pend:
-            return torch.ones((b, p + n_new), dtype=torch.long, device=dev)
-        mask = torch.zeros((b, p + n_new), dtype=torch.long)
-        for r, segs in enumerate(self._segs):
-            for a, e in segs:
-                mask[r, a:e] = 1
-        mask[:, p:] = 1
-        return mask.to(dev)
-
-    def position_ids(self, n_new: int) -> torch.Tensor:
-        """Logical positions ``[batch, n_new]`` of the next ``n_new`` tokens of every row.
-
-        Example::
-
-            >>> from cache.testing import tiny_cache
-            >>> tiny_cache().position_ids(2).tolist()
-            [[0, 1]]
-        """
-        lens = torch.tensor(self._lens or [0], dtype=torch.long)
-        return (lens[:, None] + torch.arange(n_new)).to(self.config.device or "cpu")
-
-    def forward_kwargs(self, n_new: int) -> dict:
-        """``dict(past_key_values=self, attention_mask=..., position_ids=...)`` for the next forward.
-
-        Example::
-
-            >>> from cache.testing import tiny_cache
-            >>> sorted(tiny_cache().forward_kwargs(1))
-            ['attention_mask', 'past_key_values', 'position_ids']
-        """
-        return {"past_key_values": self, "attention_mask": self.attention_mask(n_new),
-                "position_ids": self.position_ids(n_new)}
 
     # ------------------------------------------------------------------ rollback / fork / relocate
     def rollback(self, to: int | Sequence[int], row: int | None = None) -> None:
