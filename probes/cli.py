@@ -1,0 +1,141 @@
+"""`beliefscope harvest`, `beliefscope probe` and `beliefscope steer`.
+
+>>> # beliefscope harvest --model target --n 1000 --events 1-16 --out acts/target
+>>> # beliefscope probe --acts acts/target --label state --out probes/target --json
+>>> # beliefscope steer --model target --probes probes/target --layer 2 --alpha 1 --json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _tqdm(desc: str, total: int | None = None, disable: bool = False):
+    from tqdm import tqdm
+
+    return tqdm(desc=desc, total=total, file=sys.stderr, disable=disable, dynamic_ncols=True)
+
+
+def cmd_harvest(args) -> int:
+    from probes.harvest import run
+
+    result = run(args, None if args.no_progress else (lambda out: _tqdm(f"harvest {out}")))
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        for out, r in result.items():
+            print(f"{out}: {r['n_rows']} tokens, {len(r['hooks'])} hooks, config {r['config_hash']}, "
+                  f"complete={r['complete']}")
+    return 0
+
+
+def cmd_probe(args) -> int:
+    from probes.report import ReportConfig, probe_report
+    from probes.store import ActivationStore
+
+    store = ActivationStore.open(args.acts)
+    store.check_label(args.label)
+    rpath = args.random_init or os.path.join(args.acts, "random_init")
+    random_store = ActivationStore.open(rpath) if os.path.exists(rpath) and not args.no_random_init else None
+    cfg = ReportConfig(args.label, args.positions, args.folds, args.train_events, args.trainer, args.C,
+                       args.max_iter, args.control_seed, args.layers_per_fit)
+    bar = _tqdm("probe", disable=args.no_progress)
+    rep = probe_report(store, cfg, random_store, out=args.out, progress=lambda m: bar.set_postfix_str(m))
+    bar.close()
+    data = rep.to_json()
+    if args.out:
+        from probes.store import atomic_write_json
+
+        atomic_write_json(os.path.join(args.out, "report.json"), data)
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return 0
+    print(f"{rep.model}: label={rep.label} positions={rep.positions} prompts={rep.n_prompts} "
+          f"tokens={rep.n_rows} folds={rep.folds} (by prompt) trainer={rep.trainer}")
+    print(f"majority {rep.majority_accuracy:.3f}  embedding {rep.embedding_accuracy:.3f} "
+          f"(control {rep.embedding_control_accuracy:.3f})")
+    cols = ["layer", "accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
+            "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy"]
+    cols = [c for c in cols if any(c in r for r in rep.layers)]
+    print("  ".join(f"{c[:14]:>14}" for c in cols))
+    for r in rep.layers:
+        print("  ".join(f"{'-' if r.get(c) is None else r[c]:>14}" for c in cols))
+    print(f"best layer: {rep.best_layer}")
+    return 0
+
+
+def cmd_steer(args) -> int:
+    from models.load import load_model
+    from probes.harvest import HarvestConfig, make_examples
+    from probes.linear import LinearProbe
+    from probes.steering import SteerConfig, steer_experiment
+
+    probe = LinearProbe.load(args.probes)
+    hc = dict(probe.meta.get("harvest_config", {}))
+    fields = {k: hc[k] for k in HarvestConfig.__dataclass_fields__ if k in hc}
+    fields.update(n=args.n, seed=args.seed, events=args.events or "1-8")
+    if fields.get("split") == "train+heldout":
+        fields["split"] = "train"
+    examples = make_examples(HarvestConfig(**fields))
+    model, tok = load_model(args.model)
+    results = []
+    for alpha in [float(a) for a in str(args.alpha).split(",")]:
+        bar = _tqdm(f"steer alpha={alpha}", total=len(examples), disable=args.no_progress)
+        cfg = SteerConfig(args.layer, alpha, args.n_random, args.random_seed, not args.no_boundary, args.batch_size)
+        results.append(steer_experiment(model, tok, probe, examples, cfg, progress=bar.update))
+        bar.close()
+    out = results[0] if len(results) == 1 else {"sweep": results}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    for r in results:
+        rr = r["random"]
+        print(f"layer {r['layer']} alpha {r['alpha']} (|v| = {r['added_norm']}): probe flip rate {r['flip_rate']:.3f}"
+              f"; random directions mean {rr['mean']:.3f} (std {rr['std']:.3f}, min {rr['min']:.3f}, "
+              f"max {rr['max']:.3f}, n={rr['n']}); baseline accuracy {r['baseline_accuracy']:.3f}")
+    return 0
+
+
+def register(subparsers) -> None:
+    from probes.harvest import add_arguments
+
+    p = subparsers.add_parser("harvest", help="store activations with per-token labels")
+    add_arguments(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_harvest)
+
+    p = subparsers.add_parser("probe", help="fit linear probes on a store, with controls")
+    p.add_argument("--acts", required=True, help="activation store folder")
+    p.add_argument("--label", default="state", help="label to probe (state, parity, ...)")
+    p.add_argument("--positions", default="after_first_event", choices=["after_first_event", "boundary", "all"])
+    p.add_argument("--out", default=None, help="folder for the fitted probes and report.json")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--train-events", default="1-8", help="main split; longer prompts test held-out lengths")
+    p.add_argument("--trainer", default="torch", choices=["torch", "sklearn"])
+    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength")
+    p.add_argument("--max-iter", type=int, default=300)
+    p.add_argument("--control-seed", type=int, default=0)
+    p.add_argument("--layers-per-fit", type=int, default=8)
+    p.add_argument("--random-init", default=None, help="random-init store (default ACTS/random_init)")
+    p.add_argument("--no-random-init", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_probe)
+
+    p = subparsers.add_parser("steer", help="add the probe direction and count answer flips")
+    p.add_argument("--model", required=True)
+    p.add_argument("--probes", required=True, help="folder written by `beliefscope probe --out`")
+    p.add_argument("--layer", type=int, required=True)
+    p.add_argument("--alpha", default="1.0", help="norm in units of the mean residual norm; comma list sweeps")
+    p.add_argument("--n", type=int, default=200, help="prompts")
+    p.add_argument("--seed", type=int, default=777, help="prompt seed (use one the probe never saw)")
+    p.add_argument("--events", default=None, help="events per prompt (default 1-8)")
+    p.add_argument("--n-random", type=int, default=10)
+    p.add_argument("--random-seed", type=int, default=0)
+    p.add_argument("--no-boundary", action="store_true", help="do not steer the token completing the last event")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_steer)
