@@ -34,7 +34,8 @@ class KVLayer(CacheLayerMixin):
     Example::
 
         >>> from cache.testing import tiny_cache
-        >>> tiny_cache().layers[0].get_seq_length()
+        >>> c = tiny_cache()   # layers hold a weak reference: keep the cache alive
+        >>> c.layers[0].get_seq_length()
         0
     """
 
