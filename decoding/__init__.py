@@ -1,0 +1,20 @@
+"""Greedy / sampling decoding, speculative decoding with verify and rollback, deterministic requests.
+
+>>> from cache.testing import tiny_gpt2
+>>> model = tiny_gpt2()
+>>> cfg = SpecConfig(gamma=2, max_new_tokens=5, stop_at_eos=False)
+>>> out = speculative_generate(model, EarlyExitDrafter(model, 1), [3, 4, 5], cfg)
+>>> out.tokens == generate(model, [3, 4, 5], cfg, window=cfg.window_size).tokens
+True
+"""
+
+from decoding.config import SpecConfig
+from decoding.core import Generation, generate
+from decoding.drafters import (Drafter, EarlyExitDrafter, LowPrecisionDrafter, ModelDrafter, NGramDrafter,
+                               make_drafter)
+from decoding.speculative import accept_greedy, accept_sampled, speculative_generate
+from decoding.trace import Step, Trace
+
+__all__ = ["SpecConfig", "Generation", "generate", "Drafter", "EarlyExitDrafter", "LowPrecisionDrafter",
+           "ModelDrafter", "NGramDrafter", "make_drafter", "accept_greedy", "accept_sampled",
+           "speculative_generate", "Step", "Trace"]

@@ -1,0 +1,55 @@
+"""Configuration of speculative decoding and plain decoding.
+
+>>> SpecConfig(gamma=4).window_size
+5
+>>> SpecConfig(gamma="auto", gamma_max=6).window_size
+7
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class SpecConfig:
+    """Everything that determines a speculative (or plain) decoding run besides the models."""
+
+    gamma: int | str = 4  # tokens drafted per step: an int >= 1, or "auto" (+2 after a full accept, -1 otherwise)
+    gamma_max: int = 8  # upper bound of the adaptive gamma (and of the verify window when gamma="auto")
+    gamma_start: int = 4  # first gamma of the adaptive schedule
+    max_new_tokens: int = 32  # stop after this many generated tokens (the window is cut mid-way if needed)
+    temperature: float = 0.0  # 0 = greedy; > 0 = sampling with the Leviathan/Chen rejection rule
+    seed: int = 0  # request seed: the randomness at absolute position t depends only on (seed, t)
+    eos_token_id: int | None = None  # stop after this token (None = the tokenizer's / model config's eos)
+    stop_at_eos: bool = True  # False = ignore eos and always produce max_new_tokens
+    fixed_window: bool = True  # pad every verify forward to window_size tokens (fixed shape, exact numerics)
+    keep_rejected: bool = False  # ask the target KVCache to keep rolled-back entries (provenance REJECTED)
+    trace: bool = False  # record a Trace (proposals, accepted counts, cache events) per step
+    capture: tuple[str, ...] = ()  # hook names to capture into the Trace, tagged {pass, status}
+
+    def __post_init__(self):
+        if self.gamma != "auto":
+            if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma <= 0:
+                raise ValueError(f"gamma={self.gamma!r} is invalid: use an integer >= 1 or 'auto'")
+        if self.gamma_max <= 0 or self.gamma_start <= 0:
+            raise ValueError(f"gamma_max={self.gamma_max} and gamma_start={self.gamma_start} must be >= 1")
+        if self.max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 = greedy)")
+
+    @property
+    def adaptive(self) -> bool:
+        return self.gamma == "auto"
+
+    @property
+    def window_size(self) -> int:
+        """Tokens in every verify forward: the pending token plus the largest possible draft."""
+        return (self.gamma_max if self.adaptive else int(self.gamma)) + 1
+
+    def next_gamma(self, gamma: int, accepted: int) -> int:
+        """Adaptive schedule: +2 after a full accept, -1 otherwise, within [1, gamma_max]."""
+        if not self.adaptive:
+            return int(self.gamma)
+        return min(self.gamma_max, gamma + 2) if accepted == gamma else max(1, gamma - 1)

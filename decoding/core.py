@@ -1,0 +1,188 @@
+"""Small pure pieces of decoding: forward with a cache, seeded randomness, plain cached decoding.
+
+Convention (as in gpt-fast): the cache holds K/V of every committed token but the last one; the
+last committed token is *pending* and is the first input of the next forward.
+
+>>> from cache.testing import tiny_gpt2
+>>> model = tiny_gpt2()
+>>> out = generate(model, [1, 2, 3], SpecConfig(max_new_tokens=4, stop_at_eos=False))
+>>> len(out.tokens)
+4
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from cache import KVCache, Provenance
+from decoding.config import SpecConfig
+
+
+def hf_model(model):
+    """The HF causal LM behind a TransformerBridge (its modules fire the bridge's hooks too)."""
+    return getattr(model, "original_model", model)
+
+
+def context_limit(model) -> int:
+    c = hf_model(model).config
+    return int(getattr(c, "n_positions", None) or getattr(c, "max_position_embeddings", None) or 10**9)
+
+
+def vocab_size(model) -> int:
+    return int(hf_model(model).config.vocab_size)
+
+
+def eos_id(model, cfg: SpecConfig, tokenizer=None) -> int | None:
+    if not cfg.stop_at_eos:
+        return None
+    if cfg.eos_token_id is not None:
+        return cfg.eos_token_id
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        return int(tokenizer.eos_token_id)
+    e = hf_model(model).config.eos_token_id
+    return int(e[0] if isinstance(e, (list, tuple)) else e) if e is not None else None
+
+
+def check_prompt(model, prompt_ids, room: int = 0) -> torch.Tensor:
+    """Validate a prompt and return it as a LongTensor ``[n]``; raise a clear ValueError otherwise."""
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)  # [n]
+    if ids.numel() == 0:
+        raise ValueError("the prompt is empty: give at least one token (e.g. the tokenizer's bos/eos id)")
+    limit = context_limit(model)
+    if ids.numel() + room > limit:
+        raise ValueError(f"the prompt has {ids.numel()} tokens but the model's context is {limit} tokens and "
+                         f"decoding needs {room} more position(s): shorten the prompt to <= {limit - room} tokens")
+    v = vocab_size(model)
+    if int(ids.max()) >= v or int(ids.min()) < 0:
+        raise ValueError(f"prompt token ids must be in [0, {v}); got {int(ids.min())}..{int(ids.max())}")
+    return ids
+
+
+def token_budget(model, n_prompt: int, max_new_tokens: int, window: int) -> int:
+    """New tokens we may produce: every forward of `window` tokens must fit in the context."""
+    return max(1, min(max_new_tokens, context_limit(model) - n_prompt - window + 1))
+
+
+def new_cache(model, n_tokens: int, keep_rejected: bool = False) -> KVCache:
+    return KVCache.for_model(model, batch=1, capacity=max(16, n_tokens), keep_rejected=keep_rejected)
+
+
+@torch.no_grad()
+def forward(model, tokens: torch.Tensor, cache) -> torch.Tensor:
+    """Logits ``[n, vocab]`` of ``tokens`` ``[n]`` appended to ``cache`` (written in place)."""
+    return hf_model(model)(tokens[None], past_key_values=cache, use_cache=True).logits[0].float()
+
+
+def seeded_generator(seed: int, position: int, stream: str) -> torch.Generator:
+    """A generator that depends only on (request seed, absolute position, stream name)."""
+    h = hashlib.blake2b(f"{seed}/{position}/{stream}".encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(h, "little") & ((1 << 63) - 1))
+
+
+def probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Softmax at `temperature` over the last dim (float64 so ratios and residuals are exact enough)."""
+    return torch.softmax(logits.double() / temperature, dim=-1)
+
+
+def sample(p: torch.Tensor, gen: torch.Generator) -> int:
+    return int(torch.multinomial(p, 1, generator=gen))
+
+
+def pad_window(tokens: torch.Tensor, width: int, pad: int = 0) -> torch.Tensor:
+    """Right-pad a window ``[n]`` to ``[width]``; causal attention keeps the padding invisible."""
+    if tokens.numel() >= width:
+        return tokens
+    return torch.cat([tokens, tokens.new_full((width - tokens.numel(),), pad)])
+
+
+@dataclass
+class Generation:
+    """Result of a decoding run. ``tokens`` are the new tokens only."""
+
+    tokens: list[int]  # generated token ids (the prompt excluded)
+    prompt_len: int  # number of prompt tokens
+    steps: int  # target forwards after the prefill (= verify steps for speculative decoding)
+    target_forwards: int  # every target forward, prefill included
+    seconds: float  # wall time of the whole run
+    draft_seconds: float = 0.0  # time spent in the drafter
+    target_seconds: float = 0.0  # time spent in target forwards (prefill and verify)
+    drafted: int = 0  # draft tokens proposed in total
+    accepted: int = 0  # draft tokens accepted in total
+    gammas: list[int] = field(default_factory=list)  # gamma used at each step
+    accepted_per_step: list[int] = field(default_factory=list)  # accepted drafts per step
+    tokens_per_step: list[int] = field(default_factory=list)  # tokens committed per step
+    draft_forwards: int = 0  # forwards run by the drafter (0 for prompt lookup)
+    cache: KVCache | None = None  # the target cache at the end (provenance, events, rejected)
+    trace: object | None = None  # a decoding.Trace when SpecConfig.trace is set
+
+    @property
+    def alpha(self) -> float:
+        """Acceptance rate: accepted / proposed drafts (nan when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def mean_tokens_per_step(self) -> float:
+        return len(self.tokens) / self.steps if self.steps else float("nan")
+
+    def summary(self) -> dict:
+        return {"tokens": self.tokens, "alpha": self.alpha, "tokens_per_step": self.mean_tokens_per_step,
+                "steps": self.steps, "target_forwards": self.target_forwards, "seconds": self.seconds,
+                "draft_seconds": self.draft_seconds, "target_seconds": self.target_seconds,
+                "drafted": self.drafted, "accepted": self.accepted, "draft_forwards": self.draft_forwards,
+                "gammas": self.gammas, "accepted_per_step": self.accepted_per_step,
+                "tokens_per_step_list": self.tokens_per_step}
+
+
+def pick(logits: torch.Tensor, cfg: SpecConfig, position: int) -> int:
+    """Greedy argmax, or a seeded sample at `position` from the temperature-scaled distribution."""
+    if cfg.temperature == 0:
+        return int(logits.argmax())
+    return sample(probs(logits, cfg.temperature), seeded_generator(cfg.seed, position, "target"))
+
+
+@torch.no_grad()
+def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 1, tokenizer=None) -> Generation:
+    """Plain cached decoding, one token per target forward (the baseline).
+
+    ``window=1`` is ordinary single-token decoding. ``window=W > 1`` is the *fixed-shape
+    reference*: each token comes from a forward of width W (pending token, then padding), the same
+    shape as a speculative verify pass, so both see identical numerics (HF issue #39421).
+
+    >>> from cache.testing import tiny_gpt2
+    >>> generate(tiny_gpt2(), [5, 6], SpecConfig(max_new_tokens=3, stop_at_eos=False), window=5).steps
+    2
+    """
+    cfg = cfg or SpecConfig()
+    t0 = time.perf_counter()
+    ids = check_prompt(model, prompt_ids)
+    eos = eos_id(model, cfg, tokenizer)
+    budget = token_budget(model, ids.numel(), cfg.max_new_tokens, window)
+    cache = new_cache(model, ids.numel() + budget + window, cfg.keep_rejected)
+    tgt = 0.0
+    t = time.perf_counter()
+    logits = forward(model, ids, cache)[-1]
+    tgt += time.perf_counter() - t
+    out = [pick(logits, cfg, ids.numel())]
+    steps = 0
+    while len(out) < budget and out[-1] != eos:
+        n = ids.numel() + len(out) - 1  # absolute position of the pending token
+        x = pad_window(torch.tensor([out[-1]]), window)
+        t = time.perf_counter()
+        logits = forward(model, x, cache)[0]
+        if window > 1:
+            cache.rollback(n + 1)
+        tgt += time.perf_counter() - t
+        steps += 1
+        out.append(pick(logits, cfg, n + 1))
+    return Generation(out, ids.numel(), steps, steps + 1, time.perf_counter() - t0, target_seconds=tgt,
+                      tokens_per_step=[1] * steps, cache=cache)
+
+
+def mark_verified(cache: KVCache, start: int, end: int) -> None:
+    """Label committed positions VERIFIED (prefill positions keep their PREFILL label)."""
+    if end > start:
+        cache.mark(start, end, Provenance.VERIFIED)
