@@ -74,3 +74,103 @@ def forced_answers(bridge, tok, ex, use_fork: bool = True) -> ForcedAnswers:
             ids = torch.cat([story_ids[:, : int(i) + 1], q_ids], dim=1)
             out.append(_state_probs(bridge(ids, return_type="logits")[0, -1], ans))
     return ForcedAnswers(positions, np.stack(out), lab.state[positions], lab.input_ids, q_ids[0].numpy())
+
+
+# ----------------------------------------------------------------------------- many prompts
+@dataclass
+class ForcedConfig:
+    """`beliefscope forced`: forced answers vs probe readout at every event boundary of many prompts."""
+
+    model: str = "target"  # checkpoint folder or alias; must be the model the probe was fit on
+    probes: str = ""  # folder written by `beliefscope probe --out`
+    out: str = "forced.png"  # agreement-by-event PNG; one example's bars go to OUT with suffix "-example"
+    n: int = 50  # prompts
+    seed: int = 4242  # prompt seed (use one the probe never saw)
+    events: str = "1-8"  # events per prompt, LO-HI
+    rendering: str | None = None  # toy / natural (default: natural for smollm2, toy otherwise)
+    layer: int | None = None  # probe layer (default: the probe report's best layer)
+
+
+@dataclass
+class ForcedVsProbe:
+    """Forced answers and probe readouts at every event boundary of many prompts (flattened)."""
+
+    prompt: np.ndarray  # [n] prompt index of each boundary
+    event: np.ndarray  # [n] 1-based event index (events completed at that boundary)
+    forced: np.ndarray  # [n] forced-answer P(state 0)
+    probe: np.ndarray  # [n] probe P(state 0) at the same token
+    true_state: np.ndarray  # [n] true state index
+
+    def rates(self) -> dict:
+        fp, pp = (self.forced < 0.5).astype(int), (self.probe < 0.5).astype(int)
+        return {"agreement": float(np.mean(fp == pp)), "forced_accuracy": float(np.mean(fp == self.true_state)),
+                "probe_accuracy": float(np.mean(pp == self.true_state)), "n_boundaries": int(len(fp))}
+
+    def by_event(self) -> dict:
+        fp, pp = (self.forced < 0.5).astype(int), (self.probe < 0.5).astype(int)
+        ks = sorted(set(self.event.tolist()))
+        sel = [self.event == k for k in ks]
+        return {"event": ks, "agreement": [float(np.mean((fp == pp)[m])) for m in sel],
+                "forced_accuracy": [float(np.mean((fp == self.true_state)[m])) for m in sel],
+                "probe_accuracy": [float(np.mean((pp == self.true_state)[m])) for m in sel],
+                "n": [int(m.sum()) for m in sel]}
+
+
+def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None) -> ForcedVsProbe:
+    """Forced answers (through cache forks) and the probe readout at `hook`, at every event boundary."""
+    from analyses.common import probe_readout
+
+    cols = {k: [] for k in ("prompt", "event", "forced", "probe", "true_state")}
+    for i, ex in enumerate(examples):
+        fa = forced_answers(bridge, tok, ex)
+        p = probe_readout(bridge, probe, fa.story_ids, [hook])[0]  # [T]
+        cols["prompt"] += [i] * len(fa.positions)
+        cols["event"] += list(range(1, len(fa.positions) + 1))
+        cols["forced"] += fa.p_state[:, 0].tolist()
+        cols["probe"] += p[fa.positions].tolist()
+        cols["true_state"] += fa.true_state.tolist()
+        if progress:
+            progress(1)
+    return ForcedVsProbe(*(np.asarray(cols[k]) for k in ("prompt", "event", "forced", "probe", "true_state")))
+
+
+def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
+    """Run forced answers vs probe over `config.n` prompts, write two figures, return the rates."""
+    from analyses import plots
+    from analyses.common import (best_probe_layer, check_probe_matches, check_writable_parent, load_probe,
+                                 save_fig, sibling, token_strings)
+    from hooks import hook_name
+    from tasks import get_task, parse_events_range
+
+    out = check_writable_parent(config.out)
+    lo, hi = parse_events_range(config.events)
+    probe = load_probe(config.probes)
+    if bridge is None:
+        from models.load import load_model
+
+        bridge, tok = load_model(config.model)
+    check_probe_matches(probe, bridge, config.model)
+    rendering = config.rendering or ("natural" if config.model == "smollm2" else "toy")
+    layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
+    hook = hook_name("resid_post", layer)
+    examples = get_task("coinflip", rendering=rendering, fmt="direct", split="all").examples(
+        config.n, config.seed, (lo, hi))
+    res = forced_vs_probe_many(bridge, tok, probe, hook, examples, progress)
+    rates, by_event = res.rates(), res.by_event()
+    s0 = examples[0].state_names[0]
+    fig = plots.agreement_by_event(by_event["event"], by_event["forced_accuracy"], by_event["probe_accuracy"],
+                                   by_event["agreement"], layer)
+    ex_i = int(np.argmax([e.n_events for e in examples]))  # the longest story shows the most events
+    rows = res.prompt == ex_i
+    fa = forced_answers(bridge, tok, examples[ex_i])
+    toks = token_strings(tok, fa.story_ids)
+    labels = [f"{k + 1}: {toks[p]}" for k, p in enumerate(fa.positions)]
+    ex_fig = plots.forced_vs_probe(fa.positions, res.forced[rows], res.probe[rows],
+                                   (res.true_state[rows] == 0).astype(float), labels=labels, state_name=s0)
+    ex_path = sibling(out, "-example")
+    save_fig(fig, out)
+    save_fig(ex_fig, ex_path)
+    return {"model": config.model, "probes": config.probes, "layer": layer, "n_prompts": len(examples),
+            "events": f"{lo}-{hi}", "seed": config.seed, "rendering": rendering,
+            **{k: round(v, 4) if isinstance(v, float) else v for k, v in rates.items()},
+            "by_event": by_event, "example_prompt": examples[ex_i].prompt, "files": [out, ex_path]}

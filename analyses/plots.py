@@ -28,21 +28,24 @@ def _token_axis(ax, tokens, rotate=True):
 
 
 def belief_heatmap(p_heads: np.ndarray, tokens: list[str], true_state: np.ndarray,
-                   title: str = "Probe readout P(heads): layer × position", state_name="heads") -> Figure:
+                   title: str | None = None, state_name="heads", layer_labels: list[str] | None = None) -> Figure:
     """Heatmap of P(state) with layers on y and tokens on x; true state marked under the tokens.
 
-    p_heads: [n_layers, T] probabilities; true_state: [T] with 1 where the true state is `state_name`.
+    p_heads: [n_layers, T] probabilities; true_state: [T] with 1 where the true state is `state_name`;
+    layer_labels: one y label per row (default L0, L1, ...).
     """
     p = np.asarray(p_heads, dtype=float)
     n_layers, T = p.shape
-    fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(max(6, 0.32 * T + 2), 1.2 + 0.45 * n_layers + 0.8),
+    fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(max(6, 0.32 * T + 2), 2.2 + min(0.45 * n_layers, 6.0)),
                                       gridspec_kw={"height_ratios": [n_layers, 1.2]}, sharex=True,
                                       constrained_layout=True)
     im = ax.imshow(p, aspect="auto", cmap="RdBu_r", vmin=0, vmax=1, interpolation="nearest")
-    ax.set_yticks(range(n_layers))
-    ax.set_yticklabels([f"L{i}" for i in range(n_layers)], fontsize=8)
+    labels = layer_labels or [f"L{i}" for i in range(n_layers)]
+    step = max(1, n_layers // 16)  # keep y labels legible for deep models
+    ax.set_yticks(range(0, n_layers, step))
+    ax.set_yticklabels(labels[::step], fontsize=8)
     ax.set_ylabel("layer")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title or f"Probe readout P({state_name}): layer × position", fontsize=10)
     ax_true.imshow(np.asarray(true_state, dtype=float)[None, :], aspect="auto", cmap="RdBu_r", vmin=0, vmax=1)
     ax_true.set_yticks([0])
     ax_true.set_yticklabels([f"true: {state_name}?"], fontsize=8)
@@ -93,11 +96,12 @@ def forced_vs_probe(positions, forced: np.ndarray, probe: np.ndarray, true_state
     return fig
 
 
-def cache_timeline(stages: list[tuple[str, list[str], list[int]]], title="KV cache through decode, verify, rollback"
-                   ) -> Figure:
+def cache_timeline(stages: list[tuple[str, list[str], list[int]]], title="KV cache through decode, verify, rollback",
+                   start: int = 0) -> Figure:
     """Seed 000 made real: one row per stage, one cell per cache position coloured by provenance.
 
-    stages: [(stage name, tokens, provenance codes 0..3)], e.g. after prefill / decode / verify-rollback.
+    stages: [(stage name, tokens, provenance codes 0..3)], e.g. after prefill / decode / verify-rollback;
+    cell i of every row is cache position ``start + i`` (earlier positions are not drawn).
     """
     width = max(len(t) for _, t, _ in stages)
     fig, ax = plt.subplots(figsize=(max(6, 0.55 * width + 2.5), 0.8 * len(stages) + 1.4), constrained_layout=True)
@@ -112,7 +116,9 @@ def cache_timeline(stages: list[tuple[str, list[str], list[int]]], title="KV cac
     ax.set_yticks([len(stages) - 1 - r + 0.5 for r in range(len(stages))])
     ax.set_yticklabels([s for s, _, _ in stages], fontsize=9)
     ax.set_xlabel("cache position")
-    ax.set_xticks(range(0, width, max(1, width // 20)))
+    ticks = list(range(0, width, max(1, width // 20)))
+    ax.set_xticks([t + 0.475 for t in ticks])
+    ax.set_xticklabels([str(start + t) for t in ticks], fontsize=8)
     ax.legend(handles=[Patch(color=c, label=PROVENANCE_NAMES[k]) for k, c in PROVENANCE_COLORS.items()],
               ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
     ax.set_title(title, fontsize=10, pad=22)
@@ -142,8 +148,10 @@ def draft_vs_target_beliefs(positions, p_draft, p_target, true_state, state_name
     ax.bar(x + 0.2, p_target, 0.4, color=PROVENANCE_COLORS[2], label="target probe")
     ax.plot(x, true_state, "k_", ms=18, mew=2, label="true state")
     ax.set_xticks(x)
-    ax.set_xticklabels([str(p) for p in positions], fontsize=8)
-    ax.set_xlabel("position of a rejected draft token")
+    names = [str(p) for p in positions]
+    long = max((len(n) for n in names), default=0) > 5
+    ax.set_xticklabels(names, fontsize=8, rotation=40 if long else 0, ha="right" if long else "center")
+    ax.set_xlabel("where a rejected draft's claim is read")
     ax.set_ylabel(f"P({state_name})")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
@@ -177,4 +185,21 @@ def probe_layers_chart(layers, acc, control, random_init, embedding: float, majo
     ax.set_ylim(0.3, 1.02)
     ax.legend(fontsize=7, loc="lower right", frameon=False)
     ax.set_title("State probe accuracy by layer, with controls", fontsize=10)
+    return fig
+
+
+def agreement_by_event(events, forced_acc, probe_acc, agreement, layer: int | None = None) -> Figure:
+    """Per event index: how often the forced answer and the probe are right, and how often they agree."""
+    fig, ax = plt.subplots(figsize=(6, 3.4), constrained_layout=True)
+    ax.plot(events, forced_acc, "s-", color="#2e86ab", label="forced answer = true state")
+    ax.plot(events, probe_acc, "o-", color="#d1495b",
+            label="probe = true state" + ("" if layer is None else f" (layer {layer})"))
+    ax.plot(events, agreement, "^--", color="0.3", label="probe agrees with forced answer")
+    ax.set_xlabel("events completed")
+    ax.set_ylabel("fraction of prompts")
+    ax.set_ylim(0, 1.05)
+    ax.set_xticks(list(events))
+    ax.axhline(0.5, color="0.85", lw=0.8, ls=":")
+    ax.legend(fontsize=8, loc="lower left", frameon=False)
+    ax.set_title("Forced answers and probe readout at every event boundary", fontsize=10)
     return fig
