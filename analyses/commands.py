@@ -1,0 +1,152 @@
+"""`beliefscope beliefs | forced | trace | determinism-chart | demo` (registered by analyses/cli.py).
+
+>>> # beliefscope demo --out runs/demo
+>>> # beliefscope beliefs --model target --probes runs/demo/probes/target --prompt "A coin is heads . Alice flips . State ?" --out b.png
+>>> # beliefscope forced --model target --probes runs/demo/probes/target --n 50 --out forced.png --json
+>>> # beliefscope trace --model target --drafter draft:draft --probes runs/demo/probes/target --draft-probes runs/demo/probes/draft --out trace.png
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def _emit(args, res: dict, lines: list[str]) -> int:
+    if args.json:
+        print(json.dumps(res, indent=1, default=float))
+    else:
+        print("\n".join(lines))
+    return 0
+
+
+def _bar(args, desc, total):
+    from analyses.common import progress_bar
+
+    return progress_bar(desc, total, disable=args.no_progress)
+
+
+def cmd_beliefs(args) -> int:
+    from analyses.beliefs import BeliefsConfig, main
+
+    res = main(BeliefsConfig(args.model, args.probes, args.prompt, args.out, args.task, args.layer,
+                             not args.no_forced))
+    return _emit(args, res, [f"layer {res['layer']}: probe follows the true state on {res['accuracy_at_layer']:.1%} "
+                             f"of tokens after the first event; answer {res['answer']}",
+                             *[f"wrote {p}" for p in res["files"]]])
+
+
+def cmd_forced(args) -> int:
+    from analyses.forced import ForcedConfig, main
+
+    bar = _bar(args, "forced answers", args.n)
+    res = main(ForcedConfig(args.model, args.probes, args.out, args.n, args.seed, args.events, args.rendering,
+                            args.layer), progress=bar.update)
+    bar.close()
+    return _emit(args, res, [f"{res['n_boundaries']} event boundaries of {res['n_prompts']} prompts: probe (layer "
+                             f"{res['layer']}) agrees with the forced answer on {res['agreement']:.1%}; forced "
+                             f"accuracy {res['forced_accuracy']:.1%}, probe accuracy {res['probe_accuracy']:.1%}",
+                             *[f"wrote {p}" for p in res["files"]]])
+
+
+def cmd_trace(args) -> int:
+    from analyses.spec_trace import TraceConfig, main
+
+    bar = _bar(args, "speculative trace", args.n + (1 if args.prompt else 0))
+    res = main(TraceConfig(args.model, args.drafter, args.probes or "", args.draft_probes or "", args.prompt,
+                           args.n, args.seed, args.events, args.fmt, args.rendering, args.gamma,
+                           args.max_new_tokens, args.out), progress=bar.update)
+    bar.close()
+    return _emit(args, res, [f"acceptance {res['acceptance']}, {res['tokens_per_step']} tokens/step, "
+                             f"{res['n_rejections']} rejecting steps; draft belief wrong at rejections "
+                             f"{res['draft_belief_wrong_at_rejections']} vs base rate "
+                             f"{res['draft_belief_wrong_base_rate']}", *[f"wrote {p}" for p in res["files"]]])
+
+
+def cmd_determinism(args) -> int:
+    from analyses.determinism import DeterminismConfig, main
+
+    res = main(DeterminismConfig(args.model, args.prompts, args.others, args.out, args.max_new_tokens))
+    return _emit(args, res, [f"verified unique max {res['verified_unique_max']}, fast path unique max "
+                             f"{res['fast_path_unique_max']}", *[f"wrote {p}" for p in res["files"]]])
+
+
+def cmd_demo(args) -> int:
+    import time
+
+    from analyses.demo import DemoConfig, main
+
+    t = time.perf_counter()
+    s = main(DemoConfig(args.out, args.model, args.draft, args.quick, progress=not args.no_progress))
+    out = os.path.abspath(args.out)
+    size = os.path.getsize(os.path.join(out, "report.html"))
+    return _emit(args, {"out": out, "seconds": round(time.perf_counter() - t, 1), "report_bytes": size,
+                        "probe_best_layer": s["probe"]["best_layer"]},
+                 [f"wrote {out}/report.html ({size / 1e6:.2f} MB), summary.json and figures/ in "
+                  f"{time.perf_counter() - t:.0f} s"])
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("beliefs", help="belief trajectory of one prompt: heatmap + best-layer line")
+    p.add_argument("--model", required=True, help="checkpoint folder or alias (target, smollm2)")
+    p.add_argument("--probes", required=True, help="probe folder from `beliefscope probe --out` (same model)")
+    p.add_argument("--prompt", required=True, help='e.g. "A coin is heads . Alice flips . Bob stays . State ?"')
+    p.add_argument("--out", required=True, help="heatmap PNG; the line plot goes next to it (-line)")
+    p.add_argument("--task", default="coinflip", choices=["coinflip", "cups"])
+    p.add_argument("--layer", type=int, default=None, help="line-plot layer (default: the probe report's best)")
+    p.add_argument("--no-forced", action="store_true", help="skip forced answers on the line plot")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_beliefs)
+
+    p = subparsers.add_parser("forced", help="forced answers vs probe at every event boundary of many prompts")
+    p.add_argument("--model", required=True)
+    p.add_argument("--probes", required=True)
+    p.add_argument("--out", required=True, help="agreement PNG; one example goes next to it (-example)")
+    p.add_argument("--n", type=int, default=50, help="prompts")
+    p.add_argument("--seed", type=int, default=4242)
+    p.add_argument("--events", default="1-8")
+    p.add_argument("--rendering", default=None, choices=["toy", "natural"])
+    p.add_argument("--layer", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_forced)
+
+    p = subparsers.add_parser("trace", help="speculative-decoding trace: cache timeline, acceptance, beliefs")
+    p.add_argument("--model", required=True)
+    p.add_argument("--drafter", default="draft:draft", help="draft:PATH, early-exit:K, ngram:N or bf16")
+    p.add_argument("--probes", default=None, help="target probe folder")
+    p.add_argument("--draft-probes", default=None, help="probe folder fitted on the draft model")
+    p.add_argument("--prompt", default=None, help="featured prompt (toy CoT ends with 'Think :')")
+    p.add_argument("--n", type=int, default=30)
+    p.add_argument("--seed", type=int, default=777)
+    p.add_argument("--events", default="4-12")
+    p.add_argument("--fmt", default="cot", choices=["cot", "direct"])
+    p.add_argument("--rendering", default=None, choices=["toy", "natural"])
+    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--out", required=True, help="timeline PNG; -acceptance and -beliefs PNGs go next to it")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_trace)
+
+    # decoding/cli.py owns `beliefscope determinism` (the JSON); this draws its chart.
+    name = "determinism" if "determinism" not in subparsers.choices else "determinism-chart"
+    p = subparsers.add_parser(name, help="unique outputs vs co-batched requests, fast path vs verified (chart)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--others", default="0,1,3,7", help="numbers of co-batched requests")
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--out", required=True, help="chart PNG")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_determinism)
+
+    p = subparsers.add_parser("demo", help="every analysis on the shipped checkpoints -> report.html")
+    p.add_argument("--out", default="runs/demo", help="report folder (written atomically)")
+    p.add_argument("--model", default="target", choices=["target", "smollm2"])
+    p.add_argument("--draft", default="draft", help="toy draft checkpoint (ignored for smollm2)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (for tests; noisy numbers)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_demo)

@@ -1,0 +1,335 @@
+"""`beliefscope demo --out DIR`: every analysis on the shipped toy checkpoints (or SmolLM2), one report.
+
+Runs eval, harvest (model, random-init twin, draft), probes with controls, a belief trajectory,
+forced answers, a speculative-decoding trace, the determinism check and a steering check, then
+writes ``report.html`` (figures inlined), the PNGs and ``summary.json``. Everything is written to
+a temporary folder next to DIR and renamed at the end: a failed run leaves nothing behind.
+
+>>> summary = main(DemoConfig(out="runs/demo"))  # doctest: +SKIP
+>>> summary["probe"]["best_layer"]  # doctest: +SKIP
+3
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+
+from analyses import report
+from analyses.common import check_writable_parent, progress_bar, staged_output, write_json
+
+SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
+    "n_eval": (300, 40, 100), "n_harvest": (400, 60, 160), "n_forced": (60, 8, 20), "n_trace": (30, 6, 4),
+    "n_steer": (100, 16, 30), "n_determinism": (8, 2, 0),
+}
+
+
+@dataclass
+class DemoConfig:
+    """What `beliefscope demo` runs."""
+
+    out: str = "runs/demo"  # report folder (replaced atomically)
+    model: str = "target"  # "target" (toy checkpoints) or "smollm2" (the real model, natural prompts)
+    draft: str = "draft"  # toy draft model (ignored for smollm2, which drafts with early exit)
+    quick: bool = False  # tiny sizes (tests); numbers are then noisy
+    seed: int = 0  # harvest seed; other steps use fixed seeds that differ from it
+    folds: int = 5  # GroupKFold folds of the probe report
+    steer_alpha: float = 1.0  # steering norm in units of the mean residual norm
+    progress: bool = True  # tqdm bars on stderr
+
+    def size(self, key: str) -> int:
+        full, quick, real = SIZES[key]
+        return real if self.model == "smollm2" else quick if self.quick else full
+
+    @property
+    def real(self) -> bool:
+        return self.model == "smollm2"
+
+
+def _plan(cfg: DemoConfig) -> dict:
+    """Per-model settings: rendering, events, hooks, drafter."""
+    if cfg.real:
+        return {"rendering": "natural", "events": "1-6", "train_events": "1-4", "split": "train+heldout",
+                "layers": "2,5,8,11,14,17,20,23,26,29", "dtype": "float16", "drafter": "early-exit:9",
+                "trace_events": "2-5", "eval_events": "1-6"}
+    return {"rendering": "toy", "events": "1-12", "train_events": "1-8", "split": "train", "layers": "all",
+            "dtype": "float32", "drafter": f"draft:{cfg.draft}", "trace_events": "4-12", "eval_events": "1-8"}
+
+
+def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, bar_factory):
+    """Harvest exactly as `beliefscope harvest` would (same config hash), with an in-memory model."""
+    from probes.harvest import HarvestConfig, harvest, make_examples, random_init_like
+
+    hc = HarvestConfig(name, "coinflip", plan["rendering"], "direct", plan["split"], cfg.size("n_harvest"),
+                       cfg.seed, plan["events"], "resid_post", plan["layers"], plan["dtype"], 0)
+    examples = make_examples(hc)
+    targets = [(model, out, "model")]
+    if random_init:
+        targets.append((random_init_like(model, hc.random_init_seed), os.path.join(out, "random_init"),
+                        "random_init"))
+    stores = []
+    for m, path, role in targets:
+        bar = bar_factory(f"harvest {os.path.basename(path)}")
+        stores.append(harvest(m, tok, examples, hc.hooks, hc.layers, path, config={**asdict(hc), "role": role},
+                              dtype=hc.dtype, progress=lambda n, t, b=bar: (setattr(b, "total", t),
+                                                                            b.update(n - b.n))))
+        bar.close()
+    return stores, asdict(hc)
+
+
+def _probe(stores, folder, plan, cfg: DemoConfig, bar_factory) -> dict:
+    from probes.report import ReportConfig, probe_report
+    from probes.store import atomic_write_json
+
+    rc = ReportConfig(label="state", folds=cfg.folds, train_events=plan["train_events"])
+    bar = bar_factory(f"probe {os.path.basename(folder)}")
+    rep = probe_report(stores[0], rc, stores[1] if len(stores) > 1 else None, out=folder,
+                       progress=lambda m: bar.set_postfix_str(m))
+    bar.close()
+    data = rep.to_json()
+    atomic_write_json(os.path.join(folder, "report.json"), data)
+    return data
+
+
+def _relocate_paths(obj, old: str, new: str):
+    """Replace the temporary folder prefix in every string of a JSON-like object."""
+    if isinstance(obj, str):
+        return obj.replace(old, new)
+    if isinstance(obj, list):
+        return [_relocate_paths(x, old, new) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _relocate_paths(v, old, new) for k, v in obj.items()}
+    return obj
+
+
+def _fix_probe_folders(tmp: str, final: str) -> None:
+    """Probe folders record their store's absolute path: point them at the final folder."""
+    from probes.linear import LinearProbe
+    from probes.store import atomic_write_json
+
+    for name in ("target", "draft"):
+        folder = os.path.join(tmp, "probes", name)
+        if not os.path.isdir(folder):
+            continue
+        probe = LinearProbe.load(folder)
+        probe.meta = _relocate_paths(probe.meta, tmp, final)
+        probe.save(folder)
+        rpath = os.path.join(folder, "report.json")
+        with open(rpath) as f:
+            atomic_write_json(rpath, _relocate_paths(json.load(f), tmp, final))
+
+
+def featured_prompt(plan) -> str:
+    """A held-out story with many events (toy: 8; natural: 5), written out as text and parsed back."""
+    from tasks import get_task
+
+    if plan["rendering"] == "toy":
+        return get_task("coinflip", rendering="toy").examples(1, 31337, (8, 8))[0].prompt
+    return get_task("coinflip", rendering="natural", split="heldout").examples(1, 31337, (5, 5))[0].prompt
+
+
+def main(cfg: DemoConfig) -> dict:
+    """Run the whole demo into ``cfg.out``; returns the summary (also written as summary.json)."""
+    out = check_writable_parent(cfg.out)  # fail before any work if DIR's parent is not writable
+    t_all = time.perf_counter()
+    plan = _plan(cfg)
+    steps = ["load", "eval", "harvest", "probes", "beliefs", "forced", "trace", "determinism", "steering", "report"]
+    outer = progress_bar("demo", total=len(steps), disable=not cfg.progress)
+    bars = lambda desc, total=None: progress_bar(desc, total, disable=not cfg.progress)  # noqa: E731
+    timings, summary, sections = {}, {}, []
+
+    def step(name):
+        outer.set_postfix_str(name)
+        timings[name] = time.perf_counter()
+
+    def done(name):
+        timings[name] = round(time.perf_counter() - timings[name], 2)
+        outer.update(1)
+
+    with staged_output(out) as tmp:
+        figs = os.path.join(tmp, "figures")
+        os.makedirs(figs)
+        step("load")
+        from models.load import load_model
+
+        model, tok = load_model(cfg.model)
+        draft = None if cfg.real else load_model(cfg.draft)
+        done("load")
+
+        step("eval")
+        from models.evaluate import evaluate
+
+        n_eval, ev_seed = cfg.size("n_eval"), 12345
+        summary["eval"] = evaluate(model, "coinflip", plan["eval_events"], n_eval, ev_seed, tokenizer=tok,
+                                   rendering=plan["rendering"])
+        summary["eval"]["model"] = cfg.model
+        sections.append(_eval_section(summary["eval"]))
+        done("eval")
+
+        step("harvest")
+        stores, hcfg = _harvest(model, tok, cfg.model, plan, cfg, os.path.join(tmp, "acts", "target"), True, bars)
+        dstores = None
+        if draft is not None:
+            dstores, _ = _harvest(draft[0], draft[1], cfg.draft, plan, cfg, os.path.join(tmp, "acts", "draft"),
+                                  False, bars)
+        summary["harvest"] = {"config": hcfg, "target_rows": stores[0].n_rows,
+                              "target_store": stores[0].path, "draft_store": dstores[0].path if dstores else None}
+        done("harvest")
+
+        step("probes")
+        pdir = os.path.join(tmp, "probes", "target")
+        summary["probe"] = _probe(stores, pdir, plan, cfg, bars)
+        if dstores:
+            summary["draft_probe"] = _probe(dstores, os.path.join(tmp, "probes", "draft"), plan, cfg, bars)
+        sections.append(_probe_section(summary, figs))
+        done("probes")
+        best = summary["probe"]["best_layer"]
+
+        step("beliefs")
+        from analyses import beliefs
+
+        b = beliefs.main(beliefs.BeliefsConfig(cfg.model, pdir, featured_prompt(plan),
+                                               os.path.join(figs, "beliefs.png"), layer=best), bridge=model, tok=tok)
+        summary["beliefs"] = b
+        sections.append(_section("Belief trajectory of one story", report.reading_beliefs(b), b["files"],
+                                 ["Probe P(heads) at every layer and token; the strip below marks the true state.",
+                                  f"Layer {best} over the tokens, true state as a step, forced answers as squares."],
+                                 f"<p>Prompt: <code>{b['prompt']}</code></p>"))
+        done("beliefs")
+
+        step("forced")
+        from analyses import forced
+
+        bar = bars("forced answers", cfg.size("n_forced"))
+        f = forced.main(forced.ForcedConfig(cfg.model, pdir, os.path.join(figs, "forced.png"), cfg.size("n_forced"),
+                                            4242, plan["events"], plan["rendering"], best),
+                        bridge=model, tok=tok, progress=bar.update)
+        bar.close()
+        summary["forced"] = f
+        sections.append(_section("Forced answers vs probe at every event", report.reading_forced(f), f["files"],
+                                 ["Accuracy of both readouts and their agreement, by number of events completed.",
+                                  "One story: forced answer (fork the KV cache, append the question) and probe."]))
+        done("forced")
+
+        step("trace")
+        from analyses import spec_trace
+        from decoding import ModelDrafter, make_drafter
+
+        drafter = ModelDrafter(draft[0]) if draft is not None else make_drafter(plan["drafter"], model)
+        tcfg = spec_trace.TraceConfig(cfg.model, plan["drafter"], pdir,
+                                      os.path.join(tmp, "probes", "draft") if dstores else "", None,
+                                      cfg.size("n_trace"), 777, plan["trace_events"],
+                                      "cot" if not cfg.real else "direct", plan["rendering"],
+                                      4, 24 if not cfg.real else 12, os.path.join(figs, "trace.png"))
+        bar = bars("speculative trace", cfg.size("n_trace") + (0 if tcfg.prompt is None else 1))
+        t = spec_trace.main(tcfg, target=model, tok=tok, drafter=drafter, progress=bar.update)
+        bar.close()
+        summary["trace"] = t
+        sections.append(_section("Speculative decoding: draft, verify, rollback", report.reading_trace(t), t["files"],
+                                 ["The target's KV cache around the first rejected draft of one request, coloured "
+                                  "by the cache's own provenance labels (rejected entries kept for study).",
+                                  "Drafted tokens accepted and rejected at each verify step of that request.",
+                                  "At each rejection: the draft's and the target's probe P(heads) where the "
+                                  "rejected token's claim is made, with the true state."]))
+        done("trace")
+
+        step("determinism")
+        n_det = cfg.size("n_determinism")
+        try:
+            from analyses import determinism
+        except ImportError as e:  # decoding.Scheduler missing
+            n_det, summary["determinism"] = 0, {"skipped": str(e)}
+        if n_det:
+            d = determinism.main(determinism.DeterminismConfig(cfg.model, n_det, out=os.path.join(figs,
+                                 "determinism.png"), quick=cfg.quick), bridge=model, tok=tok)
+            summary["determinism"] = d
+            sections.append(_section("Determinism among other requests", report.reading_determinism(d), d["files"],
+                                     ["Distinct outputs per prompt against the number of co-batched requests."]))
+        done("determinism")
+
+        step("steering")
+        summary["steering"] = _steering(model, tok, pdir, best, plan, cfg, bars)
+        sections.append(_section("Steering along the probe direction", report.reading_steering(summary["steering"]),
+                                 [], [], report.table([summary["steering"]], ["layer", "alpha", "added_norm",
+                                                      "flip_rate", "baseline_accuracy", "n_prompts"])))
+        done("steering")
+
+        step("report")
+        summary["model"] = cfg.model
+        summary["config"] = asdict(cfg)
+        summary["timings_seconds"] = timings
+        summary["seconds_total"] = round(time.perf_counter() - t_all, 1)
+        summary = _relocate_paths(summary, tmp, out)
+        summary["files"] = sorted(os.path.relpath(os.path.join(r, x), tmp) for r, _, fs in os.walk(figs) for x in fs)
+        meta = (f"model <code>{cfg.model}</code> · {time.strftime('%Y-%m-%d %H:%M')} · "
+                f"{summary['seconds_total']} s on {os.cpu_count()} CPU cores"
+                + (" · quick sizes (noisy numbers)" if cfg.quick else ""))
+        html_text = report.render(f"beliefscope demo: {cfg.model}", meta, sections)
+        with open(os.path.join(tmp, "report.html"), "w") as fh:
+            fh.write(html_text)
+        done("report")
+        summary["timings_seconds"] = timings
+        write_json(os.path.join(tmp, "summary.json"), summary)
+        _fix_probe_folders(tmp, out)
+    outer.close()
+    return summary
+
+
+def _steering(model, tok, pdir, layer, plan, cfg: DemoConfig, bars) -> dict:
+    from probes.linear import LinearProbe
+    from probes.steering import SteerConfig, steer_experiment
+    from tasks import get_task
+
+    probe = LinearProbe.load(pdir)
+    examples = get_task("coinflip", rendering=plan["rendering"], fmt="direct", split="all").examples(
+        cfg.size("n_steer"), 777, (1, 8) if not cfg.real else (1, 4))
+    bar = bars("steering", len(examples))
+    res = steer_experiment(model, tok, probe, examples, SteerConfig(layer, cfg.steer_alpha), progress=bar.update)
+    bar.close()
+    return res
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _section(title, reading, files, captions, extra="") -> dict:
+    return {"title": title, "reading": reading, "html": extra,
+            "figures": [(_read(p), c) for p, c in zip(files, captions)]}
+
+
+def _eval_section(ev: dict) -> dict:
+    rows = [{"events": k, "answer accuracy": v, "chain-of-thought exact match": ev.get("by_events", {}).get(k)}
+            for k, v in ev["answer_accuracy_by_events"].items()]
+    return {"title": "Task accuracy", "reading": report.reading_eval(ev), "figures": [],
+            "html": report.table(rows, ["events", "answer accuracy", "chain-of-thought exact match"])}
+
+
+def _probe_section(summary: dict, figs: str) -> dict:
+    from analyses import plots
+    from analyses.common import save_fig
+
+    rep = summary["probe"]
+    rows = rep["layers"]
+    fig = plots.probe_layers_chart([r["layer"] for r in rows], [r["accuracy"] for r in rows],
+                                   [r["control_accuracy"] for r in rows],
+                                   [r["random_init_accuracy"] or float("nan") for r in rows],
+                                   rep["embedding_accuracy"], rep["majority_accuracy"])
+    path = os.path.join(figs, "probe_layers.png")
+    data = save_fig(fig, path)
+    reading = report.reading_probe(rep, "the target")
+    if "draft_probe" in summary:
+        d = summary["draft_probe"]
+        dbest = next(r for r in d["layers"] if r["layer"] == d["best_layer"])
+        reading += (f" The draft model's own probe (needed for the trace below) reaches {report._pct(dbest['accuracy'])}"
+                    f" at its best layer L{d['best_layer']}.")
+    cols = ["layer", "accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
+            "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy"]
+    cols = [c for c in cols if any(r.get(c) is not None for r in rows)]
+    return {"title": "Linear probes of the coin's state, with controls", "reading": reading,
+            "figures": [(data, "Held-out-by-prompt accuracy per layer, with the control task, a random-init "
+                               "model, the embedding-only probe and the majority class.")],
+            "html": report.table(rows, cols)}
