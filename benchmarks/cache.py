@@ -150,6 +150,7 @@ def main(quick: bool = False) -> dict:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(RESULTS), suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(result, f, indent=2)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, RESULTS)
     return result
 
