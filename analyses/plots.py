@@ -41,7 +41,7 @@ def belief_heatmap(p_heads: np.ndarray, tokens: list[str], true_state: np.ndarra
                                       constrained_layout=True)
     im = ax.imshow(p, aspect="auto", cmap="RdBu_r", vmin=0, vmax=1, interpolation="nearest")
     labels = layer_labels or [f"L{i}" for i in range(n_layers)]
-    step = max(1, n_layers // 16)  # keep y labels legible for deep models
+    step = max(1, -(-n_layers // 16))  # at most 16 y labels, so deep models stay legible
     ax.set_yticks(range(0, n_layers, step))
     ax.set_yticklabels(labels[::step], fontsize=8)
     ax.set_ylabel("layer")
