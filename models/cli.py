@@ -11,9 +11,11 @@ def register(sub) -> None:
     p.add_argument("--task", default="coinflip", help="task family: coinflip or cups")
     p.add_argument("--preset", default="target", help="architecture: target, draft or tiny")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
-    p.add_argument("--steps", type=int, default=6000, help="maximum optimizer steps")
+    p.add_argument("--steps", type=int, default=None, help="maximum optimizer steps (default: the preset's)")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
+    p.add_argument("--cot-fraction", type=float, default=None, help="share of chain-of-thought examples")
     p.add_argument("--max-events", type=int, default=8, help="longest story in training")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
     p.set_defaults(func=_train)
 
     e = sub.add_parser("eval", help="exact match and answer accuracy of a model on a task")
@@ -30,12 +32,15 @@ def register(sub) -> None:
 def _train(args) -> int:
     from tqdm import tqdm
 
-    from models.train import TrainConfig, train
+    from models.train import PRESET_TRAINING, PRESETS, TrainConfig, train
     from tasks import get_task
 
     get_task(args.task)  # validate the name before spending time
-    cfg = TrainConfig(task=args.task, preset=args.preset, steps=args.steps, max_events=args.max_events,
-                      seed=args.seed)
+    if args.preset not in PRESETS:
+        raise ValueError(f"preset {args.preset!r} is unknown; choose one of {sorted(PRESETS)}")
+    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "cot_fraction") if getattr(args, k) is not None}
+    cfg = TrainConfig(task=args.task, preset=args.preset, max_events=args.max_events,
+                      **{**PRESET_TRAINING[args.preset], **chosen})
     bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr)
 
     def progress(h):
