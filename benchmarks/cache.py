@@ -146,12 +146,13 @@ def main(quick: bool = False) -> dict:
     if isinstance(result.get("smollm2"), dict):
         sl = max(result["smollm2"], key=int)
         result["speedup_longest_smollm2"] = result["smollm2"][sl]["speedup"]
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(RESULTS), suffix=".tmp")
+    path = os.path.join(HERE, "results", "quick", "cache.json") if quick else RESULTS  # quick runs: not committed
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(result, f, indent=2)
     os.chmod(tmp, 0o644)
-    os.replace(tmp, RESULTS)
+    os.replace(tmp, path)
     return result
 
 
