@@ -4,7 +4,7 @@ Prompts are batched only with prompts of the same token length, so no padding ev
 activation. Each rank of a ``torchrun`` job takes prompts ``rank, rank + N, ...`` and writes its
 own shards; rank 0 merges the journals into the manifest at the end::
 
-    torchrun --nproc-per-node 2 -m probes.harvest --model target --n 400 --out acts/target
+    torchrun --nproc-per-node 2 -m probes.harvest --model target --n-prompts 400 --out acts/target
 
 >>> store = harvest(bridge, tok, examples, ["resid_post"], "all", "acts/x")  # doctest: +SKIP
 >>> store.manifest["n_rows"] > 0  # doctest: +SKIP
@@ -211,7 +211,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rendering", default=d.rendering, choices=["toy", "natural"])
     p.add_argument("--fmt", default=d.fmt, choices=["direct", "cot"])
     p.add_argument("--split", default=d.split, choices=["train", "heldout", "all", "train+heldout"])
-    p.add_argument("--n", type=int, default=d.n, help="number of prompts")
+    p.add_argument("--n", "--n-prompts", dest="n", type=int, default=d.n,
+                   help="number of prompts (under torchrun spell it --n-prompts: torchrun takes --n as its own)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--events", default=d.events, help="events per prompt, LO-HI (use 1-16 for held-out lengths)")
     p.add_argument("--hooks", default=d.hooks, help="comma-separated hook kinds (resid_post, ...)")
