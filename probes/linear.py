@@ -135,7 +135,8 @@ def _moments(chunks, L, d):
 def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int | None = None,
                    groups=None, n_groups: int = 1, trainer: str = "torch", config: ProbeConfig | None = None,
                    meta: dict | None = None) -> LinearProbe | list[LinearProbe]:
-    """Fit one probe per layer. `X` is ``[L, N, d]`` (or a callable yielding chunks, torch only).
+    """Fit one probe per layer. `X` is ``[L, N, d]``, a callable yielding chunks (torch only), or an
+    `ActivationStore` with `y` a label name (every hook, tokens after the first event).
 
     `groups [N]` (torch only) assigns rows to `n_groups` position classes and fits a separate
     probe for each class in the same run; then a list of `n_groups` probes is returned.
@@ -144,6 +145,14 @@ def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int 
     >>> fit_all_layers(X, y, trainer="sklearn").hooks
     ['layer0', 'layer1']
     """
+    from probes.store import ActivationStore
+
+    if isinstance(X, ActivationStore):
+        from probes.report import load_probe_data
+
+        data = load_probe_data(X, "after_first_event", X.hooks)
+        X.check_label(y)
+        X, y, hooks = data.X, data.labels[y], hooks or data.hooks
     cfg = config or ProbeConfig(trainer=trainer)
     trainer = trainer if config is None else cfg.trainer
     if trainer not in ("torch", "sklearn"):
