@@ -13,6 +13,22 @@ from probes.report import ProbeReport, ReportConfig, probe_report
 from probes.steering import SteerConfig, steer_experiment
 from probes.store import LABEL_NAMES, ActivationStore
 
-__all__ = ["ActivationStore", "LABEL_NAMES", "EMBED_HOOK", "HarvestConfig", "harvest", "random_init_like",
-           "LinearProbe", "ProbeConfig", "fit_all_layers", "ProbeReport", "ReportConfig", "probe_report",
-           "SteerConfig", "steer_experiment", "control_labels", "position_mask", "prompt_folds"]
+__all__ = [
+           "EMBED_HOOK",
+           "LABEL_NAMES",
+           "ActivationStore",
+           "HarvestConfig",
+           "LinearProbe",
+           "ProbeConfig",
+           "ProbeReport",
+           "ReportConfig",
+           "SteerConfig",
+           "control_labels",
+           "fit_all_layers",
+           "harvest",
+           "position_mask",
+           "probe_report",
+           "prompt_folds",
+           "random_init_like",
+           "steer_experiment",
+]

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from hooks import capture, hook_name
+from hooks import capture
 from probes.store import DTYPES, LABEL_NAMES, ActivationStore
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
@@ -69,7 +69,7 @@ def hook_names_for(model, hooks, layers) -> list[str]:
         layers = [int(x) for x in layers.split(",")]
     names = [EMBED_HOOK]
     for k in kinds:
-        if k.startswith("blocks.") or k.startswith("hook_"):
+        if k.startswith(("blocks.", "hook_")):
             names.append(k)
         else:
             names += layer_names(model, k, layers)
@@ -245,8 +245,9 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
     result = {}
     for m, out, role in targets:
         bar = progress_factory(out) if progress_factory else None
-        kw = dict(batch_size=args.batch_size, shard_rows=args.shard_rows, dtype=cfg.dtype, max_gb=args.max_gb,
-                  rank=rank, world_size=world_size, barrier=barrier, pause_after_shard=args.pause_after_shard)
+        kw = {"batch_size": args.batch_size, "shard_rows": args.shard_rows, "dtype": cfg.dtype, "max_gb": args.max_gb,
+              "rank": rank, "world_size": world_size, "barrier": barrier,
+              "pause_after_shard": args.pause_after_shard}
         store = harvest(m, tok, examples, cfg.hooks, cfg.layers, out, config={**asdict(cfg), "role": role},
                         progress=None if bar is None else lambda n, t, b=bar: _advance(b, n, t), **kw)
         if bar is not None:
@@ -280,7 +281,7 @@ def main(argv=None) -> int:
     if not args.no_progress and rank == 0:
         from tqdm import tqdm
 
-        factory = lambda out: tqdm(desc=f"harvest {os.path.basename(out)}", unit="tok", file=sys.stderr)  # noqa: E731
+        factory = lambda out: tqdm(desc=f"harvest {os.path.basename(out)}", unit="tok", file=sys.stderr)
     try:
         result = run(args, factory, rank, world, barrier)
     finally:

@@ -92,7 +92,7 @@ class LinearProbe:
                           {"hooks": self.hooks, "n_classes": self.n_classes, "d_model": self.d_model, **self.meta})
 
     @classmethod
-    def load(cls, folder: str) -> "LinearProbe":
+    def load(cls, folder: str) -> LinearProbe:
         paths = [os.path.join(folder, f) for f in ("probe.json", "probe.safetensors")]
         for p in paths:
             if not os.path.exists(p):

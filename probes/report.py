@@ -197,12 +197,12 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
         _save_final(finals, store, cfg, out)
     return ProbeReport(
         cfg.label, cfg.positions, store.path, store.hash, store.manifest["model"]["id"],
-        int(len(np.unique(lab["prompt_id"][mi]))), int(len(mi)), cfg.folds, cfg.trainer, round(float(maj), 4),
+        len(np.unique(lab["prompt_id"][mi])), len(mi), cfg.folds, cfg.trainer, round(float(maj), 4),
         embed.get("accuracy"), embed.get("control_accuracy"), embed.get("random_init_accuracy"),
         best["layer"], rows,
-        {"train_events": f"{lo}-{hi}", "test_prompts": int(len(np.unique(lab["prompt_id"][long_rows]))),
+        {"train_events": f"{lo}-{hi}", "test_prompts": len(np.unique(lab["prompt_id"][long_rows])),
          "test_rows": int(long_rows.sum())},
-        {"test_prompts": int(len(np.unique(lab["prompt_id"][held_tpl]))), "test_rows": int(held_tpl.sum())},
+        {"test_prompts": len(np.unique(lab["prompt_id"][held_tpl])), "test_rows": int(held_tpl.sum())},
     )
 
 

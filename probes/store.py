@@ -83,7 +83,7 @@ class ShardInfo:
     rank: int  # rank that wrote it
 
     @staticmethod
-    def from_json(d: dict) -> "ShardInfo":
+    def from_json(d: dict) -> ShardInfo:
         return ShardInfo(d["file"], d["sha256"], int(d["bytes"]), int(d["n_rows"]),
                          tuple(tuple(p) for p in d["prompts"]), int(d["rank"]))
 
@@ -107,7 +107,7 @@ class ActivationStore:
 
     # -- creation and resumption ---------------------------------------------------------------
     @classmethod
-    def create(cls, path: str, header: dict, rank: int = 0) -> "ActivationStore":
+    def create(cls, path: str, header: dict, rank: int = 0) -> ActivationStore:
         """Create a new store, or reopen one for resuming if its config hash matches.
 
         `header` holds ``config`` (hashed), ``model``, ``hooks``, ``dtype``, ``shapes``, and
@@ -186,7 +186,7 @@ class ActivationStore:
     def bytes_written(self) -> int:
         return sum(s.bytes for s in self.journals())
 
-    def finalize(self) -> "ActivationStore":
+    def finalize(self) -> ActivationStore:
         """Merge all journals into the manifest; mark it complete if every prompt is stored."""
         shards = sorted(self.journals(), key=lambda s: min(p for p, _ in s.prompts))
         ids = [p for s in shards for p, _ in s.prompts]
@@ -201,7 +201,7 @@ class ActivationStore:
 
     # -- reading -----------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str, allow_incomplete: bool = False) -> "ActivationStore":
+    def open(cls, path: str, allow_incomplete: bool = False) -> ActivationStore:
         """Open a finished store for reading; bad folders fail with the reason and the fix."""
         m = _read_manifest(path)
         if not m.get("complete") and not allow_incomplete:

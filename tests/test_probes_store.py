@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -91,7 +92,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(ckpt, tmp_path):
     n_before = 0
     while time.time() < deadline:
         if os.path.exists(journal):
-            n_before = len(json.load(open(journal))["shards"])
+            n_before = len(json.loads(Path(journal).read_text())["shards"])
             if n_before >= 3:
                 break
         time.sleep(0.05)
@@ -101,9 +102,8 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(ckpt, tmp_path):
     with pytest.raises(ValueError, match="incomplete"):
         ActivationStore.open(out)
     # a shard written but never journaled (killed between rename and journal) must be replaced
-    n_now = len(json.load(open(journal))["shards"])
-    with open(os.path.join(out, f"shard-r0-{n_now:05d}.safetensors"), "wb") as f:
-        f.write(b"half-written garbage")
+    n_now = len(json.loads(Path(journal).read_text())["shards"])
+    Path(out, f"shard-r0-{n_now:05d}.safetensors").write_bytes(b"half-written garbage")
     assert run_harvest_cli(ckpt, out, ["--shard-rows", "1"]).wait() == 0
     fresh = str(tmp_path / "fresh")
     assert run_harvest_cli(ckpt, fresh, ["--shard-rows", "50"]).wait() == 0
@@ -130,12 +130,12 @@ def test_other_config_is_refused(tmp_path):
 def test_corrupted_and_truncated_shards_fail_checksum(tmp_path):
     store, _ = small_harvest(tmp_path / "s")
     path = os.path.join(store.path, store.shards[0].file)
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     data[-3] ^= 0xFF
-    open(path, "wb").write(bytes(data))
+    Path(path).write_bytes(bytes(data))
     with pytest.raises(ValueError, match="corrupted.*sha256"):
         ActivationStore.open(store.path).load_hook(EMBED_HOOK)
-    open(path, "wb").write(bytes(data[: len(data) // 2]))
+    Path(path).write_bytes(bytes(data[: len(data) // 2]))
     with pytest.raises(ValueError, match="truncated"):
         ActivationStore.open(store.path).load_label("state")
 
