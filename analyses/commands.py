@@ -66,7 +66,11 @@ def cmd_trace(args) -> int:
 def cmd_determinism(args) -> int:
     from analyses.determinism import DeterminismConfig, main
 
-    res = main(DeterminismConfig(args.model, args.prompts, args.others, args.out, args.max_new_tokens))
+    n = len(str(args.others).split(","))
+    bar = _bar(args, "determinism", args.prompts * n)
+    res = main(DeterminismConfig(args.model, args.prompts, args.others, args.out, args.max_new_tokens,
+                                 dtype=args.dtype), progress=bar.update)
+    bar.close()
     return _emit(args, res, [f"verified unique max {res['verified_unique_max']}, fast path unique max "
                              f"{res['fast_path_unique_max']}", *[f"wrote {p}" for p in res["files"]]])
 
@@ -137,6 +141,7 @@ def register(subparsers) -> None:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--others", default="0,1,3,7", help="numbers of co-batched requests")
     p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="fast-path precision")
     p.add_argument("--out", required=True, help="chart PNG")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")

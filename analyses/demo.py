@@ -242,8 +242,11 @@ def main(cfg: DemoConfig) -> dict:
         except ImportError as e:  # decoding.Scheduler missing
             n_det, summary["determinism"] = 0, {"skipped": str(e)}
         if n_det:
+            bar = bars("determinism", n_det * 4)
             d = determinism.main(determinism.DeterminismConfig(cfg.model, n_det, out=os.path.join(figs,
-                                 "determinism.png"), quick=cfg.quick), bridge=model, tok=tok)
+                                 "determinism.png"), quick=cfg.quick, dtype="bfloat16"), bridge=model, tok=tok,
+                                 progress=bar.update)
+            bar.close()
             summary["determinism"] = d
             sections.append(_section("Determinism among other requests", report.reading_determinism(d), d["files"],
                                      ["Distinct outputs per prompt against the number of co-batched requests."]))

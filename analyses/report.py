@@ -119,7 +119,8 @@ def reading_trace(t: dict) -> str:
 
 
 def reading_determinism(d: dict) -> str:
-    s = (f"Verified (deterministic) requests produced at most {d['verified_unique_max']} distinct output(s) per "
+    s = (f"With a {d.get('fast_path_dtype', 'float32')} fast path, verified (deterministic) requests produced at "
+         f"most {d['verified_unique_max']} distinct output(s) per "
          f"prompt across {d.get('n_configurations', '?')} batch compositions and arrival orders; the unverified "
          f"fast path produced at most {d['fast_path_unique_max']}.")
     if d["verified_unique_max"] == 1 and d["fast_path_unique_max"] == 1:
