@@ -18,7 +18,8 @@ import time
 from dataclasses import asdict, dataclass
 
 from analyses import report
-from analyses.common import check_writable_parent, progress_bar, staged_output, write_json
+from analyses import plots
+from analyses.common import check_writable_parent, progress_bar, save_fig, staged_output, write_json
 
 SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
     "n_eval": (300, 40, 100), "n_harvest": (400, 60, 160), "n_forced": (60, 8, 20), "n_trace": (30, 6, 4),
@@ -254,9 +255,15 @@ def main(cfg: DemoConfig) -> dict:
 
         step("steering")
         summary["steering"] = _steering(model, tok, pdir, best, plan, cfg, bars)
-        sections.append(_section("Steering along the probe direction", report.reading_steering(summary["steering"]),
-                                 [], [], report.table([summary["steering"]], ["layer", "alpha", "added_norm",
-                                                      "flip_rate", "baseline_accuracy", "n_prompts"])))
+        st = summary["steering"]
+        save_fig(plots.steering_chart(st["flip_rate"], st["random"]["flip_rates"], st["layer"], st["alpha"]),
+                 os.path.join(figs, "steering.png"))
+        sections.append(_section("Steering along the probe direction", report.reading_steering(st),
+                                 [os.path.join(figs, "steering.png")],
+                                 ["Answers flipped by adding the probe direction, and by random directions of "
+                                  "the same norm (one tick each)."],
+                                 report.table([st], ["layer", "alpha", "added_norm", "flip_rate",
+                                                     "baseline_accuracy", "n_prompts"])))
         done("steering")
 
         step("report")
@@ -312,9 +319,6 @@ def _eval_section(ev: dict) -> dict:
 
 
 def _probe_section(summary: dict, figs: str) -> dict:
-    from analyses import plots
-    from analyses.common import save_fig
-
     rep = summary["probe"]
     rows = rep["layers"]
     fig = plots.probe_layers_chart([r["layer"] for r in rows], [r["accuracy"] for r in rows],

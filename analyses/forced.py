@@ -138,7 +138,7 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     """Run forced answers vs probe over `config.n` prompts, write two figures, return the rates."""
     from analyses import plots
     from analyses.common import (best_probe_layer, check_probe_matches, check_writable_parent, load_probe,
-                                 save_fig, sibling, token_strings)
+                                 save_fig, sibling)
     from hooks import hook_name
     from tasks import get_task, parse_events_range
 
@@ -163,8 +163,7 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     ex_i = int(np.argmax([e.n_events for e in examples]))  # the longest story shows the most events
     rows = res.prompt == ex_i
     fa = forced_answers(bridge, tok, examples[ex_i])
-    toks = token_strings(tok, fa.story_ids)
-    labels = [f"{k + 1}: {toks[p]}" for k, p in enumerate(fa.positions)]
+    labels = [f"{k + 1} {e.kind}" for k, e in enumerate(examples[ex_i].events)]
     ex_fig = plots.forced_vs_probe(fa.positions, res.forced[rows], res.probe[rows],
                                    (res.true_state[rows] == 0).astype(float), labels=labels, state_name=s0)
     ex_path = sibling(out, "-example")

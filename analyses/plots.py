@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 # Provenance colours of seed 000: prefill blue, draft yellow, verified green, rejected red.
 PROVENANCE_COLORS = {0: "#5b8fd9", 1: "#f2c94c", 2: "#6fcf97", 3: "#eb5757"}
@@ -129,14 +130,16 @@ def acceptance_chart(drafted: list[int], accepted: list[int], title="Accepted dr
     """Stacked bars per verify step: accepted vs rejected proposals."""
     drafted, accepted = np.asarray(drafted), np.asarray(accepted)
     x = np.arange(len(drafted))
-    fig, ax = plt.subplots(figsize=(max(5, 0.25 * len(x) + 2), 3), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(max(6, 0.25 * len(x) + 3), 3), constrained_layout=True)
     ax.bar(x, accepted, color=PROVENANCE_COLORS[2], label="accepted")
     ax.bar(x, drafted - accepted, bottom=accepted, color=PROVENANCE_COLORS[3], label="rejected")
     ax.set_xlabel("verify step")
     ax.set_ylabel("draft tokens")
+    ax.set_xticks(x if len(x) <= 20 else x[:: -(-len(x) // 20)])
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     alpha = accepted.sum() / max(1, drafted.sum())
     ax.set_title(f"{title} (acceptance {alpha:.0%})", fontsize=10)
-    ax.legend(fontsize=8, frameon=False)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -162,11 +165,15 @@ def draft_vs_target_beliefs(positions, p_draft, p_target, true_state, state_name
 def determinism_chart(n_batch: list[int], unique_fast: list[float], unique_verified: list[float]) -> Figure:
     """Unique outputs per prompt against the number of co-batched requests."""
     fig, ax = plt.subplots(figsize=(5.5, 3.2), constrained_layout=True)
-    ax.plot(n_batch, unique_fast, "o-", color="#eb5757", label="fast path (unverified)")
-    ax.plot(n_batch, unique_verified, "s-", color="#27ae60", label="deterministic (verified)")
+    # hollow wide markers for the fast path so that both series stay visible when they coincide
+    ax.plot(n_batch, unique_fast, "o-", color="#eb5757", ms=11, mfc="none", mew=2, lw=2.5,
+            label="fast path (unverified)")
+    ax.plot(n_batch, unique_verified, "s--", color="#27ae60", ms=5, label="deterministic (verified)")
     ax.set_xlabel("co-batched requests")
     ax.set_ylabel("unique outputs per prompt")
-    ax.set_ylim(bottom=0.9)
+    ax.set_xticks(list(n_batch))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0.5, max(max(unique_fast), max(unique_verified)) + 1.5)
     ax.legend(fontsize=8, frameon=False)
     ax.set_title("Determinism against batch composition", fontsize=10)
     return fig
@@ -202,4 +209,20 @@ def agreement_by_event(events, forced_acc, probe_acc, agreement, layer: int | No
     ax.axhline(0.5, color="0.85", lw=0.8, ls=":")
     ax.legend(fontsize=8, loc="lower left", frameon=False)
     ax.set_title("Forced answers and probe readout at every event boundary", fontsize=10)
+    return fig
+
+
+def steering_chart(flip_rate: float, random_rates, layer: int, alpha: float) -> Figure:
+    """Answer flip rate along the probe direction vs random directions of the same norm."""
+    r = np.asarray(random_rates, dtype=float)
+    fig, ax = plt.subplots(figsize=(5.5, 2.6), constrained_layout=True)
+    ax.barh([1], [flip_rate], color="#d1495b", height=0.5, label="probe direction")
+    ax.barh([0], [r.mean() if len(r) else 0.0], color="0.7", height=0.5, label="random directions (mean)")
+    ax.plot(r, np.zeros_like(r), "k|", ms=14, label="each random direction")
+    ax.set_yticks([0, 1])
+    ax.set_yticklabels(["random", "probe"])
+    ax.set_xlim(0, 1.02)
+    ax.set_xlabel("fraction of answers flipped")
+    ax.legend(fontsize=7, loc="lower right", frameon=False)
+    ax.set_title(f"Steering at layer {layer}, α = {alpha} × mean residual norm", fontsize=10)
     return fig

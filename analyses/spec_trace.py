@@ -241,7 +241,7 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
         save_fig(plots.cache_timeline([("after prefill", token_strings(tok, prompt_ids), [0] * len(prompt_ids))]),
                  out)
     save_fig(plots.acceptance_chart([len(s.proposals) for s in steps], [s.accepted for s in steps],
-                                    title="Accepted drafts per verify step (featured prompt)"), files[1])
+                                    title="Drafts per verify step, featured request"), files[1])
     shown = [r for r in rejections if r.p_target is not None][:16]
     if shown:
         files.append(sibling(out, "-beliefs"))

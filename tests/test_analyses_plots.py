@@ -121,3 +121,12 @@ def test_agreement_by_event():
     assert ax.get_xlabel() == "events completed"
     assert _legend(ax)[1] == "probe = true state (layer 3)"
     assert [int(t) for t in ax.get_xticks()] == [1, 2, 3]
+
+
+def test_steering_chart():
+    fig = plots.steering_chart(0.9, [0.0, 0.1, 0.05], layer=2, alpha=1.0)
+    (ax,) = fig.axes
+    widths = [r.get_width() for r in ax.patches]
+    assert widths == pytest.approx([0.9, 0.05])
+    assert _ticklabels(ax, "y") == ["random", "probe"] and ax.get_xlabel() == "fraction of answers flipped"
+    assert "layer 2" in ax.get_title()
