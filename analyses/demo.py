@@ -23,7 +23,7 @@ from analyses.common import check_writable_parent, progress_bar, save_fig, stage
 
 SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
     "n_eval": (300, 40, 100), "n_harvest": (400, 60, 160), "n_forced": (60, 8, 20), "n_trace": (30, 6, 4),
-    "n_steer": (100, 16, 30), "n_determinism": (8, 2, 0),
+    "n_steer": (100, 16, 30), "n_determinism": (8, 2, 2),
 }
 
 
@@ -36,7 +36,7 @@ class DemoConfig:
     draft: str = "draft"  # toy draft model (ignored for smollm2, which drafts with early exit)
     quick: bool = False  # tiny sizes (tests); numbers are then noisy
     seed: int = 0  # harvest seed; other steps use fixed seeds that differ from it
-    folds: int = 5  # GroupKFold folds of the probe report
+    folds: int = 5  # GroupKFold folds of the probe report (3 with quick)
     steer_alpha: float = 1.0  # steering norm in units of the mean residual norm
     progress: bool = True  # tqdm bars on stderr
 
@@ -54,9 +54,11 @@ def _plan(cfg: DemoConfig) -> dict:
     if cfg.real:
         return {"rendering": "natural", "events": "1-6", "train_events": "1-4", "split": "train+heldout",
                 "layers": "2,5,8,11,14,17,20,23,26,29", "dtype": "float16", "drafter": "early-exit:9",
-                "trace_events": "2-5", "eval_events": "1-6"}
+                "trace_events": "2-5", "eval_events": "1-6", "determinism": dict(others="0,1,3", slots=4,
+                                                                                   max_new_tokens=8)}
     return {"rendering": "toy", "events": "1-12", "train_events": "1-8", "split": "train", "layers": "all",
-            "dtype": "float32", "drafter": f"draft:{cfg.draft}", "trace_events": "4-12", "eval_events": "1-8"}
+            "dtype": "float32", "drafter": f"draft:{cfg.draft}", "trace_events": "4-12", "eval_events": "1-8",
+            "determinism": dict(others="0,1,3,7" if cfg.quick else "0,1,3,7,15")}
 
 
 def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, bar_factory):
@@ -84,7 +86,7 @@ def _probe(stores, folder, plan, cfg: DemoConfig, bar_factory) -> dict:
     from probes.report import ReportConfig, probe_report
     from probes.store import atomic_write_json
 
-    rc = ReportConfig(label="state", folds=cfg.folds, train_events=plan["train_events"])
+    rc = ReportConfig(label="state", folds=3 if cfg.quick else cfg.folds, train_events=plan["train_events"])
     bar = bar_factory(f"probe {os.path.basename(folder)}")
     rep = probe_report(stores[0], rc, stores[1] if len(stores) > 1 else None, out=folder,
                        progress=lambda m: bar.set_postfix_str(m))
@@ -243,10 +245,11 @@ def main(cfg: DemoConfig) -> dict:
         except ImportError as e:  # decoding.Scheduler missing
             n_det, summary["determinism"] = 0, {"skipped": str(e)}
         if n_det:
-            bar = bars("determinism", n_det * 4)
+            dk = plan["determinism"]
+            bar = bars("determinism", n_det * len(dk["others"].split(",")))
             d = determinism.main(determinism.DeterminismConfig(cfg.model, n_det, out=os.path.join(figs,
-                                 "determinism.png"), quick=cfg.quick, dtype="bfloat16"), bridge=model, tok=tok,
-                                 progress=bar.update)
+                                 "determinism.png"), quick=cfg.quick, dtype="bfloat16", **dk), bridge=model,
+                                 tok=tok, progress=bar.update)
             bar.close()
             summary["determinism"] = d
             sections.append(_section("Determinism among other requests", report.reading_determinism(d), d["files"],

@@ -2,7 +2,7 @@
 
 >>> import numpy as np
 >>> fig = belief_heatmap(np.random.rand(4, 6), ["A", "coin", "is", "heads", ".", "?"], np.zeros(6))
->>> fig.axes[0].get_xlabel()
+>>> fig.axes[1].get_xlabel()  # the token axis sits under the true-state strip
 'token'
 """
 

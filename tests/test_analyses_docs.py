@@ -1,0 +1,17 @@
+"""The docstring examples of analyses/ run (examples that need shipped models are marked SKIP)."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["analyses.common", "analyses.plots", "analyses.report", "analyses.beliefs", "analyses.forced",
+           "analyses.spec_trace", "analyses.determinism", "analyses.demo", "analyses.commands"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_run(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    module = importlib.import_module(name)
+    res = doctest.testmod(module, optionflags=doctest.ELLIPSIS, extraglobs={"os": __import__("os")})
+    assert res.failed == 0
