@@ -9,8 +9,8 @@ linearly readable from any layer, so a per-type control is solved at ~100% by ev
 tells nothing about the state. Pairing the type with its position makes the control as hard to
 memorise as the structure of the prompts allows.
 
->>> control_labels(np.array([5, 5, 6]), np.array([3, 3, 3]), 2, seed=0).tolist()[0:2] == \
-...     control_labels(np.array([5, 5]), np.array([3, 3]), 2, seed=0).tolist()
+>>> a = control_labels(np.array([5, 5, 6]), np.array([3, 3, 3]), 2, seed=0).tolist()
+>>> a[0] == a[1] == control_labels(np.array([5]), np.array([3]), 2, seed=0).tolist()[0]
 True
 """
 
