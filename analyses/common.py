@@ -17,6 +17,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -59,11 +60,15 @@ def staged_output(out: str):
     if os.path.isfile(out):
         raise ValueError(f"--out {out} is an existing file; give a folder path")
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=os.path.dirname(out))
+    previous = _raise_on_sigterm()
     try:
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     old = None
     if os.path.exists(out):
         old = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.old-", dir=os.path.dirname(out))
@@ -71,6 +76,19 @@ def staged_output(out: str):
     os.replace(tmp, out)
     if old:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _raise_on_sigterm():
+    """Turn SIGTERM into SystemExit (so the temporary folder is removed); returns the old handler."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:

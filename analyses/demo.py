@@ -12,6 +12,7 @@ a temporary folder next to DIR and renamed at the end: a failed run leaves nothi
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import time
@@ -22,7 +23,7 @@ from analyses import plots
 from analyses.common import check_writable_parent, progress_bar, save_fig, staged_output, write_json
 
 SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
-    "n_eval": (300, 40, 100), "n_harvest": (400, 60, 160), "n_forced": (60, 8, 20), "n_trace": (30, 6, 4),
+    "n_eval": (300, 40, 100), "n_harvest": (400, 60, 120), "n_forced": (60, 8, 20), "n_trace": (30, 6, 4),
     "n_steer": (100, 16, 30), "n_determinism": (8, 2, 2),
 }
 
@@ -199,7 +200,7 @@ def main(cfg: DemoConfig) -> dict:
         sections.append(_section("Belief trajectory of one story", report.reading_beliefs(b), b["files"],
                                  ["Probe P(heads) at every layer and token; the strip below marks the true state.",
                                   f"Layer {best} over the tokens, true state as a step, forced answers as squares."],
-                                 f"<p>Prompt: <code>{b['prompt']}</code></p>"))
+                                 f"<p>Prompt: <code>{html.escape(b['prompt'])}</code></p>"))
         done("beliefs")
 
         step("forced")

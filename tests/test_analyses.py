@@ -182,3 +182,21 @@ def test_demo_failing_midway_leaves_no_partial_report(tmp_path, monkeypatch):
         main(DemoConfig(out=str(tmp_path / "report"), quick=True, progress=False))
     assert sorted(os.listdir(tmp_path)) == ["report"]  # no temp folder left
     assert os.listdir(tmp_path / "report") == ["old.txt"]  # the previous report is untouched
+
+
+def test_sigterm_during_a_staged_run_leaves_nothing(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    code = ("import time, sys\nfrom analyses.common import staged_output\n"
+            f"with staged_output({str(tmp_path / 'out')!r}) as tmp:\n"
+            "    open(tmp + '/partial.txt', 'w').write('x'); print('ready', flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.stdout.readline().strip() == "ready"
+    assert len(os.listdir(tmp_path)) == 1  # the temporary folder exists while the run is going
+    proc.terminate()
+    proc.wait(timeout=20)
+    time.sleep(0.1)
+    assert os.listdir(tmp_path) == []
