@@ -23,8 +23,8 @@ from analyses import plots
 from analyses.common import check_writable_parent, progress_bar, save_fig, staged_output, write_json
 
 SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
-    "n_eval": (300, 40, 100), "n_harvest": (400, 60, 120), "n_forced": (60, 8, 20), "n_trace": (30, 6, 4),
-    "n_steer": (100, 16, 30), "n_determinism": (8, 2, 2),
+    "n_eval": (200, 40, 100), "n_harvest": (300, 60, 120), "n_forced": (40, 8, 20), "n_trace": (20, 6, 4),
+    "n_steer": (100, 16, 30), "n_determinism": (4, 2, 2),
 }
 
 
@@ -59,7 +59,7 @@ def _plan(cfg: DemoConfig) -> dict:
                                                                                    max_new_tokens=8)}
     return {"rendering": "toy", "events": "1-12", "train_events": "1-8", "split": "train", "layers": "all",
             "dtype": "float32", "drafter": f"draft:{cfg.draft}", "trace_events": "4-12", "eval_events": "1-8",
-            "determinism": dict(others="0,1,3,7" if cfg.quick else "0,1,3,7,15")}
+            "determinism": dict(others="0,1,3,7", max_new_tokens=12)}
 
 
 def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, bar_factory):
