@@ -12,13 +12,13 @@ True
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 import torch
 
 from cache import Provenance
 from decoding.config import SpecConfig
-from decoding.core import (Generation, check_prompt, eos_id, forward, generate, new_cache, pad_window, pick,
+from decoding.core import (Generation, check_prompt, eos_id, forward, generate, hf_model, new_cache, pad_window, pick,
                            probs, sample, seeded_generator, token_budget)
 from decoding.drafters import Drafter
 from decoding.trace import Step, Trace, close_step, record_counts
@@ -93,6 +93,7 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
         if cfg.capture:
             import hooks
             caps.append(stack.enter_context(hooks.capture(model, list(cfg.capture), cache=cache)))
+            stack.enter_context(_positions_from_cache(model, caps[-1]))
             trace.captures = caps
         _set_pass(caps, "verify")
         t = time.perf_counter()
@@ -178,5 +179,21 @@ def _capture_draft_model(stack: ExitStack, caps: list, drafter, cfg: SpecConfig)
     names = [n for n in cfg.capture if n in model.hook_dict]
     if names:
         cap = stack.enter_context(hooks.capture(model, names, cache=drafter.cache))
+        stack.enter_context(_positions_from_cache(model, cap))
         cap.tags["pass"] = "draft"
         caps.append(cap)
+
+
+@contextmanager
+def _positions_from_cache(model, cap):
+    """We call the HF model under the bridge directly (faster); the bridge's own pre-hook that tells
+    the capture where a forward starts does not fire then, so do it on the HF model."""
+    def pre(module, args, kwargs):
+        tokens = args[0] if args else kwargs.get("input_ids")
+        cap._begin_forward(int(tokens.shape[-1]))
+
+    handle = hf_model(model).register_forward_pre_hook(pre, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()

@@ -1,0 +1,63 @@
+"""``beliefscope generate``: speculative (or plain) decoding from the command line.
+
+>>> import argparse
+>>> sub = argparse.ArgumentParser().add_subparsers()
+>>> register(sub)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="generate with speculative decoding (verify + rollback)")
+    p.add_argument("--model", default="target", help="checkpoint folder, alias (target, draft, smollm2)")
+    p.add_argument("--drafter", default="none",
+                   help="none | draft:PATH | early-exit:K | ngram:N | bf16 (none = plain cached decoding)")
+    p.add_argument("--gamma", default="4", help="tokens drafted per step (an integer >= 1) or 'auto'")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; > 0 = sampling")
+    p.add_argument("--seed", type=int, default=0, help="request seed (sampling is seeded per position)")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--prompt", required=True, help="prompt text")
+    p.add_argument("--trace", default=None, help="write the per-step Trace as JSON to this file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run_generate)
+
+
+def _gamma(text: str):
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"--gamma {text!r} is invalid: give an integer >= 1 or 'auto'") from None
+
+
+def run_generate(args) -> int:
+    from decoding.config import SpecConfig
+    from decoding.drafters import make_drafter
+    from decoding.speculative import speculative_generate
+    from models.load import load_model
+
+    cfg = SpecConfig(gamma=_gamma(args.gamma), temperature=args.temperature, seed=args.seed,
+                     max_new_tokens=args.max_new_tokens, trace=bool(args.trace))
+    model, tok = load_model(args.model)
+    drafter = make_drafter(args.drafter, model)
+    ids = tok(args.prompt)["input_ids"]
+    out = speculative_generate(model, drafter, ids, cfg, tokenizer=tok)
+    if args.trace and out.trace is not None:
+        out.trace.save(args.trace)
+    result = {"model": args.model, "drafter": args.drafter, "gamma": args.gamma, "tokens": out.tokens,
+              "text": tok.decode(out.tokens), "alpha": None if out.alpha != out.alpha else out.alpha,
+              "tokens_per_step": out.mean_tokens_per_step, "steps": out.steps, "seconds": out.seconds,
+              "target_forwards": out.target_forwards, "draft_forwards": out.draft_forwards,
+              "draft_seconds": out.draft_seconds, "target_seconds": out.target_seconds}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(result["text"])
+        print(f"[{args.drafter}] {len(out.tokens)} tokens in {out.steps} steps, alpha={result['alpha']}, "
+              f"{out.seconds:.2f}s", file=sys.stderr)
+    return 0

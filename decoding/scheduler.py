@@ -1,0 +1,154 @@
+"""Deterministic requests among others (LLM-42 style decode -> verify -> rollback).
+
+Every active request decodes through the *fast path*: one dynamic batch (left-padded, its
+composition changes as requests arrive and finish; optionally bfloat16). A request flagged
+``deterministic`` is verified every ``window - 1`` fast tokens by the reference in a forward of
+fixed shape ``[1, window]`` over its own KVCache, so its output depends only on the request and
+the window: it equals ``generate(target, prompt, window=window)``. Other requests keep the fast
+path's tokens unverified.
+
+>>> from cache.testing import tiny_gpt2
+>>> sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=3, max_batch=2))
+>>> outs = sched.run([Request([3, 4, 5], 4, deterministic=True), Request([7, 8], 4)])
+>>> [len(o) for o in outs]
+[4, 4]
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+
+from cache import Provenance
+from decoding.config import SpecConfig
+from decoding.core import check_prompt, forward, hf_model, new_cache, pad_window, token_budget
+from decoding.speculative import accept_greedy
+
+
+@dataclass
+class SchedulerConfig:
+    """How the scheduler batches and verifies (greedy decoding)."""
+
+    window: int = 4  # verify window W: pending token + up to W-1 fast-path drafts, always padded to W
+    max_batch: int = 16  # most requests decoded together by the fast path (others wait, FIFO)
+    fast_dtype: torch.dtype = torch.float32  # dtype of the fast path (bfloat16 = LLM-42's low-precision path)
+    eos_token_id: int | None = None  # stop a request after this token (None: never stop early)
+    pad_token_id: int = 0  # filler of the left-padded fast-path batch and of verify windows
+
+
+@dataclass
+class Request:
+    """One generation request."""
+
+    prompt: list[int]  # prompt token ids
+    max_new_tokens: int = 16  # tokens to generate
+    deterministic: bool = False  # verify in fixed-shape windows (output independent of the batch)
+    arrival: int = 0  # scheduler round at which the request arrives
+    # filled by the scheduler:
+    tokens: list[int] = field(default_factory=list)  # committed new tokens
+    drafts: list[int] = field(default_factory=list)  # fast-path tokens awaiting verification
+    cache: object = None  # KVCache of the reference (deterministic requests only)
+    verifies: int = 0  # verify passes run
+    accepted: int = 0  # fast-path tokens accepted by the verifier
+    drafted: int = 0  # fast-path tokens proposed to the verifier
+
+    @property
+    def done(self) -> bool:
+        return len(self.tokens) >= self.max_new_tokens or (self.eos is not None and self.tokens[-1:] == [self.eos])
+
+    eos: int | None = None
+
+
+class Scheduler:
+    """Runs requests to completion; ``run(requests)`` returns their new tokens in input order."""
+
+    def __init__(self, target, cfg: SchedulerConfig | None = None):
+        self.cfg = cfg or SchedulerConfig()
+        if self.cfg.window < 1:
+            raise ValueError(f"window={self.cfg.window} must be >= 1")
+        self.target = target
+        hf = hf_model(target)
+        self.fast = hf if self.cfg.fast_dtype == next(hf.parameters()).dtype else \
+            copy.deepcopy(hf).to(self.cfg.fast_dtype).eval()
+        self.rounds = 0  # fast-path forwards of the last run
+
+    @torch.no_grad()
+    def run(self, requests: list[Request]) -> list[list[int]]:
+        cfg = self.cfg
+        spec = SpecConfig(gamma=max(1, cfg.window - 1), max_new_tokens=1, stop_at_eos=False)
+        waiting = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, i))
+        active: list[Request] = []
+        self.rounds = 0
+        for r in requests:
+            check_prompt(self.target, r.prompt)
+            r.tokens, r.drafts, r.eos, r.verifies, r.accepted, r.drafted = [], [], cfg.eos_token_id, 0, 0, 0
+            r.max_new_tokens = token_budget(self.target, len(r.prompt), r.max_new_tokens, cfg.window)
+        while waiting or active:
+            while waiting and len(active) < cfg.max_batch and requests[waiting[0]].arrival <= self.rounds:
+                r = requests[waiting.pop(0)]
+                if r.deterministic:
+                    self._prefill(r, spec)
+                active.append(r)
+            if not active:  # nothing has arrived yet: time passes
+                self.rounds += 1
+                continue
+            self._fast_round(active)
+            for r in active:
+                want = min(cfg.window - 1, r.max_new_tokens - len(r.tokens) - 1)
+                if r.deterministic and (len(r.drafts) >= want or self._stopped(r.drafts)):
+                    self._verify(r, cfg.window)
+                elif not r.deterministic:
+                    r.tokens += r.drafts
+                    r.drafts = []
+            active = [r for r in active if not r.done]
+            self.rounds += 1
+        return [r.tokens for r in requests]
+
+    def _stopped(self, drafts) -> bool:
+        return self.cfg.eos_token_id is not None and self.cfg.eos_token_id in drafts
+
+    def _prefill(self, r: Request, spec: SpecConfig) -> None:
+        """Reference prefill (shape depends on the prompt only); its argmax is the first token."""
+        ids = torch.tensor(r.prompt)
+        r.cache = new_cache(self.target, len(r.prompt) + r.max_new_tokens + self.cfg.window)
+        r.tokens = [int(forward(self.target, ids, r.cache)[-1].argmax())]
+
+    def _fast_round(self, active: list[Request]) -> None:
+        """One fast-path token for every active request, in one left-padded batch (no cache)."""
+        seqs = [r.prompt + r.tokens + r.drafts for r in active]
+        width = max(map(len, seqs))
+        ids = torch.full((len(seqs), width), self.cfg.pad_token_id, dtype=torch.long)  # [batch, pos]
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)  # [batch, pos]
+        for i, s in enumerate(seqs):
+            ids[i, width - len(s):] = torch.tensor(s)
+            mask[i, width - len(s):] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [batch, pos]
+        logits = self.fast(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]  # [batch, vocab]
+        nxt = logits.float().argmax(-1).tolist()
+        for r, t in zip(active, nxt):
+            if not r.tokens and not r.deterministic:
+                r.tokens = [t]  # an unverified request's first token comes from the fast path too
+            else:
+                r.drafts.append(t)
+
+    def _verify(self, r: Request, window: int) -> None:
+        """Fixed-shape [1, window] reference forward over [pending, drafts..., padding]; rollback."""
+        cache = r.cache
+        pos = len(r.prompt) + len(r.tokens) - 1  # absolute position of the pending token
+        budget = r.max_new_tokens - len(r.tokens)
+        drafts = torch.tensor(r.drafts[: max(0, min(window - 1, budget - 1))], dtype=torch.long)
+        x = pad_window(torch.cat([torch.tensor(r.tokens[-1:]), drafts]), window, self.cfg.pad_token_id)
+        cache.next_provenance = Provenance.VERIFIED
+        logits = forward(self.target, x, cache)[: drafts.numel() + 1]  # [k+1, vocab]
+        accepted, nxt = accept_greedy(logits, drafts)
+        new = [*drafts[:accepted].tolist(), nxt][:budget]
+        if self.cfg.eos_token_id in new:
+            new = new[: new.index(self.cfg.eos_token_id) + 1]
+        cache.rollback(pos + len(new))  # keep the pending token and accepted drafts
+        r.tokens += new
+        r.drafts = []
+        r.verifies += 1
+        r.accepted += accepted
+        r.drafted += drafts.numel()
