@@ -158,9 +158,9 @@ def _tokens(gen):
 def run_model(target, draft, prompts: list[torch.Tensor], methods: list[Method], n_new: int, progress=None) -> None:
     """Run every method on every prompt (rotating order per prompt), filling times/outputs/gens."""
     runners = [make_runner(m, target, draft, n_new) for m in methods]
-    for m, r in zip(methods, runners):  # warm-up on the first prompt, short; HF may not support a kind
+    for m in methods:  # warm-up on the start of the first prompt, 4 tokens; HF may not support a kind
         try:
-            r(prompts[0][:8] if prompts[0].numel() > 8 else prompts[0])
+            make_runner(m, target, draft, min(4, n_new))(prompts[0][:8] if prompts[0].numel() > 8 else prompts[0])
         except Exception as e:  # noqa: BLE001 - recorded in the result, e.g. HF early exit on GPT-2
             if m.kind != "hf":
                 raise
