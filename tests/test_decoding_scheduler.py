@@ -19,7 +19,7 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
     for k in others:
         for order in range(orders):
             reqs = [Request(list(p), max_new_tokens, deterministic=deterministic) for p in prompts]
-            n_others = 0 if k == 0 else len(prompts)
+            n_others = 0 if k == 0 else len(prompts) // 2
             rng = random.Random(f"{k}/{order}")
             reqs += [Request(list(rng.choice(others_prompts)), rng.randint(4, 2 * max_new_tokens))
                      for _ in range(n_others)]
