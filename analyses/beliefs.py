@@ -18,9 +18,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyses import plots
-from analyses.common import (best_probe_layer, check_probe_matches, check_writable_parent, load_probe,
-                             probe_hooks_by_layer, probe_readout, probe_state_names, save_fig, sibling,
-                             token_strings)
+from analyses.common import (
+    best_probe_layer,
+    check_probe_matches,
+    check_writable_parent,
+    load_probe,
+    probe_hooks_by_layer,
+    probe_readout,
+    probe_state_names,
+    save_fig,
+    sibling,
+    token_strings,
+)
 
 
 @dataclass

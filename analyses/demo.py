@@ -18,8 +18,9 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from analyses import report
-from analyses import plots
+import torch
+
+from analyses import plots, report
 from analyses.common import check_writable_parent, progress_bar, save_fig, staged_output, write_json
 
 SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
@@ -55,11 +56,11 @@ def _plan(cfg: DemoConfig) -> dict:
     if cfg.real:
         return {"rendering": "natural", "events": "1-6", "train_events": "1-4", "split": "train+heldout",
                 "layers": "2,5,8,11,14,17,20,23,26,29", "dtype": "float16", "drafter": "early-exit:9",
-                "trace_events": "2-5", "eval_events": "1-6", "determinism": dict(others="0,1,3", slots=4,
-                                                                                   max_new_tokens=8)}
+                "trace_events": "2-5", "eval_events": "1-6", "determinism": {"others": "0,1,3", "slots": 4,
+                                                                                   "max_new_tokens": 8}}
     return {"rendering": "toy", "events": "1-12", "train_events": "1-8", "split": "train", "layers": "all",
             "dtype": "float32", "drafter": f"draft:{cfg.draft}", "trace_events": "4-12", "eval_events": "1-8",
-            "determinism": dict(others="0,1,3,7", max_new_tokens=12)}
+            "determinism": {"others": "0,1,3,7", "max_new_tokens": 12}}
 
 
 def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, bar_factory):
@@ -141,7 +142,7 @@ def main(cfg: DemoConfig) -> dict:
     plan = _plan(cfg)
     steps = ["load", "eval", "harvest", "probes", "beliefs", "forced", "trace", "determinism", "steering", "report"]
     outer = progress_bar("demo", total=len(steps), disable=not cfg.progress)
-    bars = lambda desc, total=None: progress_bar(desc, total, disable=not cfg.progress)  # noqa: E731
+    bars = lambda desc, total=None: progress_bar(desc, total, disable=not cfg.progress)
     timings, summary, sections = {}, {}, []
 
     def step(name):
@@ -152,6 +153,17 @@ def main(cfg: DemoConfig) -> dict:
         timings[name] = round(time.perf_counter() - timings[name], 2)
         outer.update(1)
 
+    threads = torch.get_num_threads()
+    if not cfg.real:  # toy matmuls are too small to gain from threads, and threads thrash on a busy CPU
+        torch.set_num_threads(1)
+    try:
+        return _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, sections)
+    finally:
+        torch.set_num_threads(threads)
+        outer.close()
+
+
+def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, sections) -> dict:
     with staged_output(out) as tmp:
         figs = os.path.join(tmp, "figures")
         os.makedirs(figs)
@@ -287,7 +299,6 @@ def main(cfg: DemoConfig) -> dict:
         summary["timings_seconds"] = timings
         write_json(os.path.join(tmp, "summary.json"), summary)
         _fix_probe_folders(tmp, out)
-    outer.close()
     return summary
 
 

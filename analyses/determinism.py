@@ -40,7 +40,7 @@ class DeterminismConfig:
     max_new_tokens: int = 16  # tokens per request
     quick: bool = False  # 2 arrival orders instead of 3
     window: int = 5  # verify window W (W-1 drafts + the pending token)
-    slots: int = 16  # fixed verify batch B (>= 1 + max others)
+    slots: int | None = None  # fixed verify batch B (default 1 + max others; the same for every composition)
     seed: int = 0  # prompt and composition seed
     dtype: str = "float32"  # fast-path precision: float32 or bfloat16
 
@@ -78,14 +78,14 @@ def _verify(hf, slot0: list[int], others: list[list[int]], length: int, slots: i
     return hf(input_ids=ids).logits[0]  # [length, vocab]
 
 
-def _verified(hf, fast, req, others, budgets, cfg: DeterminismConfig, pad: int, length: int) -> list[int]:
+def _verified(hf, fast, req, others, budgets, cfg: DeterminismConfig, pad: int, length: int, slots: int) -> list[int]:
     done: list[int] = []
     while len(done) < cfg.max_new_tokens:
         rows = [req + done] + [o for o in others]
         drafts = _fast_path(fast, rows, [cfg.window - 1] + [min(b, cfg.window - 1) for b in budgets], pad,
                             cfg.window - 1)[0]
         x = req + done + drafts
-        logits = _verify(hf, x, others, length, cfg.slots, pad)
+        logits = _verify(hf, x, others, length, slots, pad)
         ref = logits[len(req) + len(done) - 1: len(x)].argmax(-1).tolist()  # [len(drafts) + 1]
         k = 0
         while k < len(drafts) and drafts[k] == ref[k]:  # accept the longest matching prefix,
@@ -99,8 +99,9 @@ def measure(hf, prompts: list[list[int]], pool: list[list[int]], cfg: Determinis
     """Distinct outputs per prompt for every k in `cfg.others`, fast path and verified."""
     fast = fast or hf
     ks = [int(k) for k in str(cfg.others).split(",")]
-    if max(ks) + 1 > cfg.slots:
-        raise ValueError(f"--others up to {max(ks)} needs at least {max(ks) + 1} verify slots; got {cfg.slots}")
+    slots = cfg.slots or max(ks) + 1
+    if max(ks) + 1 > slots:
+        raise ValueError(f"--others up to {max(ks)} needs at least {max(ks) + 1} verify slots; got {slots}")
     rng = random.Random(cfg.seed)
     length = max(len(p) for p in prompts + pool) + cfg.max_new_tokens + cfg.window
     n_orders = 2 if cfg.quick else 3
@@ -116,7 +117,7 @@ def measure(hf, prompts: list[list[int]], pool: list[list[int]], cfg: Determinis
                 batch = others[:at] + [req] + others[at:]
                 bud = budgets[:at] + [cfg.max_new_tokens] + budgets[at:]
                 outs_f.add(tuple(_fast_path(fast, batch, bud, pad, cfg.max_new_tokens)[at]))
-                outs_v.add(tuple(_verified(hf, fast, req, others, budgets, cfg, pad, length)))
+                outs_v.add(tuple(_verified(hf, fast, req, others, budgets, cfg, pad, length, slots)))
                 n_conf += 1
             fast_u.append(len(outs_f))
             ver_u.append(len(outs_v))
@@ -126,7 +127,7 @@ def measure(hf, prompts: list[list[int]], pool: list[list[int]], cfg: Determinis
                      "fast_path_unique_mean": sum(fast_u) / len(fast_u),
                      "verified_unique_mean": sum(ver_u) / len(ver_u), "configurations": n_conf})
     return {"by_others": rows, "verified_unique_max": max(r["verified_unique_max"] for r in rows),
-            "fast_path_unique_max": max(r["fast_path_unique_max"] for r in rows),
+            "fast_path_unique_max": max(r["fast_path_unique_max"] for r in rows), "slots": slots,
             "n_configurations": sum(r["configurations"] for r in rows), "prompts": len(prompts)}
 
 
@@ -145,7 +146,7 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     fast = hf if config.dtype == "float32" else copy.deepcopy(hf).to(getattr(torch, config.dtype))
     rendering = "natural" if config.model == "smollm2" else "toy"
     task = get_task("coinflip", rendering=rendering, fmt="cot" if rendering == "toy" else "direct")
-    enc = lambda exs: [tok(e.prompt)["input_ids"] for e in exs]  # noqa: E731
+    enc = lambda exs: [tok(e.prompt)["input_ids"] for e in exs]
     prompts = enc(task.examples(config.prompts, config.seed + 1, (3, 8)))
     pool = enc(task.examples(32, config.seed + 2, (1, 12)))
     res = measure(hf, prompts, pool, config, tok.pad_token_id or 0, fast, progress)
@@ -153,4 +154,4 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     save_fig(plots.determinism_chart([r["others"] for r in rows], [r["fast_path_unique_max"] for r in rows],
                                      [r["verified_unique_max"] for r in rows]), out)
     return {"model": config.model, "fast_path_dtype": config.dtype, "window": config.window,
-            "slots": config.slots, "max_new_tokens": config.max_new_tokens, **res, "files": [out]}
+            "max_new_tokens": config.max_new_tokens, **res, "files": [out]}

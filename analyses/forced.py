@@ -56,7 +56,7 @@ def _state_probs(logits: torch.Tensor, ans: list[int]) -> np.ndarray:
 def forced_answers(bridge, tok, ex, use_fork: bool = True) -> ForcedAnswers:
     """Answer distribution after every event; `use_fork=False` recomputes each prefix from scratch."""
     story, question = split_story(ex)
-    lab = ex.labels(tok, text=story) if story != ex.prompt else ex.labels(tok, text=story)
+    lab = ex.labels(tok, text=story)
     story_ids = torch.as_tensor(lab.input_ids)[None]  # [1, T]
     q_ids = torch.tensor(tok(question, add_special_tokens=False)["input_ids"])[None]  # [1, q]
     positions = np.nonzero(lab.is_event_boundary)[0]
@@ -104,7 +104,7 @@ class ForcedVsProbe:
     def rates(self) -> dict:
         fp, pp = (self.forced < 0.5).astype(int), (self.probe < 0.5).astype(int)
         return {"agreement": float(np.mean(fp == pp)), "forced_accuracy": float(np.mean(fp == self.true_state)),
-                "probe_accuracy": float(np.mean(pp == self.true_state)), "n_boundaries": int(len(fp))}
+                "probe_accuracy": float(np.mean(pp == self.true_state)), "n_boundaries": len(fp)}
 
     def by_event(self) -> dict:
         fp, pp = (self.forced < 0.5).astype(int), (self.probe < 0.5).astype(int)
@@ -137,8 +137,14 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None)
 def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     """Run forced answers vs probe over `config.n` prompts, write two figures, return the rates."""
     from analyses import plots
-    from analyses.common import (best_probe_layer, check_probe_matches, check_writable_parent, load_probe,
-                                 save_fig, sibling)
+    from analyses.common import (
+        best_probe_layer,
+        check_probe_matches,
+        check_writable_parent,
+        load_probe,
+        save_fig,
+        sibling,
+    )
     from hooks import hook_name
     from tasks import get_task, parse_events_range
 

@@ -25,8 +25,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyses import plots
-from analyses.common import (best_probe_layer, check_probe_matches, check_writable_parent, load_probe,
-                             probe_readout, save_fig, sibling, token_strings)
+from analyses.common import (
+    best_probe_layer,
+    check_probe_matches,
+    check_writable_parent,
+    load_probe,
+    probe_readout,
+    save_fig,
+    sibling,
+    token_strings,
+)
 
 
 @dataclass
@@ -110,7 +118,7 @@ def timeline_stages(tok, gen, prompt_ids, step_index: int, context: int = 10):
             break
     lo = max(0, min(pos, len(prompt_ids)) - context)
     n_prompt = len(prompt_ids)
-    s = lambda a, b: token_strings(tok, ids[a:b]) if b > a else []  # noqa: E731
+    s = lambda a, b: token_strings(tok, ids[a:b]) if b > a else []
     drafted = token_strings(tok, [ids[pos], *st.proposals])
     rows = [
         ("after prefill", s(lo, n_prompt), [0] * (n_prompt - lo)),

@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import DRAFT, TARGET
 
 from analyses.cli import main as cli
-from conftest import DRAFT, TARGET
 
 
 def _run_cli(capsys, *argv) -> dict:
