@@ -109,7 +109,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("probe", help="fit linear probes on a store, with controls")
     p.add_argument("--acts", required=True, help="activation store folder")
     p.add_argument("--label", default="state", help="label to probe (state, parity, ...)")
-    p.add_argument("--positions", default="after_first_event", choices=["after_first_event", "boundary", "all"])
+    p.add_argument("--positions", default="after_first_event", choices=["after_first_event", "boundary", "all", "last"])
     p.add_argument("--out", default=None, help="folder for the fitted probes and report.json")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--train-events", default="1-8", help="main split; longer prompts test held-out lengths")

@@ -24,6 +24,7 @@ POSITIONS = {
     "after_first_event": "prompt tokens that complete or follow the first event (events_so_far >= 1)",
     "boundary": "prompt tokens that complete an event (is_event_boundary)",
     "all": "every prompt token, including those before the first event",
+    "last": "the last prompt token of each prompt, where the answer is read out (toy: '?')",
 }
 
 
@@ -36,6 +37,11 @@ def position_mask(labels: dict[str, np.ndarray], positions: str) -> np.ndarray:
         mask &= labels["events_so_far"] >= 1
     elif positions == "boundary":
         mask &= labels["is_event_boundary"].astype(bool)
+    elif positions == "last":
+        pid, pos = labels["prompt_id"], labels["position"]
+        last = np.full(int(pid.max()) + 1, -1)
+        np.maximum.at(last, pid[mask], pos[mask])
+        mask &= pos == last[pid]
     return mask
 
 

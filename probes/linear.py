@@ -195,11 +195,18 @@ def _fit_torch(chunks, mean, std, n, n_classes, K, n_groups, cfg):
     opt = torch.optim.LBFGS([W, b], lr=1, max_iter=cfg.max_iter, history_size=20, line_search_fn="strong_wolfe",
                             tolerance_grad=cfg.tol / 10, tolerance_change=1e-12)
 
+    streamed = sum(1 for _ in chunks()) > 1
+    cached = None if streamed else [((X.float() - mean[:, None]) / std[:, None], y, g) for X, y, g in chunks()]
+
+    def standardised():
+        if cached is not None:
+            return iter(cached)
+        return (((X.float() - mean[:, None]) / std[:, None], y, g) for X, y, g in chunks())
+
     def closure():
         opt.zero_grad()
         total = 0.0
-        for X, y, g in chunks():
-            Z = (X.float() - mean[:, None]) / std[:, None]  # [L, n, d]
+        for Z, y, g in standardised():  # Z: [L, n, d] standardised activations
             for k in range(n_groups):
                 rows = g == k
                 if rows.any():
