@@ -17,6 +17,7 @@ path's tokens unverified.
 from __future__ import annotations
 
 import copy
+import random
 from dataclasses import dataclass, field
 
 import torch
@@ -152,3 +153,37 @@ class Scheduler:
         r.verifies += 1
         r.accepted += accepted
         r.drafted += drafts.numel()
+
+
+def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), orders=3, window=4,
+                      max_new_tokens=12, fast_dtype=torch.float32, deterministic=True, eos=None):
+    """Run every measured prompt (flagged ``deterministic``) among ``k`` other requests at a time for
+    every ``k`` in ``others``, in ``orders`` arrival orders (as listed, reversed, shuffled).
+    Returns ``{prompt index: set of outputs seen}``; one output per prompt means deterministic.
+
+    >>> from cache.testing import tiny_gpt2
+    >>> seen = determinism_sweep(tiny_gpt2(), [[3, 4]], [[5, 6, 7]], others=(0, 1), orders=2, max_new_tokens=3)
+    >>> len(seen[0])
+    1
+    """
+    seen = {i: set() for i in range(len(prompts))}
+    sched = Scheduler(model, SchedulerConfig(window=window, fast_dtype=fast_dtype, eos_token_id=eos))
+    for k in others:
+        for order in range(orders):
+            reqs = [Request(list(p), max_new_tokens, deterministic=deterministic) for p in prompts]
+            n_others = 0 if k == 0 else len(prompts) // 2
+            rng = random.Random(f"{k}/{order}")
+            reqs += [Request(list(rng.choice(others_prompts)), rng.randint(4, 2 * max_new_tokens))
+                     for _ in range(n_others)]
+            idx = list(range(len(reqs)))
+            if order == 1:
+                idx.reverse()
+            elif order == 2:
+                rng.shuffle(idx)
+            for rank, i in enumerate(idx):  # arrival: a few requests per round
+                reqs[i].arrival = rank // 3
+            sched.cfg.max_batch = k + 1
+            outs = sched.run(reqs)
+            for i in range(len(prompts)):
+                seen[i].add(tuple(outs[i]))
+    return seen

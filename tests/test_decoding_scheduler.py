@@ -1,40 +1,12 @@
 """Deterministic requests: identical verified output across batch compositions and arrival orders."""
 
-import random
-
 import pytest
 import torch
 
 from decoding import SpecConfig, generate
-from decoding.scheduler import Request, Scheduler, SchedulerConfig
+from decoding.scheduler import determinism_sweep
 from tests.test_decoding import _toy
 from tests.conftest import TARGET
-
-
-def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), orders=3, window=4,
-                      max_new_tokens=12, fast_dtype=torch.float32, deterministic=True, eos=None):
-    """Outputs of every measured prompt for every (others, order): {prompt index: set of outputs}."""
-    seen = {i: set() for i in range(len(prompts))}
-    sched = Scheduler(model, SchedulerConfig(window=window, fast_dtype=fast_dtype, eos_token_id=eos))
-    for k in others:
-        for order in range(orders):
-            reqs = [Request(list(p), max_new_tokens, deterministic=deterministic) for p in prompts]
-            n_others = 0 if k == 0 else len(prompts) // 2
-            rng = random.Random(f"{k}/{order}")
-            reqs += [Request(list(rng.choice(others_prompts)), rng.randint(4, 2 * max_new_tokens))
-                     for _ in range(n_others)]
-            idx = list(range(len(reqs)))
-            if order == 1:
-                idx.reverse()
-            elif order == 2:
-                rng.shuffle(idx)
-            for rank, i in enumerate(idx):  # arrival: a few requests per round
-                reqs[i].arrival = rank // 3
-            sched.cfg.max_batch = k + 1
-            outs = sched.run(reqs)
-            for i in range(len(prompts)):
-                seen[i].add(tuple(outs[i]))
-    return seen
 
 
 @pytest.fixture(scope="module")
