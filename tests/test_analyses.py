@@ -13,6 +13,15 @@ from conftest import DRAFT, TARGET
 from analyses.cli import main as cli
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Toy models gain nothing from intra-op threads, and threads thrash on a shared 2-core CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _run_cli(capsys, *argv) -> dict:
     capsys.readouterr()
     assert cli(list(argv)) == 0
