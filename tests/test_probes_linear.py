@@ -115,6 +115,7 @@ def test_position_mask_and_folds_by_hand():
     after = position_mask(lab, "after_first_event")
     assert [w for w, m in zip(words, after, strict=True) if m] == words[7:-1]  # from the first event's "."
     assert [i for i, m in enumerate(position_mask(lab, "boundary")) if m] == [7, 10]
+    assert [words[i] for i, m in enumerate(position_mask(lab, "last")) if m] == ["?"]  # not the answer word
     groups = np.repeat(np.arange(10), 7)
     for train, test in prompt_folds(groups, 5):
         assert not set(groups[train]) & set(groups[test])
