@@ -67,7 +67,7 @@ def cmd_determinism(args) -> int:
     from analyses.determinism import DeterminismConfig, main
 
     n = len(str(args.others).split(","))
-    bar = _bar(args, "determinism", args.prompts * n)
+    bar = _bar(args, "determinism", 2 * n)
     res = main(DeterminismConfig(args.model, args.prompts, args.others, args.out, args.max_new_tokens,
                                  dtype=args.dtype), progress=bar.update)
     bar.close()
@@ -140,7 +140,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--others", default="0,1,3,7", help="numbers of co-batched requests")
-    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=12)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="fast-path precision")
     p.add_argument("--out", required=True, help="chart PNG")
     p.add_argument("--json", action="store_true")

@@ -56,7 +56,7 @@ def _plan(cfg: DemoConfig) -> dict:
     if cfg.real:
         return {"rendering": "natural", "events": "1-6", "train_events": "1-4", "split": "train+heldout",
                 "layers": "2,5,8,11,14,17,20,23,26,29", "dtype": "float16", "drafter": "early-exit:9",
-                "trace_events": "2-5", "eval_events": "1-6", "determinism": {"others": "0,1,3", "slots": 4,
+                "trace_events": "2-5", "eval_events": "1-6", "determinism": {"others": "0,1,3",
                                                                                    "max_new_tokens": 8}}
     return {"rendering": "toy", "events": "1-12", "train_events": "1-8", "split": "train", "layers": "all",
             "dtype": "float32", "drafter": f"draft:{cfg.draft}", "trace_events": "4-12", "eval_events": "1-8",
@@ -259,7 +259,7 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
             n_det, summary["determinism"] = 0, {"skipped": str(e)}
         if n_det:
             dk = plan["determinism"]
-            bar = bars("determinism", n_det * len(dk["others"].split(",")))
+            bar = bars("determinism", 2 * len(dk["others"].split(",")))
             d = determinism.main(determinism.DeterminismConfig(cfg.model, n_det, out=os.path.join(figs,
                                  "determinism.png"), quick=cfg.quick, dtype="bfloat16", **dk), bridge=model,
                                  tok=tok, progress=bar.update)

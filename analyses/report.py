@@ -124,8 +124,9 @@ def reading_determinism(d: dict) -> str:
          f"prompt across {d.get('n_configurations', '?')} batch compositions and arrival orders; the unverified "
          f"fast path produced at most {d['fast_path_unique_max']}.")
     if d["verified_unique_max"] == 1 and d["fast_path_unique_max"] == 1:
-        s += (" On this CPU the fast path happened not to change any token either; the verified path is "
-              "deterministic by construction (fixed-shape verify), the fast path only by luck.")
+        s += (" On this CPU the fast path happened not to change any token either: the verified path is "
+              "deterministic by construction (fixed-shape verify), the fast path only because this model's "
+              "margins are larger than the batch-dependent rounding.")
     elif d["verified_unique_max"] == 1:
         s += " Batch composition changes the fast path's tokens; verification removes that dependence."
     return s
