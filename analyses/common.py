@@ -60,6 +60,7 @@ def staged_output(out: str):
     if os.path.isfile(out):
         raise ValueError(f"--out {out} is an existing file; give a folder path")
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=os.path.dirname(out))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; a report folder gets the usual permissions
     previous = _raise_on_sigterm()
     try:
         yield tmp
@@ -76,6 +77,12 @@ def staged_output(out: str):
     os.replace(tmp, out)
     if old:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _raise_on_sigterm():
@@ -98,6 +105,7 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -181,7 +181,7 @@ def determinism_chart(n_batch: list[int], unique_fast: list[float], unique_verif
 
 def probe_layers_chart(layers, acc, control, random_init, embedding: float, majority: float) -> Figure:
     """Probe accuracy per layer with its controls."""
-    fig, ax = plt.subplots(figsize=(6, 3.4), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(7.5, 3.4), constrained_layout=True)
     ax.plot(layers, acc, "o-", color="#d1495b", label="probe (held out by prompt)")
     ax.plot(layers, control, "^--", color="0.5", label="control task")
     ax.plot(layers, random_init, "v--", color="#8e44ad", label="random-init model")
@@ -190,7 +190,8 @@ def probe_layers_chart(layers, acc, control, random_init, embedding: float, majo
     ax.set_xlabel("layer")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0.3, 1.02)
-    ax.legend(fontsize=7, loc="lower right", frameon=False)
+    ax.set_xticks(list(layers))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_title("State probe accuracy by layer, with controls", fontsize=10)
     return fig
 
@@ -215,14 +216,16 @@ def agreement_by_event(events, forced_acc, probe_acc, agreement, layer: int | No
 def steering_chart(flip_rate: float, random_rates, layer: int, alpha: float) -> Figure:
     """Answer flip rate along the probe direction vs random directions of the same norm."""
     r = np.asarray(random_rates, dtype=float)
-    fig, ax = plt.subplots(figsize=(5.5, 2.6), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(7, 2.6), constrained_layout=True)
     ax.barh([1], [flip_rate], color="#d1495b", height=0.5, label="probe direction")
     ax.barh([0], [r.mean() if len(r) else 0.0], color="0.7", height=0.5, label="random directions (mean)")
     ax.plot(r, np.zeros_like(r), "k|", ms=14, label="each random direction")
     ax.set_yticks([0, 1])
     ax.set_yticklabels(["random", "probe"])
-    ax.set_xlim(0, 1.02)
+    ax.set_xlim(0, 1.12)
+    for y, v in ((1, flip_rate), (0, r.mean() if len(r) else 0.0)):
+        ax.text(v + 0.01, y, f"{v:.0%}", va="center", fontsize=9)
     ax.set_xlabel("fraction of answers flipped")
-    ax.legend(fontsize=7, loc="lower right", frameon=False)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_title(f"Steering at layer {layer}, α = {alpha} × mean residual norm", fontsize=10)
     return fig

@@ -36,7 +36,7 @@ def reading_probe(rep: dict, who: str = "the model") -> str:
     best = next(r for r in rep["layers"] if r["layer"] == rep["best_layer"])
     base = [v for v in (rep.get("embedding_accuracy"), best.get("random_init_accuracy")) if v is not None]
     gap = best["accuracy"] - max(base) if base else None
-    s = (f"The state of the coin is linearly readable from {who}: the best layer (L{rep['best_layer']}) reaches "
+    s = (f"Linear probes for the coin's state on {who}: the best layer (L{rep['best_layer']}) reaches "
          f"{_pct(best['accuracy'])} on prompts it never saw (folds split by prompt), against "
          f"{_pct(rep.get('embedding_accuracy'))} from the embeddings alone, "
          f"{_pct(best.get('random_init_accuracy'))} for a randomly initialised model of the same shape, and "
