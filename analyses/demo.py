@@ -39,7 +39,7 @@ class DemoConfig:
     quick: bool = False  # tiny sizes (tests); numbers are then noisy
     seed: int = 0  # harvest seed; other steps use fixed seeds that differ from it
     folds: int = 5  # GroupKFold folds of the probe report (3 with quick)
-    steer_alpha: float = 1.0  # steering norm in units of the mean residual norm
+    steer_alpha: float = 3.0  # steering norm in units of the mean residual norm (toy: 3 flips ~90%)
     progress: bool = True  # tqdm bars on stderr
 
     def size(self, key: str) -> int:
@@ -84,11 +84,12 @@ def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, ba
     return stores, asdict(hc)
 
 
-def _probe(stores, folder, plan, cfg: DemoConfig, bar_factory) -> dict:
+def _probe(stores, folder, plan, cfg: DemoConfig, bar_factory, positions: str = "after_first_event") -> dict:
     from probes.report import ReportConfig, probe_report
     from probes.store import atomic_write_json
 
-    rc = ReportConfig(label="state", folds=3 if cfg.quick else cfg.folds, train_events=plan["train_events"])
+    rc = ReportConfig(label="state", positions=positions, folds=3 if cfg.quick else cfg.folds,
+                      train_events=plan["train_events"])
     bar = bar_factory(f"probe {os.path.basename(folder)}")
     rep = probe_report(stores[0], rc, stores[1] if len(stores) > 1 else None, out=folder,
                        progress=lambda m: bar.set_postfix_str(m))
@@ -114,7 +115,7 @@ def _fix_probe_folders(tmp: str, final: str) -> None:
     from probes.linear import LinearProbe
     from probes.store import atomic_write_json
 
-    for name in ("target", "draft"):
+    for name in ("target", "target-answer-token", "draft"):
         folder = os.path.join(tmp, "probes", name)
         if not os.path.isdir(folder):
             continue
@@ -199,7 +200,13 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         summary["probe"] = _probe(stores, pdir, plan, cfg, bars)
         if dstores:
             summary["draft_probe"] = _probe(dstores, os.path.join(tmp, "probes", "draft"), plan, cfg, bars)
+        # The toy target computes the state at the question token rather than keeping a running
+        # state (probes at event tokens stay far below the answer-token probe): fit that readout
+        # too, and steer with it.
+        pdir_last = os.path.join(tmp, "probes", "target-answer-token")
+        summary["probe_answer_token"] = _probe(stores, pdir_last, plan, cfg, bars, positions="last")
         sections.append(_probe_section(summary, figs))
+        sections.append(_probe_section(summary, figs, key="probe_answer_token"))
         done("probes")
         best = summary["probe"]["best_layer"]
 
@@ -270,7 +277,8 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         done("determinism")
 
         step("steering")
-        summary["steering"] = _steering(model, tok, pdir, best, plan, cfg, bars)
+        summary["steering"] = _steering(model, tok, pdir_last, summary["probe_answer_token"]["best_layer"], plan,
+                                        cfg, bars)
         st = summary["steering"]
         save_fig(plots.steering_chart(st["flip_rate"], st["random"]["flip_rates"], st["layer"], st["alpha"]),
                  os.path.join(figs, "steering.png"))
@@ -333,16 +341,22 @@ def _eval_section(ev: dict) -> dict:
             "html": report.table(rows, ["events", "answer accuracy", "chain-of-thought exact match"])}
 
 
-def _probe_section(summary: dict, figs: str) -> dict:
-    rep = summary["probe"]
+def _probe_section(summary: dict, figs: str, key: str = "probe") -> dict:
+    rep = summary[key]
     rows = rep["layers"]
     fig = plots.probe_layers_chart([r["layer"] for r in rows], [r["accuracy"] for r in rows],
                                    [r["control_accuracy"] for r in rows],
                                    [r["random_init_accuracy"] or float("nan") for r in rows],
                                    rep["embedding_accuracy"], rep["majority_accuracy"])
-    path = os.path.join(figs, "probe_layers.png")
+    path = os.path.join(figs, "probe_layers.png" if key == "probe" else f"{key}_layers.png")
     data = save_fig(fig, path)
     reading = report.reading_probe(rep, "the target")
+    if key != "probe":
+        return {"title": "Probe at the question token (where the toy target computes its answer)",
+                "reading": reading + " Steering below uses this probe's direction.",
+                "figures": [(data, "Same controls, rows restricted to the last prompt token.")],
+                "html": report.table(rep["layers"], ["layer", "accuracy", "control_accuracy", "selectivity",
+                                                     "random_init_accuracy"])}
     if "draft_probe" in summary:
         d = summary["draft_probe"]
         dbest = next(r for r in d["layers"] if r["layer"] == d["best_layer"])
