@@ -6,10 +6,8 @@ Writes ``benchmarks/results/cache.json``. All ratios are measured in one run, in
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -26,14 +24,9 @@ RESULTS = os.path.join(HERE, "results", "cache.json")
 
 
 def machine() -> dict:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": sys.version.split()[0], "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    from benchmarks.common import machine_info
+
+    return machine_info()
 
 
 def toy_bridge():

@@ -12,6 +12,16 @@ DRAFT = os.path.join(ROOT, "checkpoints", "coinflip-draft")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and threads thrash on a shared 2-core CPU.
+    Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def tiny_llama_hf(seed=0, vocab=64):
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -13,13 +13,7 @@ from conftest import DRAFT, TARGET
 from analyses.cli import main as cli
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Toy models gain nothing from intra-op threads, and threads thrash on a shared 2-core CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _run_cli(capsys, *argv) -> dict:

@@ -25,13 +25,7 @@ def _toy(preset, path):
     return GPT2LMHeadModel(TrainConfig(preset=preset).model_config(vocab_size=32)).eval()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one thread avoids OpenMP spin-waits on a loaded 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -77,9 +77,4 @@ def test_sampling_reproducible_and_seed_dependent():
     assert len({tuple(v) for v in runs.values()}) > 1
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")

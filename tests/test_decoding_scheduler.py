@@ -1,7 +1,6 @@
 """Deterministic requests: identical verified output across batch compositions and arrival orders."""
 
 import pytest
-import torch
 
 from decoding import SpecConfig, generate
 from decoding.scheduler import determinism_sweep
@@ -31,9 +30,4 @@ def test_deterministic_requests_identical_across_batches(setup):
         assert seen[i] == {tuple(generate(model, p, cfg, window=4).tokens)}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
