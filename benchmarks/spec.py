@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from benchmarks.common import header, leviathan_bound, smollm2_available, spread, write_result
+from benchmarks.common import header, leviathan_bound, ratio_spread, smollm2_available, spread, write_result
 
 
 @dataclass
@@ -232,6 +232,8 @@ def _spec_stats(m: Method, t_step: float, plain_tgt: float) -> dict:
     alpha = accepted / drafted if drafted else 0.0
     gamma = gamma_sum / steps if steps else float("nan")
     c = (sum(g.draft_seconds for g in gens) / gamma_sum) / t_step if gamma_sum else 0.0
+    # mean target forward (prefill included) over plain greedy's; the prefill weighs more in methods with fewer
+    # forwards, so this overstates the verify cost: `verify_cost_profile` measures it directly
     verify = (sum(g.target_seconds for g in gens) / sum(g.target_forwards for g in gens)) / plain_tgt
     bound = leviathan_bound(min(alpha, 1.0), gamma, c)
     expected_tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha) if alpha < 1 else gamma + 1
@@ -243,11 +245,39 @@ def _spec_stats(m: Method, t_step: float, plain_tgt: float) -> dict:
             "draft_share_of_time": round(sum(g.draft_seconds for g in gens) / sum(g.seconds for g in gens), 4)}
 
 
+@torch.no_grad()
+def verify_cost_profile(target, prompt_ids: torch.Tensor, windows=(1, 2, 5, 9), repeats: int = 7) -> dict:
+    """Seconds of one cached forward of W tokens after the prompt, for each W, interleaved.
+
+    Leviathan's bound assumes a verify forward of gamma + 1 tokens costs the same as a one-token
+    decode step. On a CPU it does not; ``cost_over_1`` says how much more it costs.
+    """
+    from decoding.core import forward, new_cache
+
+    cache = new_cache(target, prompt_ids.numel() + max(windows) + 1)
+    forward(target, prompt_ids, cache)
+    n = prompt_ids.numel()
+    times = {w: [] for w in windows}
+    for r in range(repeats + 1):
+        for w in (windows if r % 2 else windows[::-1]):
+            x = torch.zeros(w, dtype=torch.long)
+            t0 = time.perf_counter()
+            forward(target, x, cache)
+            dt = time.perf_counter() - t0
+            cache.rollback(n)
+            if r:  # the first round is a warm-up
+                times[w].append(dt)
+    base = times[windows[0]]
+    return {"context_tokens": n, "seconds": {str(w): spread(t) for w, t in times.items()},
+            "cost_over_1": {str(w): ratio_spread(t, base) for w, t in times.items()}}
+
+
 def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: SpecBenchConfig, progress=None,
                 auto_only=None, fixed_only=None, slow=(), slow_prompts=None) -> dict:
     prompts = [torch.as_tensor(tok(p)["input_ids"], dtype=torch.long) for p in prompts_text]
     methods = build_methods(drafters, cfg.gammas, draft is not None, cfg, auto_only, fixed_only, slow, slow_prompts)
     run_model(target, draft, prompts, methods, cfg.max_new_tokens, progress)
+    verify_profile = verify_cost_profile(target, prompts[0])
     rows = summarize(methods, target, prompts, cfg.max_new_tokens)
     for r in rows.values():
         if "leviathan_bound" in r:
@@ -266,7 +296,7 @@ def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: Spe
                                "ours_over_hf": round(mine[k]["speedup"]["median"] / r["speedup"]["median"], 4)}
     return {"model": label, "n_prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens,
             "mean_prompt_tokens": round(sum(p.numel() for p in prompts) / len(prompts), 1),
-            "methods": rows, "best": best, "best_speedup": ours[best]["speedup"]["median"] if best else None,
+            "methods": rows, "verify_cost_profile": verify_profile, "best": best, "best_speedup": ours[best]["speedup"]["median"] if best else None,
             "ours_vs_hf_matching": vs_hf,
             "outputs_identical": all(r["identical_to_plain"] == r["n_prompts"] or
                                      r.get("identical_to_fixed_shape_reference") == r["n_prompts"]
