@@ -53,8 +53,14 @@ def _state_probs(logits: torch.Tensor, ans: list[int]) -> np.ndarray:
 
 
 @torch.no_grad()
-def forced_answers(bridge, tok, ex, use_fork: bool = True) -> ForcedAnswers:
-    """Answer distribution after every event; `use_fork=False` recomputes each prefix from scratch."""
+def forced_answers(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64) -> ForcedAnswers:
+    """Answer distribution after every event; `use_fork=False` recomputes each prefix from scratch.
+
+    With a fork, ``batch_size`` > 1 reads up to that many boundaries in one forward: a batch cache
+    holds the story in every row, each row is rolled back (O(1)) to its own boundary, and the
+    question runs once over the ragged rows with the cache's own mask and position ids.
+    ``batch_size=1`` forks the single-row cache once per boundary.
+    """
     story, question = split_story(ex)
     lab = ex.labels(tok, text=story)
     story_ids = torch.as_tensor(lab.input_ids)[None]  # [1, T]
@@ -62,7 +68,9 @@ def forced_answers(bridge, tok, ex, use_fork: bool = True) -> ForcedAnswers:
     positions = np.nonzero(lab.is_event_boundary)[0]
     ans = answer_token_ids(tok, ex.state_names)
     out = []
-    if use_fork:
+    if use_fork and batch_size > 1:
+        out = _ragged_forks(bridge, story_ids, q_ids, positions, ans, batch_size)
+    elif use_fork:
         cache = KVCache.for_model(bridge, batch=1, capacity=story_ids.shape[1] + q_ids.shape[1] + 8)
         bridge(story_ids, past_key_values=cache, return_type="logits")
         for i in positions:
@@ -74,6 +82,27 @@ def forced_answers(bridge, tok, ex, use_fork: bool = True) -> ForcedAnswers:
             ids = torch.cat([story_ids[:, : int(i) + 1], q_ids], dim=1)
             out.append(_state_probs(bridge(ids, return_type="logits")[0, -1], ans))
     return ForcedAnswers(positions, np.stack(out), lab.state[positions], lab.input_ids, q_ids[0].numpy())
+
+
+def _ragged_forks(bridge, story_ids, q_ids, positions, ans, batch_size) -> list[np.ndarray]:
+    """Every boundary of one story in batches: rows share the story, each rolled back to its boundary."""
+    T, q = story_ids.shape[1], q_ids.shape[1]
+    base = KVCache.for_model(bridge, batch=1, capacity=T + 8)
+    bridge(story_ids, past_key_values=base, return_type="logits")
+    n_layers = base.config.n_layers
+    keys = [base.keys(layer)[None] for layer in range(n_layers)]  # each [1, kv_heads, T, d_head]
+    values = [base.values(layer)[None] for layer in range(n_layers)]  # each [1, kv_heads, T, d_head]
+    out = []
+    for s in range(0, len(positions), batch_size):
+        rows = positions[s: s + batch_size]
+        n = len(rows)
+        cache = KVCache.for_model(bridge, batch=n, capacity=T + q + 8)
+        for layer in range(n_layers):  # the story once per row: one buffer copy, no forward
+            cache.update(keys[layer].expand(n, -1, -1, -1), values[layer].expand(n, -1, -1, -1), layer)
+        cache.rollback([int(i) + 1 for i in rows])  # row r now ends at its own event boundary
+        logits = bridge(q_ids.expand(n, -1), return_type="logits", **cache.forward_kwargs(q))  # [n, q, vocab]
+        out.extend(_state_probs(logits[:, -1], ans))
+    return out
 
 
 # ----------------------------------------------------------------------------- many prompts

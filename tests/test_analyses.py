@@ -29,11 +29,13 @@ def test_forced_answers_through_fork_equal_recomputation(target):
 
     bridge, tok = target
     for ex in get_task("coinflip").examples(4, 99, (3, 10)):
-        fork = forced_answers(bridge, tok, ex, use_fork=True)
         scratch = forced_answers(bridge, tok, ex, use_fork=False)
-        assert len(fork.positions) == ex.n_events
-        np.testing.assert_array_equal(fork.positions, scratch.positions)
-        np.testing.assert_allclose(fork.p_state, scratch.p_state, atol=1e-5, rtol=0)
+        # one fork per boundary, and ragged batches of forks (3 rows: several batches per story)
+        for fork in (forced_answers(bridge, tok, ex, use_fork=True, batch_size=1),
+                     forced_answers(bridge, tok, ex, use_fork=True, batch_size=3)):
+            assert len(fork.positions) == ex.n_events
+            np.testing.assert_array_equal(fork.positions, scratch.positions)
+            np.testing.assert_allclose(fork.p_state, scratch.p_state, atol=1e-5, rtol=0)
         np.testing.assert_array_equal(fork.true_state, [e.state_after for e in ex.events])
 
 
