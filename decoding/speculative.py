@@ -190,7 +190,7 @@ def _positions_from_cache(model, cap):
     the capture where a forward starts does not fire then, so do it on the HF model."""
     def pre(module, args, kwargs):
         tokens = args[0] if args else kwargs.get("input_ids")
-        cap._begin_forward(int(tokens.shape[-1]))
+        cap.begin_forward(int(tokens.shape[-1]))
 
     handle = hf_model(model).register_forward_pre_hook(pre, with_kwargs=True)
     try:

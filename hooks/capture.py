@@ -50,7 +50,9 @@ class Capture:
         """The next forward's first token is at absolute `position`."""
         self._seek = position
 
-    def _begin_forward(self, n_new: int) -> None:
+    def begin_forward(self, n_new: int) -> None:
+        """Mark the start of a forward over `n_new` tokens (called by the model pre-hook; call it
+        yourself when driving the wrapped HF model directly, whose calls skip the bridge pre-hook)."""
         if self._seek is not None:
             self._start, self._seek = self._seek, None
         elif self.cache is not None:
@@ -105,7 +107,7 @@ def capture(model, names, cache=None, device="cpu"):
 
     def pre(module, args, kwargs):
         tokens = args[0] if args else kwargs.get("input", kwargs.get("input_ids"))
-        cap._begin_forward(int(tokens.shape[-1]) if torch.is_tensor(tokens) else 0)
+        cap.begin_forward(int(tokens.shape[-1]) if torch.is_tensor(tokens) else 0)
 
     def make(name):
         def fn(act, *, hook):
