@@ -32,12 +32,17 @@ def test_bridge_logits_equal_hf_toy_target():
 
 
 def test_shipped_checkpoints_small_and_carded():
+    cards = {}
     for path in (TARGET, DRAFT):
         size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
         assert size < 10 * 2**20, f"{path} is {size / 2**20:.1f} MB"
-        card = json.load(open(os.path.join(path, "model_card.json")))
-        assert card["eval"]["1-8"]["exact_match"] >= 0.0 and "9-16" in card["eval"]
-    assert json.load(open(os.path.join(DRAFT, "config.json")))["n_layer"] <= 2
+        with open(os.path.join(path, "model_card.json")) as f:
+            cards[path] = json.load(f)
+        assert set(cards[path]["eval"]) == {"1-8", "9-16"}  # trained lengths and held-out lengths
+    assert cards[TARGET]["eval"]["1-8"]["exact_match"] >= 0.99
+    assert cards[DRAFT]["eval"]["1-8"]["exact_match"] < cards[TARGET]["eval"]["1-8"]["exact_match"]
+    with open(os.path.join(DRAFT, "config.json")) as f:
+        assert json.load(f)["n_layer"] <= 2
 
 
 def test_target_meets_accuracy_and_draft_is_weaker():
