@@ -21,6 +21,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from .config import CacheConfig
 from .inspect import InspectMixin
 from .masks import MaskMixin
+from .validate import ValidateMixin
 from .provenance import CacheEvent, Provenance, RejectedSpan
 from .snapshot import tick
 from .storage import Storage
@@ -83,7 +84,7 @@ class KVLayer(CacheLayerMixin):
         self._owner().crop(tokens_to_remove)
 
 
-class KVCache(MaskMixin, InspectMixin, Cache):
+class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
     """Inspectable layer-wise KV cache: O(1) append/rollback, zero-copy fork, provenance, snapshots.
 
     Example::
@@ -189,40 +190,6 @@ class KVCache(MaskMixin, InspectMixin, Cache):
     reorder_cache = batch_repeat_interleave = batch_select_indices = _unsupported
 
     # ------------------------------------------------------------------ writes
-    def _check(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> None:
-        c = self.config
-        if layer >= c.n_layers:
-            raise ValueError(
-                f"update for layer {layer}, but this cache was built for {c.n_layers} layers "
-                f"(model {c.model_name!r}); valid layers are 0..{c.n_layers - 1}. "
-                "Build the cache with KVCache.for_model(<this model>)."
-            )
-        if k.dim() != 4 or k.shape != v.shape:
-            raise ValueError(f"keys/values must be [batch, kv_heads, n_new, d_head] and equal; got {tuple(k.shape)}"
-                             f" and {tuple(v.shape)}")
-        b, h, _, d = k.shape
-        for name, want, got in (("batch", c.batch, b), ("kv_heads", c.kv_heads, h), ("d_head", c.d_head, d)):
-            if want is not None and want != got:
-                raise ValueError(
-                    f"cache shape mismatch: this cache was built for {name}={want} (model {c.model_name!r}, "
-                    f"n_layers={c.n_layers}, kv_heads={c.kv_heads}, d_head={c.d_head}, batch={c.batch}) but layer "
-                    f"{layer} wrote {name}={got}. Build a new cache with KVCache.for_model(<this model>, batch={b})."
-                )
-        if c.dtype is not None and k.dtype != c.dtype:
-            raise TypeError(f"dtype mismatch: cache holds {c.dtype}, layer {layer} wrote {k.dtype}. "
-                            f"Build the cache with dtype={k.dtype} or cast the model with .to({c.dtype}).")
-        if c.device is not None and torch.device(k.device) != torch.device(c.device):
-            raise TypeError(f"device mismatch: cache lives on {c.device}, layer {layer} wrote on {k.device}. "
-                            f"Build the cache with device={k.device!s} or move the model to {c.device}.")
-
-    def _adopt_shape(self, k: torch.Tensor) -> None:
-        c = self.config
-        c.batch, c.kv_heads, c.d_head = k.shape[0], k.shape[1], k.shape[3]
-        c.dtype = c.dtype or k.dtype
-        c.device = c.device or k.device
-        if not self._lens:
-            self._segs, self._lens = [[] for _ in range(c.batch)], [0] * c.batch
-
     def _new_storage(self, capacity: int) -> Storage:
         c = self.config
         return Storage(c.n_layers, c.batch, c.kv_heads, c.d_head, capacity, c.dtype, torch.device(c.device),

@@ -139,3 +139,39 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_steer)
+
+
+def harvest_main(argv=None) -> int:
+    """``python -m probes.harvest`` / ``torchrun ... -m probes.harvest``: harvest, print the result."""
+    import argparse
+
+    from probes.harvest import __doc__ as harvest_doc
+    from probes.harvest import add_arguments, run
+
+    p = argparse.ArgumentParser(prog="probes.harvest", description=harvest_doc.split("\n")[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    barrier = None
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        barrier = dist.barrier
+    factory = None
+    if not args.no_progress and rank == 0:
+        from tqdm import tqdm
+
+        factory = lambda out: tqdm(desc=f"harvest {os.path.basename(out)}", unit="tok", file=sys.stderr)
+    try:
+        result = run(args, factory, rank, world, barrier)
+    finally:
+        if world > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps(result, indent=1))
+    return 0
+

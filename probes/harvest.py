@@ -263,36 +263,11 @@ def _advance(bar, n: int, total: int) -> None:
 
 
 def main(argv=None) -> int:
-    """Entry point for ``python -m probes.harvest`` and ``torchrun ... -m probes.harvest``."""
-    import json
+    """Entry point for ``python -m probes.harvest`` and ``torchrun ... -m probes.harvest``
+    (the command-line code, which prints the result, lives in `probes.cli.harvest_main`)."""
+    from probes.cli import harvest_main
 
-    p = argparse.ArgumentParser(prog="probes.harvest", description=__doc__.split("\n")[0])
-    add_arguments(p)
-    args = p.parse_args(argv)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    barrier = None
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        barrier = dist.barrier
-    factory = None
-    if not args.no_progress and rank == 0:
-        from tqdm import tqdm
-
-        factory = lambda out: tqdm(desc=f"harvest {os.path.basename(out)}", unit="tok", file=sys.stderr)
-    try:
-        result = run(args, factory, rank, world, barrier)
-    finally:
-        if world > 1:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
-    if rank == 0:
-        print(json.dumps(result, indent=1))
-    return 0
-
+    return harvest_main(argv)
 
 if __name__ == "__main__":
     sys.exit(main())
