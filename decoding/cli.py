@@ -15,7 +15,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("generate", help="generate with speculative decoding (verify + rollback)")
     p.add_argument("--model", default="target", help="checkpoint folder, alias (target, draft, smollm2)")
     p.add_argument("--drafter", default="none",
-                   help="none | draft:PATH | early-exit:K | ngram:N | bf16 (none = plain cached decoding)")
+                   help="none | draft:PATH | early-exit:K | ngram:N | store:PATH | bf16 (none = plain cached decoding)")
     p.add_argument("--gamma", default="4", help="tokens drafted per step (an integer >= 1) or 'auto'")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; > 0 = sampling")
     p.add_argument("--seed", type=int, default=0, help="request seed (sampling is seeded per position)")
@@ -24,6 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--trace", default=None, help="write the per-step Trace as JSON to this file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_generate)
+    register_datastore(subparsers)
 
 
 def _gamma(text: str):
@@ -60,4 +61,43 @@ def run_generate(args) -> int:
         print(result["text"])
         print(f"[{args.drafter}] {len(out.tokens)} tokens in {out.steps} steps, alpha={result['alpha']}, "
               f"{out.seconds:.2f}s", file=sys.stderr)
+    return 0
+
+
+def register_datastore(subparsers) -> None:
+    p = subparsers.add_parser("datastore", help="build the n-gram store of the retrieval drafter (store:PATH) from "
+                                                "the model's own greedy outputs on training prompts")
+    p.add_argument("--model", default="smollm2", help="checkpoint folder or alias (target, smollm2)")
+    p.add_argument("--prompts", type=int, default=320, help="training prompts to generate from")
+    p.add_argument("--seed", type=int, default=1, help="prompt seed")
+    p.add_argument("--events", default="5-9", help="events per story, e.g. 5-9")
+    p.add_argument("--split", default="train", choices=("train", "heldout", "all"),
+                   help="story templates/names to use (benchmarks run on heldout)")
+    p.add_argument("--max-new-tokens", type=int, default=96, help="greedy tokens per prompt")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-n", type=int, default=4, help="longest n-gram counted")
+    p.add_argument("--out", required=True, help="output JSON (resumes from OUT.partial.jsonl if present)")
+    p.set_defaults(func=run_datastore)
+
+
+def run_datastore(args) -> int:
+    from decoding.store_build import StoreBuildConfig, build_store
+    from models.load import load_model
+    from tasks.base import parse_events_range
+    from tasks.instruct import chat_prompts
+
+    events = parse_events_range(args.events)
+    model, tok = load_model(args.model)
+    texts = chat_prompts(tok, args.prompts, args.seed, events, args.split)
+    prompts = [tok(t)["input_ids"] for t in texts]
+    cfg = StoreBuildConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_n=args.max_n)
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(prompts), desc="greedy outputs", unit="prompt", file=sys.stderr) as bar:
+        store = build_store(model, prompts, args.out, cfg, meta={
+            "model": args.model, "prompts": args.prompts, "seed": args.seed, "events": list(events),
+            "split": args.split, "instruction": "tasks.instruct.REWRITE_INSTRUCTION"},
+            pad_id=tok.pad_token_id or 0, progress=bar.update)
+    print(json.dumps({"out": args.out, "n_tokens": store.n_tokens,
+                      "ngrams": sum(len(t) for t in store.tables), "meta": store.meta}))
     return 0

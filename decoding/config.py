@@ -24,6 +24,8 @@ class SpecConfig:
     eos_token_id: int | None = None  # stop after this token (None = the tokenizer's / model config's eos)
     stop_at_eos: bool = True  # False = ignore eos and always produce max_new_tokens
     fixed_window: bool = True  # pad every verify forward to window_size tokens (fixed shape, exact numerics)
+    verify_widths: tuple[int, ...] | None = None  # with fixed_window=False: pad a verify forward up to the
+    # smallest of these widths that fits it (widths this CPU runs fastest, see decoding.tune); None = no padding
     keep_rejected: bool = False  # ask the target KVCache to keep rolled-back entries (provenance REJECTED)
     trace: bool = False  # record a Trace (proposals, accepted counts, cache events) per step
     capture: tuple[str, ...] = ()  # hook names to capture into the Trace, tagged {pass, status}
@@ -36,6 +38,8 @@ class SpecConfig:
             raise ValueError(f"gamma_max={self.gamma_max} and gamma_start={self.gamma_start} must be >= 1")
         if self.max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens={self.max_new_tokens} must be >= 1")
+        if self.verify_widths is not None and (not self.verify_widths or min(self.verify_widths) < 1):
+            raise ValueError(f"verify_widths={self.verify_widths!r} must be positive widths, e.g. (1, 5, 8), or None")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} must be >= 0 (0 = greedy)")
 
@@ -47,6 +51,24 @@ class SpecConfig:
     def window_size(self) -> int:
         """Tokens in every verify forward: the pending token plus the largest possible draft."""
         return (self.gamma_max if self.adaptive else int(self.gamma)) + 1
+
+    @property
+    def max_verify_width(self) -> int:
+        """The widest verify forward this config can run (cache room and context checks use it)."""
+        if self.fixed_window or not self.verify_widths:
+            return self.window_size
+        return max(self.window_size, *self.verify_widths)
+
+    def verify_width(self, n: int) -> int:
+        """Width of the verify forward for ``n`` real tokens (pending token + drafts).
+
+        >>> SpecConfig(gamma=8, fixed_window=False, verify_widths=(1, 5, 9)).verify_width(3)
+        5
+        """
+        if self.fixed_window:
+            return self.window_size
+        fits = [w for w in (self.verify_widths or ()) if w >= n]
+        return min(fits) if fits else n
 
     def next_gamma(self, gamma: int, accepted: int) -> int:
         """Adaptive schedule: +2 after a full accept, -1 otherwise, within [1, gamma_max]."""

@@ -224,7 +224,7 @@ class NGramDrafter(Drafter):
 
 
 def make_drafter(spec: str, target, load=None) -> Drafter | None:
-    """Parse ``none``, ``draft:PATH``, ``early-exit:K``, ``ngram:N`` or ``bf16`` into a drafter.
+    """Parse ``none``, ``draft:PATH``, ``early-exit:K``, ``ngram:N``, ``store:PATH`` or ``bf16`` into a drafter.
 
     >>> make_drafter("ngram:3", None).name
     'ngram:3'
@@ -236,6 +236,12 @@ def make_drafter(spec: str, target, load=None) -> Drafter | None:
         return NGramDrafter(int(arg or 3))
     if kind == "bf16":
         return LowPrecisionDrafter(target)
+    if kind == "store":
+        from decoding.datastore import NGramStore, StoreDrafter
+        from models.load import resolve_store
+
+        path = resolve_store(arg)
+        return StoreDrafter(NGramStore.load(path), name=spec)
     if kind in ("early-exit", "early_exit"):
         if not arg.lstrip("-").isdigit():
             raise ValueError(f"--drafter {spec!r}: give the exit layer, e.g. early-exit:2")
@@ -245,4 +251,4 @@ def make_drafter(spec: str, target, load=None) -> Drafter | None:
             from models.load import load_model
             load = load_model
         return ModelDrafter(load(arg or "draft")[0])
-    raise ValueError(f"unknown drafter {spec!r}: use none, draft:PATH, early-exit:K, ngram:N or bf16")
+    raise ValueError(f"unknown drafter {spec!r}: use none, draft:PATH, early-exit:K, ngram:N, store:PATH or bf16")

@@ -72,6 +72,9 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
     Every verify forward is ``[pending token, drafts...]`` padded to ``cfg.window_size`` when
     ``cfg.fixed_window`` (the default): a fixed shape, so greedy output equals the fixed-shape
     reference ``generate(..., window=cfg.window_size)`` token for token, whatever the drafter.
+    With ``fixed_window=False`` the forward is only as wide as the draft (or padded up to one of
+    ``cfg.verify_widths``): faster when drafts are often short or empty, and equal to plain greedy
+    up to the ~1e-7 shape-dependent rounding of HF issue #39421.
     The returned ``Generation`` has alpha, gammas, tokens per step, forward counts and draft vs
     target seconds (enough for c and Leviathan's bound); ``.trace`` when ``cfg.trace``.
     """
@@ -82,10 +85,11 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
     ids0 = check_prompt(model, prompt_ids)
     n_prompt, W = ids0.numel(), cfg.window_size
     eos = eos_id(model, cfg, tokenizer)
-    budget = token_budget(model, n_prompt, cfg.max_new_tokens, W)
-    buf = torch.zeros(n_prompt + budget + W, dtype=torch.long)  # committed tokens, prompt first
+    room = cfg.max_verify_width  # the widest verify forward (padding included)
+    budget = token_budget(model, n_prompt, cfg.max_new_tokens, room)
+    buf = torch.zeros(n_prompt + budget + room, dtype=torch.long)  # committed tokens, prompt first
     buf[:n_prompt] = ids0
-    cache = new_cache(model, n_prompt + budget + W, cfg.keep_rejected)
+    cache = new_cache(model, n_prompt + budget + room, cfg.keep_rejected)
     trace = Trace(n_prompt) if cfg.trace else None
     res = Generation([], n_prompt, 0, 0, 0.0, trace=trace, cache=cache)
     with ExitStack() as stack:
@@ -121,8 +125,7 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
             _set_pass(caps, "verify")
             t = time.perf_counter()
             x = torch.cat([buf[pos:length], drafts])  # [1 + k]: pending token, then drafts
-            if cfg.fixed_window:
-                x = pad_window(x, W)  # [W]: fixed shape, padding is causally invisible
+            x = pad_window(x, cfg.verify_width(x.numel()))  # [W] when fixed; padding is causally invisible
             cache.next_provenance = Provenance.VERIFIED
             logits = forward(model, x, cache)[: drafts.numel() + 1]  # [k+1, vocab]; row j -> position pos+1+j
             if cfg.temperature == 0:

@@ -25,6 +25,18 @@ ALIASES = {
 }
 
 
+STORES = {  # n-gram stores of the retrieval drafter (decoding.datastore), by alias
+    "smollm2": os.path.join(REPO_ROOT, "checkpoints", "smollm2-ngram-store.json"),
+}
+
+
+def resolve_store(name_or_path: str) -> str:
+    """Path of an n-gram store: an alias in ``STORES`` (``store:smollm2``) or a file path."""
+    if not name_or_path:
+        raise ValueError("give the store, e.g. --drafter store:smollm2 or store:path/to/store.json")
+    return STORES.get(name_or_path, name_or_path)
+
+
 class ModelLoadError(RuntimeError):
     """A model name or path could not be loaded; the message says why and what to do."""
 

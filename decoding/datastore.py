@@ -1,0 +1,189 @@
+"""A retrieval drafter: n-gram statistics of the target's own past generations plus prompt lookup.
+
+The drafter looks up the longest suffix of the committed tokens in two tables and proposes the
+most likely continuation, token after token, while the tables are confident:
+
+- a *static* table built offline from the target's greedy outputs on training prompts
+  (retrieval drafting as in REST, He et al. 2023, and llama.cpp's static lookup cache);
+- a *context* table of the current request's own tokens (prompt lookup, Saxena 2023), updated
+  with every committed token.
+
+It runs no model, so its cost per drafted token is a few dict lookups (c ~ 0). Drafts stop when
+the continuation is uncertain, so the verify window is only as wide as the confident guess
+(use ``SpecConfig(fixed_window=False)`` to profit from that).
+
+>>> store = NGramStore(max_n=2)
+>>> store.add([5, 6, 7, 5, 6, 7, 5, 6, 8])
+>>> store.continuation((9, 5, 6))  # after (5, 6): 7 twice, 8 once
+(2, 7, 2, 3)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+
+import torch
+
+from decoding.config import SpecConfig
+from decoding.core import vocab_size
+from decoding.drafters import Drafter
+
+FORMAT = "beliefscope-ngram-store/1"
+
+
+@dataclass
+class StoreDraftConfig:
+    """How the retrieval drafter turns table hits into drafts."""
+
+    min_n: int = 2  # shortest suffix match that may propose a token (1-grams are too vague)
+    min_count: int = 2  # a static continuation seen fewer times than this is not proposed
+    min_share: float = 0.6  # ... nor one whose share of the suffix's continuations is below this
+    use_context: bool = True  # also look up the request's own tokens (prompt lookup)
+    strict_first_only: bool = True  # thresholds gate only the first draft token; later ones need any match
+    # (a verify window padded to a cheap width costs the same whether the tail is filled or not)
+
+
+class NGramStore:
+    """Counts of next tokens after every n-gram (n = 1..max_n) of a set of token sequences."""
+
+    def __init__(self, max_n: int = 4, meta: dict | None = None):
+        if max_n < 1:
+            raise ValueError(f"max_n={max_n} must be >= 1")
+        self.max_n = max_n
+        self.tables: list[dict[tuple, dict[int, int]]] = [{} for _ in range(max_n + 1)]  # [n] -> suffix -> {next: count}
+        self.meta = dict(meta or {})  # provenance: model, prompts, how built
+        self.n_tokens = 0  # tokens added so far
+
+    def add(self, tokens, start: int = 0) -> None:
+        """Count the continuation of every n-gram ending before each position ``>= max(start, 1)``."""
+        toks = [int(t) for t in tokens]
+        self.n_tokens += len(toks) - start
+        for i in range(max(start, 1), len(toks)):
+            nxt = toks[i]
+            for n in range(1, min(self.max_n, i) + 1):
+                row = self.tables[n].setdefault(tuple(toks[i - n:i]), {})
+                row[nxt] = row.get(nxt, 0) + 1
+
+    def continuation(self, context: tuple) -> tuple[int, int, int, int] | None:
+        """``(n, token, count, total)`` for the longest suffix of ``context`` seen, or None."""
+        for n in range(min(self.max_n, len(context)), 0, -1):
+            row = self.tables[n].get(tuple(context[-n:]))
+            if row:
+                tok = max(row, key=row.get)
+                return n, tok, row[tok], sum(row.values())
+        return None
+
+    def save(self, path: str) -> None:
+        """Write JSON atomically (temp file + rename)."""
+        rows = [[n, list(k), [[t, c] for t, c in v.items()]] for n in range(1, self.max_n + 1)
+                for k, v in self.tables[n].items()]
+        doc = {"format": FORMAT, "max_n": self.max_n, "n_tokens": self.n_tokens, "meta": self.meta, "rows": rows}
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".ngram-store-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f, separators=(",", ":"))
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str) -> NGramStore:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no n-gram store at {path!r}: build one with "
+                                    f"`beliefscope datastore --model M --out {path}`")
+        with open(path) as f:
+            doc = json.load(f)
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"{path!r} is not a beliefscope n-gram store (format {doc.get('format')!r}, "
+                             f"expected {FORMAT!r}); rebuild it with `beliefscope datastore`")
+        store = cls(doc["max_n"], doc.get("meta"))
+        store.n_tokens = doc["n_tokens"]
+        for n, key, conts in doc["rows"]:
+            store.tables[n][tuple(key)] = {int(t): int(c) for t, c in conts}
+        return store
+
+
+class StoreDrafter(Drafter):
+    """Drafts from a static ``NGramStore`` of the target's past outputs and the request's own tokens.
+
+    >>> store = NGramStore(max_n=3); store.add([1, 2, 3, 4, 1, 2, 3, 4])
+    >>> d = StoreDrafter(store, StoreDraftConfig(min_count=1))
+    >>> d.start(None, torch.tensor([9, 1, 2]), None, SpecConfig())
+    >>> d.propose(torch.tensor([9, 1, 2]), 4, SpecConfig())[0].tolist()
+    [3, 4, 1, 2]
+    """
+
+    name = "store"
+
+    def __init__(self, store: NGramStore, config: StoreDraftConfig | None = None, name: str | None = None):
+        self.store = store
+        self.config = config or StoreDraftConfig()
+        self.name = name or self.name
+        self.context: NGramStore | None = None  # the current request's own n-grams
+        self.seen = 0  # committed tokens already added to the context table
+
+    def start(self, target, ids, cache, cfg):
+        vocab = self.store.meta.get("vocab_size")
+        if target is not None and vocab is not None and vocab != vocab_size(target):
+            raise ValueError(f"this n-gram store was built for a vocabulary of {vocab} tokens but the target has "
+                             f"{vocab_size(target)}: build a store for this model with `beliefscope datastore`")
+        self.context = NGramStore(self.store.max_n)
+        self.seen = 0
+        self._grow(ids)
+
+    def _grow(self, ids) -> None:
+        toks = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        self.context.add(toks, start=self.seen)  # only the continuations not counted yet
+        self.seen = len(toks)
+
+    def next_token(self, context: tuple, strict: bool = True) -> int | None:
+        """The confident continuation of ``context``, or None: the longer match wins, ties go to the
+        static store when it is confident, else to the request's latest occurrence."""
+        c = self.config
+        hit = self.store.continuation(context)
+        static = None
+        if hit and hit[0] >= c.min_n and (not strict or (hit[2] >= c.min_count and hit[2] >= c.min_share * hit[3])):
+            static = hit
+        local = self.context.continuation(context) if c.use_context else None
+        if local and local[0] < c.min_n:
+            local = None
+        if static and (local is None or static[0] >= local[0]):
+            return static[1]
+        return local[1] if local else None
+
+    def propose(self, ids, n, cfg):
+        if self.context is None:
+            self.start(None, ids, None, cfg)
+        self._grow(ids)
+        ctx = ids[-self.store.max_n:].tolist()
+        out = []
+        while len(out) < n:
+            tok = self.next_token(tuple(ctx), strict=not out or not self.config.strict_first_only)
+            if tok is None:
+                break
+            out.append(tok)
+            ctx = (ctx + [tok])[-self.store.max_n:]
+        drafts = torch.tensor(out, dtype=torch.long)
+        if cfg.temperature == 0:
+            return drafts, None
+        q = torch.zeros(len(out), vocab_size_of(self.store, ids), dtype=torch.float64)
+        q[torch.arange(len(out)), drafts] = 1.0  # a deterministic proposal is a one-hot q
+        return drafts, q
+
+
+def vocab_size_of(store: NGramStore, ids) -> int:
+    v = store.meta.get("vocab_size")
+    if v is None:
+        raise ValueError("sampling with a store drafter needs the store's vocab_size in its meta; rebuild the store")
+    return int(v)
+
+
+def store_config_dict(config: StoreDraftConfig) -> dict:
+    return asdict(config)

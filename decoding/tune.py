@@ -1,0 +1,56 @@
+"""Measure what a verify forward of each width costs on this machine, and pick the widths worth padding to.
+
+On a CPU the cost of a cached forward is not monotone in its width: oneDNN/MKL pick different
+kernels for different row counts (SmolLM2 on 2 threads: 5 tokens cost 1.33x one token, 3 tokens
+1.93x). Padding a short verify window up to a cheaper, wider one is then free speed; the padding
+is causally invisible. ``efficient_widths`` keeps every width that is cheaper than all wider ones.
+
+>>> efficient_widths({1: 1.0, 2: 1.6, 3: 1.9, 4: 1.5, 5: 1.3, 6: 1.4})
+(1, 5, 6)
+"""
+
+from __future__ import annotations
+
+import time
+from statistics import median
+
+import torch
+
+from decoding.core import forward, new_cache
+
+
+@torch.no_grad()
+def time_windows(model, prompt_ids, widths=tuple(range(1, 10)), repeats: int = 7) -> dict[int, list[float]]:
+    """Seconds of one cached forward of W tokens after ``prompt_ids``, per W, interleaved in
+    alternating order (the first round is a warm-up and is dropped)."""
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)  # [n]
+    if repeats < 1 or not widths or min(widths) < 1:
+        raise ValueError(f"need repeats >= 1 and positive widths; got repeats={repeats}, widths={widths!r}")
+    cache = new_cache(model, ids.numel() + max(widths) + 1)
+    forward(model, ids, cache)
+    n = ids.numel()
+    times: dict[int, list[float]] = {w: [] for w in widths}
+    for r in range(repeats + 1):
+        for w in (widths if r % 2 else tuple(widths)[::-1]):
+            x = torch.zeros(w, dtype=torch.long)  # [w]
+            t0 = time.perf_counter()
+            forward(model, x, cache)
+            dt = time.perf_counter() - t0
+            cache.rollback(n)
+            if r:
+                times[w].append(dt)
+    return times
+
+
+def efficient_widths(costs: dict[int, float]) -> tuple[int, ...]:
+    """Widths cheaper than every wider width (the only ones worth padding up to)."""
+    return tuple(w for w in sorted(costs) if all(costs[w] < costs[x] for x in costs if x > w))
+
+
+def measure_verify_widths(model, prompt_ids, max_width: int = 9, repeats: int = 7) -> tuple[tuple[int, ...], dict]:
+    """``(widths, relative cost per width)`` measured on ``model``: pass the widths to
+    ``SpecConfig(fixed_window=False, verify_widths=widths)``."""
+    times = time_windows(model, prompt_ids, tuple(range(1, max_width + 1)), repeats)
+    base = median(times[1])
+    costs = {w: median(t) / base for w, t in times.items()}
+    return efficient_widths(costs), costs
