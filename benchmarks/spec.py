@@ -34,9 +34,17 @@ class SpecBenchConfig:
     max_new_tokens: int = 64  # tokens generated per prompt (eos ignored, so every method makes exactly this many)
     gammas: tuple = (4, "auto")  # gamma settings run for every drafter
     toy_drafters: tuple = ("draft", "early-exit:1", "early-exit:2", "early-exit:3", "ngram:3", "bf16")
-    smollm2_drafters: tuple = ("early-exit:16", "early-exit:22", "early-exit:26", "ngram:3", "bf16")
-    smollm2_auto_gamma: tuple = ("ngram:3", "bf16", "early-exit:16", "early-exit:22", "early-exit:26")  # also run with gamma="auto"
-    smollm2_fixed_gamma: tuple = ("ngram:3", "bf16", "early-exit:26")  # also run with the fixed gamma
+    toy_variable: tuple = (("ngram:3", 7), ("draft", "auto"))  # (drafter, gamma) also run with variable windows
+    smollm2_drafters: tuple = ("early-exit:16", "early-exit:22", "early-exit:26", "ngram:3", "store:smollm2", "bf16")
+    smollm2_auto_gamma: tuple = ("early-exit:16", "early-exit:22", "early-exit:26")  # also run with gamma="auto"
+    smollm2_fixed_gamma: tuple = ("ngram:3", "store:smollm2", "bf16", "early-exit:26")  # also run with the fixed gamma
+    smollm2_variable: tuple = (("ngram:3", 7), ("ngram:3", "auto"), ("store:smollm2", 7), ("store:smollm2", "auto"))
+    # (drafter, gamma) also run with fixed_window=False: each verify is as wide as its draft, padded up to the
+    # widths this machine runs fastest (measured at the start with decoding.tune.measure_verify_widths)
+    max_verify_width: int = 9  # widths 1..this are timed to pick the efficient ones
+    stop_at_eos: bool = True  # stop at eos (every method makes the same tokens; the time per prompt is paired)
+    smollm2_events: tuple = (5, 9)  # events per SmolLM2 story
+    smollm2_split: str = "heldout"  # story templates/names of the SmolLM2 workload (the n-gram store saw only "train")
     smollm2_slow_prompts: int = 4  # early exit on SmolLM2 (ours and HF) runs on the first N prompts only:
     # SmolLM2 is not trained for early exit (alpha < 0.2), each such run is ~3x slower than plain greedy,
     # and 32 prompts x 64 tokens of each would take ~15 min on this shared 2-core machine
@@ -67,6 +75,7 @@ class Method:
     gens: list = field(default_factory=list)  # our Generation per prompt (None for HF)
     max_prompts: int | None = None  # run on the first N prompts only (None = all)
     error: str | None = None  # why this method could not run (HF assistance unsupported for the model)
+    fixed_window: bool = True  # ours: pad every verify to gamma + 1 (exact) or not (padded to verify_widths)
 
 
 def toy_models():
@@ -92,7 +101,7 @@ def toy_models():
 
 
 def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig, auto_only=None,
-                  fixed_only=None, slow=(), slow_prompts=None) -> list[Method]:
+                  fixed_only=None, slow=(), slow_prompts=None, variable=()) -> list[Method]:
     methods = [Method("ours plain greedy", "plain")]
     for d in drafters:
         if d == "draft" and not draft_available:
@@ -103,6 +112,8 @@ def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig,
             if g != "auto" and fixed_only is not None and d not in fixed_only:
                 continue
             methods.append(Method(f"ours {d} g={g}", "ours", d, g, max_prompts=slow_prompts if d in slow else None))
+    for d, g in variable:
+        methods.append(Method(f"ours {d} g={g} var", "ours", d, g, fixed_window=False))
     methods.append(Method("hf greedy", "hf"))
     if draft_available and "draft" in drafters:
         methods.append(Method("hf assistant_model", "hf", hf_kwargs={"assistant_model": None}, matches="draft"))
@@ -118,7 +129,7 @@ def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig,
     return methods
 
 
-def make_runner(m: Method, target, draft, n_new: int):
+def make_runner(m: Method, target, draft, n_new: int, stop_at_eos: bool = False, widths=None):
     """A function prompt_ids [n] -> (tokens, Generation | None) for method ``m``."""
     from decoding.config import SpecConfig
     from decoding.core import generate
@@ -126,17 +137,19 @@ def make_runner(m: Method, target, draft, n_new: int):
     from decoding.speculative import speculative_generate
 
     if m.kind == "plain":
-        cfg = SpecConfig(max_new_tokens=n_new, stop_at_eos=False)
+        cfg = SpecConfig(max_new_tokens=n_new, stop_at_eos=stop_at_eos)
         return lambda ids: _tokens(generate(target, ids, cfg))
     if m.kind == "ours":
         drafter = make_drafter(m.drafter, target, load=lambda _: (draft,))
-        cfg = SpecConfig(gamma=m.gamma, max_new_tokens=n_new, stop_at_eos=False)
+        cfg = SpecConfig(gamma=m.gamma, max_new_tokens=n_new, stop_at_eos=stop_at_eos, fixed_window=m.fixed_window,
+                         verify_widths=None if m.fixed_window else widths)
         return lambda ids: _tokens(speculative_generate(target, drafter, ids, cfg))
     kwargs = dict(m.hf_kwargs)
     if "assistant_model" in kwargs:
         kwargs["assistant_model"] = draft
     pad = target.generation_config.pad_token_id
     pad = pad if pad is not None else 0
+    eos = _eos(target) if stop_at_eos else None
 
     @torch.no_grad()
     def run(ids):
@@ -144,23 +157,30 @@ def make_runner(m: Method, target, draft, n_new: int):
         n_layers = target.config.num_hidden_layers
         try:
             out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n_new,
-                                  do_sample=False, eos_token_id=None, pad_token_id=pad, **kwargs)
+                                  do_sample=False, eos_token_id=eos, pad_token_id=pad, **kwargs)
         finally:  # HF early exit lowers num_hidden_layers and does not restore it when drafting fails
             target.config.num_hidden_layers = n_layers
         return out[0, x.shape[1]:].tolist(), None
     return run
 
 
+def _eos(target):
+    e = target.generation_config.eos_token_id
+    return e if e is not None else target.config.eos_token_id
+
+
 def _tokens(gen):
     return gen.tokens, gen
 
 
-def run_model(target, draft, prompts: list[torch.Tensor], methods: list[Method], n_new: int, progress=None) -> None:
+def run_model(target, draft, prompts: list[torch.Tensor], methods: list[Method], n_new: int, progress=None,
+              stop_at_eos: bool = False, widths=None) -> None:
     """Run every method on every prompt (rotating order per prompt), filling times/outputs/gens."""
-    runners = [make_runner(m, target, draft, n_new) for m in methods]
+    runners = [make_runner(m, target, draft, n_new, stop_at_eos, widths) for m in methods]
     for m in methods:  # warm-up on the start of the first prompt, 4 tokens; HF may not support a kind
         try:
-            make_runner(m, target, draft, min(4, n_new))(prompts[0][:8] if prompts[0].numel() > 8 else prompts[0])
+            make_runner(m, target, draft, min(4, n_new), stop_at_eos, widths)(
+                prompts[0][:8] if prompts[0].numel() > 8 else prompts[0])
         except Exception as e:  # noqa: BLE001 - recorded in the result, e.g. HF early exit on GPT-2
             if m.kind != "hf":
                 raise
@@ -185,7 +205,7 @@ def run_model(target, draft, prompts: list[torch.Tensor], methods: list[Method],
                 progress()
 
 
-def summarize(methods: list[Method], target, prompts, n_new: int) -> dict:
+def summarize(methods: list[Method], target, prompts, n_new: int, stop_at_eos: bool = False) -> dict:
     """Per-method statistics against our plain greedy (the first method)."""
     from decoding.config import SpecConfig
     from decoding.core import generate
@@ -208,12 +228,14 @@ def summarize(methods: list[Method], target, prompts, n_new: int) -> dict:
             row.update(_spec_stats(m, t_step, plain_tgt))
             W = SpecConfig(gamma=m.gamma).window_size
             bad = [i for i, s in enumerate(same) if not s]
-            if bad:  # compare with the fixed-shape reference the engine guarantees
+            if not m.fixed_window:  # no fixed-shape reference applies: plain greedy is the reference
+                row["fixed_window"] = False
+            elif bad:  # compare with the fixed-shape reference the engine guarantees
                 if W not in reference:
                     reference[W] = {}
                 for i in bad:
                     if i not in reference[W]:
-                        reference[W][i] = generate(target, prompts[i], SpecConfig(max_new_tokens=n_new, stop_at_eos=False),
+                        reference[W][i] = generate(target, prompts[i], SpecConfig(max_new_tokens=n_new, stop_at_eos=stop_at_eos),
                                                    window=W).tokens
                 row["identical_to_fixed_shape_reference"] = sum(s or m.outputs[i] == reference[W][i] for i, s in enumerate(same))
             else:
@@ -231,54 +253,53 @@ def _spec_stats(m: Method, t_step: float, plain_tgt: float) -> dict:
     gamma_sum = sum(sum(g.gammas) for g in gens)
     alpha = accepted / drafted if drafted else 0.0
     gamma = gamma_sum / steps if steps else float("nan")
+    drafted_per_step = drafted / steps if steps else float("nan")  # <= gamma: a drafter may propose fewer
     c = (sum(g.draft_seconds for g in gens) / gamma_sum) / t_step if gamma_sum else 0.0
     # mean target forward (prefill included) over plain greedy's; the prefill weighs more in methods with fewer
     # forwards, so this overstates the verify cost: `verify_cost_profile` measures it directly
     verify = (sum(g.target_seconds for g in gens) / sum(g.target_forwards for g in gens)) / plain_tgt
-    bound = leviathan_bound(min(alpha, 1.0), gamma, c)
-    expected_tokens = (1 - alpha ** (gamma + 1)) / (1 - alpha) if alpha < 1 else gamma + 1
+    # Leviathan's bound at the mean number of tokens actually drafted per step (= gamma when the drafter always
+    # fills its window; prompt lookup and the store draft fewer, or none, when they have no confident match)
+    g_eff = drafted_per_step
+    bound = leviathan_bound(min(alpha, 1.0), g_eff, c)
+    expected_tokens = (1 - alpha ** (g_eff + 1)) / (1 - alpha) if alpha < 1 else g_eff + 1
     tps = sum(len(g.tokens) for g in gens) / steps if steps else float("nan")
     return {"alpha": round(alpha, 4), "gamma_mean": round(gamma, 3), "gamma_setting": m.gamma, "c": round(c, 4),
+            "drafted_per_step": round(drafted_per_step, 3),
             "tokens_per_verify_step": round(tps, 3), "expected_tokens_per_step_at_alpha": round(expected_tokens, 3),
             "leviathan_bound": round(bound, 4), "verify_cost_over_decode_step": round(verify, 3),
-            "bound_with_measured_verify_cost": round(expected_tokens / (gamma * c + verify), 4),
+            "bound_with_measured_verify_cost": round(expected_tokens / (g_eff * c + verify), 4),
             "draft_share_of_time": round(sum(g.draft_seconds for g in gens) / sum(g.seconds for g in gens), 4)}
 
 
-@torch.no_grad()
 def verify_cost_profile(target, prompt_ids: torch.Tensor, windows=(1, 2, 5, 9), repeats: int = 7) -> dict:
     """Seconds of one cached forward of W tokens after the prompt, for each W, interleaved.
 
     Leviathan's bound assumes a verify forward of gamma + 1 tokens costs the same as a one-token
     decode step. On a CPU it does not; ``cost_over_1`` says how much more it costs.
     """
-    from decoding.core import forward, new_cache
+    from decoding.tune import time_windows
 
-    cache = new_cache(target, prompt_ids.numel() + max(windows) + 1)
-    forward(target, prompt_ids, cache)
-    n = prompt_ids.numel()
-    times = {w: [] for w in windows}
-    for r in range(repeats + 1):
-        for w in (windows if r % 2 else windows[::-1]):
-            x = torch.zeros(w, dtype=torch.long)
-            t0 = time.perf_counter()
-            forward(target, x, cache)
-            dt = time.perf_counter() - t0
-            cache.rollback(n)
-            if r:  # the first round is a warm-up
-                times[w].append(dt)
+    times = time_windows(target, prompt_ids, windows, repeats)
     base = times[windows[0]]
-    return {"context_tokens": n, "seconds": {str(w): spread(t) for w, t in times.items()},
+    return {"context_tokens": int(prompt_ids.numel()), "seconds": {str(w): spread(t) for w, t in times.items()},
             "cost_over_1": {str(w): ratio_spread(t, base) for w, t in times.items()}}
 
 
 def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: SpecBenchConfig, progress=None,
-                auto_only=None, fixed_only=None, slow=(), slow_prompts=None) -> dict:
+                auto_only=None, fixed_only=None, slow=(), slow_prompts=None, variable=()) -> dict:
+    from decoding.tune import measure_verify_widths
+
     prompts = [torch.as_tensor(tok(p)["input_ids"], dtype=torch.long) for p in prompts_text]
-    methods = build_methods(drafters, cfg.gammas, draft is not None, cfg, auto_only, fixed_only, slow, slow_prompts)
-    run_model(target, draft, prompts, methods, cfg.max_new_tokens, progress)
+    widths, costs = measure_verify_widths(target, prompts[0], cfg.max_verify_width) if variable else (None, None)
+    methods = build_methods(drafters, cfg.gammas, draft is not None, cfg, auto_only, fixed_only, slow, slow_prompts,
+                            variable)
+    run_model(target, draft, prompts, methods, cfg.max_new_tokens, progress, cfg.stop_at_eos, widths)
     verify_profile = verify_cost_profile(target, prompts[0])
-    rows = summarize(methods, target, prompts, cfg.max_new_tokens)
+    if widths is not None:
+        verify_profile["verify_widths_used"] = list(widths)
+        verify_profile["cost_over_1_at_start"] = {str(w): round(v, 4) for w, v in costs.items()}
+    rows = summarize(methods, target, prompts, cfg.max_new_tokens, cfg.stop_at_eos)
     for r in rows.values():
         if "leviathan_bound" in r:
             r["share_of_bound"] = round(r["speedup"]["median"] / r["leviathan_bound"], 4)
@@ -294,29 +315,27 @@ def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: Spe
                 vs_hf[name] = {"ours": k, "ours_speedup": mine[k]["speedup"]["median"],
                                "hf_speedup": r["speedup"]["median"],
                                "ours_over_hf": round(mine[k]["speedup"]["median"] / r["speedup"]["median"], 4)}
+    plain = next(m for m in methods if m.kind == "plain")
     return {"model": label, "n_prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens,
+            "mean_new_tokens": round(sum(map(len, plain.outputs)) / len(plain.outputs), 1),
             "mean_prompt_tokens": round(sum(p.numel() for p in prompts) / len(prompts), 1),
             "methods": rows, "verify_cost_profile": verify_profile, "best": best, "best_speedup": ours[best]["speedup"]["median"] if best else None,
             "ours_vs_hf_matching": vs_hf,
             "outputs_identical": all(r["identical_to_plain"] == r["n_prompts"] or
-                                     r.get("identical_to_fixed_shape_reference") == r["n_prompts"]
+                                     (r.get("fixed_window", True) and
+                                      r.get("identical_to_fixed_shape_reference") == r["n_prompts"])
                                      for r in rows.values() if r["kind"] == "ours"),
             "hf_outputs_identical": all(r["identical_to_plain"] == r["n_prompts"]
                                         for r in rows.values() if r["kind"] == "hf" and "speedup" in r)}
 
 
-def smollm2_prompts(tok, n: int, seed: int) -> list[str]:
-    """Natural coin-flip stories in SmolLM2's chat template, asking for a step-by-step answer."""
-    from tasks.coinflip import sample_prompts
+def smollm2_prompts(tok, n: int, seed: int, cfg: SpecBenchConfig | None = None) -> list[str]:
+    """Held-out natural coin-flip stories in SmolLM2's chat template, asking for an event-by-event rewrite
+    (``tasks.instruct``): long, input-grounded answers, the workload where lookup drafters apply."""
+    from tasks.instruct import chat_prompts
 
-    stories = sample_prompts(n, seed, (3, 6), "natural")
-    out = []
-    for s in stories:
-        msg = [{"role": "user", "content": "Track the coin after each event, one line per event, then give "
-                                           "the final state.\n\n" + s}]
-        out.append(tok.apply_chat_template(msg, tokenize=False, add_generation_prompt=True)
-                   if getattr(tok, "chat_template", None) else s)
-    return out
+    cfg = cfg or SpecBenchConfig()
+    return chat_prompts(tok, n, seed, cfg.smollm2_events, cfg.smollm2_split)
 
 
 def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = None, keep_existing: bool = False) -> dict:
@@ -343,7 +362,8 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
     if "toy" in cfg.models:
         target, tok, draft, name = toy_models()
         prompts = sample_prompts(cfg.n_prompts, cfg.seed, cfg.events, "toy", fmt=cfg.toy_fmt)
-        result["toy"] = bench_model(name, target, tok, draft, prompts, cfg.toy_drafters, cfg, progress)
+        result["toy"] = bench_model(name, target, tok, draft, prompts, cfg.toy_drafters, cfg, progress,
+                                    variable=cfg.toy_variable)
         result["toy"]["machine"] = machine_info()
         result["best_speedup_toy"] = result["toy"]["best_speedup"]
     if "smollm2" in cfg.models:
@@ -353,16 +373,19 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
             t0 = time.perf_counter()
             target, tok = load_hf("smollm2")
             result["smollm2_load_seconds"] = round(time.perf_counter() - t0, 1)
-            prompts = smollm2_prompts(tok, cfg.n_prompts, cfg.seed)
+            prompts = smollm2_prompts(tok, cfg.n_prompts, cfg.seed, cfg)
             result["smollm2"] = bench_model("SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to fp32)", target, tok, None,
                                             prompts, cfg.smollm2_drafters, cfg, progress, auto_only=cfg.smollm2_auto_gamma,
                                             fixed_only=cfg.smollm2_fixed_gamma,
                                             slow=[d for d in cfg.smollm2_drafters if d.startswith("early-exit")],
-                                            slow_prompts=cfg.smollm2_slow_prompts)
+                                            slow_prompts=cfg.smollm2_slow_prompts, variable=cfg.smollm2_variable)
             result["smollm2"]["machine"] = machine_info()
             result["smollm2"]["note"] = (
                 "no draft model shares SmolLM2's tokenizer offline (135M is the family's smallest). Workload: natural "
-                "coin-flip stories (3-6 events) in SmolLM2's chat template, asking to track the coin after each event. "
+                f"coin-flip stories ({cfg.smollm2_events[0]}-{cfg.smollm2_events[1]} events, {cfg.smollm2_split} "
+                "templates and names) in SmolLM2's chat template, asking to rewrite them as a numbered list of events "
+                "(tasks.instruct). store:smollm2 is checkpoints/smollm2-ngram-store.json, built by `beliefscope "
+                "datastore` from SmolLM2's greedy outputs on 320 prompts with the *train* templates and names. "
                 f"Early exit (ours and HF) ran on the first {cfg.smollm2_slow_prompts} prompts only (paired with plain "
                 "greedy on the same prompts): SmolLM2 is not trained for early exit, so it is slow and alpha is low")
             result["best_speedup_smollm2"] = result["smollm2"]["best_speedup"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from decoding import EarlyExitDrafter, NGramDrafter, SpecConfig, generate, speculative_generate
+from decoding.drafters import make_drafter
 
 
 @pytest.mark.slow
@@ -25,9 +26,15 @@ def test_smollm2_greedy_exact():
         ref = [generate(model, p, cfg, window=cfg.window_size).tokens for p in prompts]
         plain = [generate(model, p, cfg).tokens for p in prompts]
         assert plain == ref
-        for drafter in (NGramDrafter(3), EarlyExitDrafter(model, 4)):
+        store = make_drafter("store:smollm2", model)  # the committed n-gram store of SmolLM2's own outputs
+        for drafter in (NGramDrafter(3), EarlyExitDrafter(model, 4), store):
             outs = [speculative_generate(model, drafter, p, cfg).tokens for p in prompts]
             bad = [i for i, (o, r) in enumerate(zip(outs, ref)) if o != r]
             assert not bad, f"{drafter.name}: prompts {bad} differ from the reference"
+        # variable windows padded to efficient widths: equal to plain greedy (the speed mode of the benchmark)
+        var = SpecConfig(gamma=7, max_new_tokens=8, stop_at_eos=False, fixed_window=False, verify_widths=(1, 5, 8))
+        outs = [speculative_generate(model, store, p, var).tokens for p in prompts]
+        bad = [i for i, (o, r) in enumerate(zip(outs, plain)) if o != r]
+        assert not bad, f"store, variable windows: prompts {bad} differ from plain greedy"
     finally:
         torch.set_num_threads(n)
