@@ -91,10 +91,15 @@ def bench_in_process(bridge, tok, examples, cfg: HarvestBenchConfig, repeats: in
 
 PROFILE_PARTS = {  # where a harvest spends its time (cumulative cProfile seconds)
     "model_forward": ("transformer_lens/model_bridge/transformer_bridge.py", "forward"),
-    "capture_hook_records": ("hooks/capture.py", "_record"),
+    "hook_copies": ("probes/harvest.py", "sink"),  # the one copy of each activation into its shard buffer
     "labels": ("tasks/base.py", "labels"),
+    "row_labels": ("probes/harvest.py", "row_labels"),
     "checkpoint_hash": ("probes/harvest.py", "checkpoint_hash"),
     "write_shard": ("probes/store.py", "write_shard"),
+    "shard_serialize": ("~", "<built-in method safetensors._safetensors_rust.serialize_file>"),
+    "shard_sha256": ("probes/store.py", "sha256_file"),
+    "json_writes": ("probes/store.py", "atomic_write_json"),  # journals + manifest (create, finalize)
+    "fsync": ("~", "<built-in method posix.fsync>"),  # shards, journals, manifest
     "finalize": ("probes/store.py", "finalize"),
     "store_create": ("probes/store.py", "create"),
 }
@@ -114,8 +119,10 @@ def profile_harvest(bridge, tok, examples, cfg: HarvestBenchConfig) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     prof["bare_forward_total_s"] = bare["total_s"]
     prof["bare_forward_parts"] = bare["parts"]
+    prof["excess_over_bare_s"] = round(prof["total_s"] - bare["total_s"], 4)
     prof["note"] = ("cProfile inflates Python-heavy parts; shares are indicative. model_forward includes the "
-                    "capture hooks' own time (capture_hook_records) since hooks fire inside the forward")
+                    "hooks' copies (hook_copies) since hooks fire inside the forward; write_shard includes "
+                    "shard_serialize, shard_sha256, the journal's json_writes and most fsyncs")
     return prof
 
 
@@ -217,6 +224,7 @@ def main(quick: bool = False, progress=None, config: HarvestBenchConfig | None =
             r = bench_in_process(smol, stok, ex, cfg, cfg.smollm2_repeats, progress)
             r["n_hooks"] = len(hook_names_for(smol, cfg.hooks, "all"))
             result["smollm2"] = r
+            result["smollm2_profile"] = profile_harvest(smol, stok, ex, cfg)
             result["overhead_smollm2"] = r["overhead"]
             del smol
         else:

@@ -64,7 +64,10 @@ class Capture:
     def _record(self, name: str, act: torch.Tensor) -> None:
         n = act.shape[1]
         pos = torch.arange(self._start, self._start + n)
-        self.records[name].append(Record(pos, act.detach().to(self.device).clone(), dict(self.tags)))
+        kept = act.detach().to(self.device)
+        if kept.data_ptr() == act.data_ptr():
+            kept = kept.clone()  # same memory as the model's tensor, which later code may modify in place
+        self.records[name].append(Record(pos, kept, dict(self.tags)))
 
     def stacked(self, name: str, where=None) -> torch.Tensor:
         """Activations by absolute position, later writes winning (rolled-back positions are
@@ -84,9 +87,11 @@ class Capture:
 def hooked(model, fwd_hooks):
     """Attach ``[(name, fn)]`` forward hooks for the duration of the block; always removed."""
     handles = []
+    fwd_hooks = list(fwd_hooks)
+    hook_dict = model.hook_dict if fwd_hooks else None  # one snapshot: the bridge rebuilds it per access
     try:
         for name, fn in fwd_hooks:
-            hp = resolve_hook(model, name)
+            hp = resolve_hook(model, name, hook_dict)
             handles.append((hp, hp.add_hook(fn)))
         yield
     finally:
@@ -101,8 +106,9 @@ def hooked(model, fwd_hooks):
 def capture(model, names, cache=None, device="cpu"):
     """Collect activations at `names` for every position of every forward in the block."""
     names = [names] if isinstance(names, str) else list(names)
+    hook_dict = model.hook_dict
     for n in names:
-        resolve_hook(model, n)  # fail early, with suggestions
+        resolve_hook(model, n, hook_dict)  # fail early, with suggestions
     cap = Capture(names, cache=cache, device=device)
 
     def pre(module, args, kwargs):
@@ -120,6 +126,29 @@ def capture(model, names, cache=None, device="cpu"):
             yield cap
     finally:
         handle.remove()
+
+
+@contextmanager
+def stream(model, names, sink):
+    """Call ``sink(name, act)`` with the activation at each of `names` as the forward computes it.
+
+    Unlike `capture`, nothing is kept and nothing is copied: `act` (``[batch, pos, ...]``) is the
+    model's own tensor, valid only during the call, so `sink` must copy out what it keeps (e.g.
+    ``buffer.copy_(act)``, one copy straight into its destination) and must not modify it.
+    Hooks are attached once for the whole block and removed on exit, even after an exception.
+
+    >>> with torch.no_grad(), stream(model, ["blocks.0.hook_resid_post"], sink):  # doctest: +SKIP
+    ...     model(tokens)
+    """
+    names = [names] if isinstance(names, str) else list(names)
+
+    def make(name):
+        def fn(act, *, hook):
+            sink(name, act)
+        return fn
+
+    with hooked(model, [(n, make(n)) for n in names]):
+        yield
 
 
 @contextmanager

@@ -53,9 +53,12 @@ def layer_names(model, kind: str = "resid_post", layers="all") -> list[str]:
     return [hook_name(kind, layer) for layer in layers]
 
 
-def resolve_hook(model, name: str):
-    """The HookPoint for `name`; unknown names raise an error listing the closest valid names."""
-    hooks = model.hook_dict
+def resolve_hook(model, name: str, hook_dict: dict | None = None):
+    """The HookPoint for `name`; unknown names raise an error listing the closest valid names.
+
+    `hook_dict` is ``model.hook_dict`` if the caller already has it (the bridge rebuilds that
+    dict, aliases included, on every access: resolve many names against one snapshot)."""
+    hooks = model.hook_dict if hook_dict is None else hook_dict
     if name == "hook_embed" and name not in hooks:
         name = "embed.hook_out"
     if name not in hooks:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from hooks import capture
+from hooks import stream
 from probes.store import DTYPES, LABEL_NAMES, ActivationStore
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
@@ -82,7 +82,7 @@ def checkpoint_hash(model) -> str:
     h = hashlib.sha256()
     for name, t in sorted(hf.state_dict().items()):
         h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
-        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy())  # the bytes in place (no copy)
     return h.hexdigest()[:16]
 
 
@@ -108,6 +108,31 @@ def row_labels(ex, lab, prompt_id: int) -> dict[str, np.ndarray]:
             "position": np.arange(T), "prompt_id": np.full(T, prompt_id), "n_events": np.full(T, ex.n_events),
             "in_prompt": lab.in_prompt.astype(np.int64), "in_answer": lab.in_answer.astype(np.int64),
             "template_split": np.full(T, held)}
+
+
+def plan_shards(order: list[int], lengths: list[int], batch_size: int, shard_rows: int) -> list[list[list[int]]]:
+    """Shards of batches of prompt ids: each batch holds up to `batch_size` consecutive prompts of
+    `order` with the same length (no padding), and a shard closes after the batch that brings it
+    to at least `shard_rows` tokens (the last one may hold fewer).
+
+    >>> plan_shards([0, 1, 2, 3, 4], [2, 2, 2, 3, 3], batch_size=2, shard_rows=5)
+    [[[0, 1], [2]], [[3, 4]]]
+    """
+    shards, shard, rows, i = [], [], 0, 0
+    while i < len(order):
+        T = lengths[order[i]]
+        batch = [order[i]]
+        while i + len(batch) < len(order) and len(batch) < batch_size and lengths[order[i + len(batch)]] == T:
+            batch.append(order[i + len(batch)])
+        i += len(batch)
+        shard.append(batch)
+        rows += T * len(batch)
+        if rows >= shard_rows:
+            shards.append(shard)
+            shard, rows = [], 0
+    if shard:
+        shards.append(shard)
+    return shards
 
 
 def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | None = None,
@@ -156,44 +181,52 @@ def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | No
     mine = [i for i in range(rank, len(examples), world_size) if i not in done]
     mine.sort(key=lambda i: (len(labels[i].input_ids), i))
     total, done_tokens = sum(len(labels[i].input_ids) for i in mine), 0
-    buf_acts, buf_labels, buf_prompts = {h: [] for h in names}, [], []
-
-    def flush():
-        if not buf_prompts:
-            return
-        lab = {k: np.concatenate([b[k] for b in buf_labels]) for k in LABEL_NAMES}
-        store.write_shard(rank, {h: torch.cat(buf_acts[h]) for h in names}, lab, list(buf_prompts))
-        if max_gb is not None and store.bytes_written() > max_gb * 1e9:
-            raise ValueError(f"store {out} passed --max-gb {max_gb}; stopped (rerun with a larger limit to resume)")
-        for h in names:
-            buf_acts[h].clear()
-        buf_labels.clear()
-        buf_prompts.clear()
-        if pause_after_shard:
-            time.sleep(pause_after_shard)
-
+    out_dtype = DTYPES[dtype]
     model.eval()
-    i = 0
-    while i < len(mine):
-        T = len(labels[mine[i]].input_ids)
-        batch = [mine[i]]
-        while i + len(batch) < len(mine) and len(batch) < batch_size and len(labels[mine[i + len(batch)]].input_ids) == T:
-            batch.append(mine[i + len(batch)])
-        i += len(batch)
-        ids = torch.as_tensor(np.stack([labels[j].input_ids for j in batch]))  # [batch, pos]
-        with torch.no_grad(), capture(model, names) as cap:
-            model(ids, return_type=None)
-        for b, j in enumerate(batch):
-            for h in names:
-                buf_acts[h].append(cap.records[h][0].act[b].to(DTYPES[dtype]))  # [pos, d_model]
-            buf_labels.append(row_labels(examples[j], labels[j], j))
-            buf_prompts.append((j, T))
-        done_tokens += T * len(batch)
-        if progress is not None:
-            progress(done_tokens, total)
-        if sum(n for _, n in buf_prompts) >= shard_rows:
-            flush()
-    flush()
+    # Each activation is copied once, by the hook, straight into its rows of the shard buffer
+    # (no clone per forward, no concatenation per shard). Rows are prompt after prompt.
+    buf: dict[str, torch.Tensor] = {}  # hook -> [shard rows, ...], allocated at its first forward
+    filled: dict[str, int] = {}  # hook -> rows written into its buffer so far
+    at = {"row": 0, "rows": 0}  # where the current forward's rows start in the shard; shard size
+
+    def sink(name: str, act: torch.Tensor) -> None:  # act: [batch, pos, ...]
+        n = act.shape[0] * act.shape[1]
+        if name not in buf:
+            buf[name] = torch.empty((at["rows"], *act.shape[2:]), dtype=out_dtype)
+            filled[name] = 0
+        buf[name][at["row"]:at["row"] + n].view(act.shape).copy_(act)
+        filled[name] += n
+
+    with stream(model, names, sink), torch.no_grad():
+        for shard in plan_shards(mine, [len(lab.input_ids) for lab in labels], batch_size, shard_rows):
+            rows = sum(len(labels[j].input_ids) for batch in shard for j in batch)
+            buf.clear()
+            filled.clear()
+            at.update(row=0, rows=rows)
+            lab = {k: np.empty(rows, dtype=np.int32) for k in LABEL_NAMES}
+            prompts = []
+            for batch in shard:
+                T = len(labels[batch[0]].input_ids)
+                model(torch.as_tensor(np.stack([labels[j].input_ids for j in batch])), return_type=None)  # [batch, pos]
+                for b, j in enumerate(batch):
+                    r = at["row"] + b * T
+                    for k, v in row_labels(examples[j], labels[j], j).items():
+                        lab[k][r:r + T] = v
+                    prompts.append((j, T))
+                at["row"] += T * len(batch)
+                done_tokens += T * len(batch)
+                if progress is not None:
+                    progress(done_tokens, total)
+            short = {h: filled.get(h, 0) for h in names if filled.get(h, 0) != rows}
+            if short:
+                raise RuntimeError(f"hooks fired for other than the shard's {rows} tokens (rows written: {short}): "
+                                   "each hook must fire once per forward over every token; choose other --hooks")
+            store.write_shard(rank, {h: buf[h] for h in names}, lab, prompts)
+            buf.clear()
+            if max_gb is not None and store.bytes_written() > max_gb * 1e9:
+                raise ValueError(f"store {out} passed --max-gb {max_gb}; stopped (rerun with a larger limit to resume)")
+            if pause_after_shard:
+                time.sleep(pause_after_shard)
     if barrier:
         barrier()
     if rank == 0:

@@ -1,12 +1,12 @@
-"""Hooks: capture during cached decoding, steering, hook removal, unknown names."""
+"""Hooks: capture during cached decoding, streaming, steering, hook removal, unknown names."""
 
 import pytest
 import torch
 from transformers import DynamicCache
 
-from hooks import capture, hook_name, layer_names, steer
+from hooks import capture, hook_name, layer_names, steer, stream
 from models.load import bridge_from_hf
-from tests.conftest import tiny_gpt2_hf, tiny_llama_hf
+from tests.conftest import copy_of, tiny_gpt2_hf, tiny_llama_hf
 
 
 @pytest.mark.parametrize("make", [tiny_gpt2_hf, tiny_llama_hf], ids=["gpt2", "llama"])
@@ -37,6 +37,33 @@ def test_capture_seek_after_rollback_overwrites_positions():
     st = cap.stacked(name)
     assert st.shape[1] == 12
     assert [r.positions.tolist()[0] for r in cap.records[name]] == [0, 4]
+
+
+def test_stream_hands_over_each_activation_once_and_is_removed():
+    hf = tiny_llama_hf()
+    ref = copy_of(hf)
+    bridge = bridge_from_hf(hf)
+    x = torch.randint(0, 64, (2, 7))
+    names = ["blocks.0.hook_resid_pre", *layer_names(bridge, "resid_post")]
+    got = {n: [] for n in names}
+    with torch.no_grad():
+        with stream(bridge, names, lambda n, act: got[n].append(act.clone())):
+            bridge(x)
+        bridge(x)  # after the block nothing arrives
+
+        def failing_sink(name, act):
+            raise RuntimeError("sink failed")
+
+        with pytest.raises(RuntimeError, match="sink failed"), stream(bridge, names, failing_sink):
+            bridge(x)
+        bridge(x)  # the failing sink was removed too
+        hs = ref(x, output_hidden_states=True).hidden_states  # embeddings, then each layer (last one normed)
+    assert all(len(got[n]) == 1 for n in names)
+    for i, n in enumerate(names[:-1]):
+        torch.testing.assert_close(got[n][0], hs[i], atol=1e-5, rtol=1e-5)
+    with torch.no_grad(), capture(bridge, names[-1:]) as cap:
+        bridge(x)
+    assert torch.equal(got[names[-1]][0], cap.records[names[-1]][0].act)
 
 
 def test_steer_changes_downstream_only_and_is_removed():

@@ -76,6 +76,17 @@ def test_rows_equal_hf_hidden_states_and_task_labels(tmp_path):
     assert sorted(p for s in m["shards"] for p, _ in s["prompts"]) == list(range(len(exs)))
 
 
+def test_float16_store_holds_the_float32_rows_rounded(tmp_path):
+    a, _ = small_harvest(tmp_path / "f32")
+    b, _ = small_harvest(tmp_path / "f16", dtype="float16", shard_rows=17)  # other shard boundaries too
+    ra, rb = rows_by_prompt(a, a.hooks), rows_by_prompt(b, b.hooks)  # store order follows the shards
+    assert sorted(ra) == sorted(rb)
+    for p in ra:
+        np.testing.assert_array_equal(ra[p]["position"], rb[p]["position"])
+        for h in a.hooks:  # load_hook returns float32; float16 -> float32 is exact
+            assert torch.equal(ra[p][h].to(torch.float16).float(), rb[p][h])
+
+
 def run_harvest_cli(ckpt, out, extra=()):
     args = [PY, "-m", "probes.harvest", "--model", ckpt, "--n", "30", "--events", "1-6", "--out", out,
             "--no-random-init", "--no-progress", "--batch-size", "2", *extra]
