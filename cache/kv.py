@@ -110,7 +110,8 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
         self._pend = 0  # physical end: next forward writes slots [_pend, _pend + n) (unless planned)
         self._plan: tuple[int, int] | None = None  # (p, n) armed by attention_mask(n)
         self._cur: tuple[int, int] | None = None  # (p, n) of the forward in progress
-        self._cur_pos: torch.Tensor | None = None  # [batch, n] logical positions being written
+        self._cur_start: list[int] = []  # per-row logical length before the forward in progress
+        self._cur_pos: torch.Tensor | None = None  # [batch, n] logical positions being written (lazy)
         self._step = 0
         self._closed = False
         self.events: list[CacheEvent] = []
@@ -196,6 +197,7 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
                        c.growth)
 
     def _update(self, k: torch.Tensor, v: torch.Tensor, layer: int):
+        # Hot path (runs per layer per forward): narrow() views, no per-layer allocations.
         if self._closed:
             raise RuntimeError("this KVCache was closed (a fork that left its `with` block); fork again.")
         self._check(k, v, layer)
@@ -206,19 +208,28 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
             raise RuntimeError(f"layer {layer} wrote {n} positions but layer 0 of this forward wrote "
                                f"{None if self._cur is None else self._cur[1]}; layers must update in order 0..L-1.")
         p = self._cur[0]
-        for fn in self._hooks:
-            out = fn(k, v, layer=layer, positions=self._cur_pos)
-            if out is not None:
-                k, v = out
-        st = self._st
-        st.k[layer][:, :, p : p + n].copy_(k)
-        st.v[layer][:, :, p : p + n].copy_(v)
-        return st.k[layer][:, :, : p + n], st.v[layer][:, :, : p + n]
+        if self._hooks:
+            pos = self._positions_being_written()
+            for fn in list(self._hooks):
+                out = fn(k, v, layer=layer, positions=pos)
+                if out is not None:
+                    k, v = out
+        kb, vb = self._st.k[layer], self._st.v[layer]  # [batch, kv_heads, capacity, d_head]
+        kb.narrow(2, p, n).copy_(k)
+        vb.narrow(2, p, n).copy_(v)
+        return kb.narrow(2, 0, p + n), vb.narrow(2, 0, p + n)
+
+    def _positions_being_written(self) -> torch.Tensor:
+        """``[batch, n]`` logical positions of the forward in progress (built once, only for write hooks)."""
+        if self._cur_pos is None:
+            self._cur_pos = torch.tensor(self._cur_start)[:, None] + torch.arange(self._cur[1])  # [batch, n]
+        return self._cur_pos
 
     def _begin(self, k: torch.Tensor, n: int) -> None:
         """Layer 0 of a forward: choose slots, grow, record lengths/provenance/events."""
         c = self.config
-        if None in (c.kv_heads, c.d_head, c.batch, c.dtype, c.device) or not self._lens:
+        if (c.kv_heads is None or c.d_head is None or c.batch is None or c.dtype is None or c.device is None
+                or not self._lens):
             self._adopt_shape(k)
         if self._st is None:
             self._st = self._new_storage(max(self.config.capacity, n))
@@ -231,7 +242,7 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
                 raise RuntimeError(f"attention_mask/position_ids were built for n_new={planned} but the forward "
                                    f"writes {n} positions; call cache.forward_kwargs({n}).")
         else:
-            if not self.is_clean and self.config.strict_masks:
+            if c.strict_masks and not self.is_clean:
                 raise RuntimeError(
                     "this cache has ragged rows or holes (lengths "
                     f"{self._lens}, physical end {self._pend}), so the forward needs its mask and positions: "
@@ -247,21 +258,32 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
             self._relocate()  # clean holder: same layout, private storage
             st, p = self._st, self._pend
         st.ensure(p + n)
-        stamp = tick()
-        st.stamp[:, p : p + n] = stamp
-        self._cur_pos = torch.tensor(self._lens)[:, None] + torch.arange(n)  # [batch, n]
-        explicit, prov = self._consume_provenance()
-        for r in range(len(self._lens)):
-            pr = prov if prov is not None else (Provenance.PREFILL if self._lens[r] == 0 else Provenance.VERIFIED)
-            st.prov[r, p : p + n] = int(pr)
-            segs = self._segs[r]
+        st.stamp.narrow(1, p, n).fill_(tick())  # [batch, n] slots of this write
+        self._cur_start = list(self._lens)  # per-row logical position of the first new token
+        self._cur_pos = None  # built on demand by _positions_being_written (write hooks only)
+        _, prov = self._consume_provenance()
+        lens, segs_all, step = self._lens, self._segs, self._step
+        if prov is not None:  # explicit (next_provenance / tagging): same label for every row
+            st.prov.narrow(1, p, n).fill_(int(prov))  # [batch, n]
+            kind = "prefill" if prov == Provenance.PREFILL else ("decode" if prov == Provenance.DRAFT else "verify")
+        else:  # default: a row's first write is its prompt (PREFILL), later writes the model's own (VERIFIED)
+            first = [t == 0 for t in lens]
+            if all(first) or not any(first):  # one fill for all rows
+                st.prov.narrow(1, p, n).fill_(int(Provenance.PREFILL if first[0] else Provenance.VERIFIED))
+            else:
+                for r, f in enumerate(first):
+                    st.prov[r].narrow(0, p, n).fill_(int(Provenance.PREFILL if f else Provenance.VERIFIED))
+        for r in range(len(lens)):
+            start = lens[r]
+            if prov is None:
+                kind = "prefill" if start == 0 else "decode"
+            segs = segs_all[r]
             if segs and segs[-1][1] == p:
                 segs[-1][1] = p + n
             else:
                 segs.append([p, p + n])
-            kind = {Provenance.PREFILL: "prefill", Provenance.DRAFT: "decode"}.get(pr, "verify" if explicit else "decode")
-            self.events.append(CacheEvent(kind, r, self._lens[r], self._lens[r] + n, self._step))
-            self._lens[r] += n
+            self.events.append(CacheEvent(kind, r, start, start + n, step))
+            lens[r] = start + n
         self._pend = p + n
         self._cur = (p, n)
         self._step += 1

@@ -20,7 +20,13 @@ class MaskMixin:
     def is_clean(self) -> bool:
         """True if every row is the single segment ``[0, physical_end)``: no mask or positions needed."""
         p = self._pend
-        return all((not s and p == 0) or (len(s) == 1 and s[0][0] == 0 and s[0][1] == p) for s in self._segs)
+        for s in self._segs:  # a plain loop: this runs before every forward
+            if s:
+                if len(s) != 1 or s[0][0] != 0 or s[0][1] != p:
+                    return False
+            elif p:
+                return False
+        return True
 
     def attention_mask(self, n_new: int) -> torch.Tensor:
         """2D mask ``[batch, past + n_new]`` (1 = attend) for the next forward of ``n_new`` tokens per row.
