@@ -37,11 +37,13 @@ FORMAT = "beliefscope-ngram-store/1"
 class StoreDraftConfig:
     """How the retrieval drafter turns table hits into drafts."""
 
-    min_n: int = 2  # shortest suffix match that may propose a token (1-grams are too vague)
-    min_count: int = 2  # a static continuation seen fewer times than this is not proposed
-    min_share: float = 0.6  # ... nor one whose share of the suffix's continuations is below this
+    min_n: int = 1  # shortest suffix match that may propose a token
+    min_count: int = 1  # a static continuation seen fewer times than this is not proposed
+    min_share: float = 0.8  # ... nor one whose share of the suffix's continuations is below this
     use_context: bool = True  # also look up the request's own tokens (prompt lookup)
-    strict_first_only: bool = True  # thresholds gate only the first draft token; later ones need any match
+    prefer_context: bool = True  # at equal match length the request's own tokens win over the static store
+    # (the store knows the output's structure; the context knows this request's names and phrasings)
+    strict_first_only: bool = False  # True: thresholds gate only the first draft token, later ones need any match
     # (a verify window padded to a cheap width costs the same whether the tail is filled or not)
 
 
@@ -146,7 +148,7 @@ class StoreDrafter(Drafter):
         local = self.context.continuation(context) if c.use_context else None
         if local and local[0] < c.min_n:
             local = None
-        if static and (local is None or static[0] >= local[0]):
+        if static and (local is None or static[0] > local[0] or (static[0] == local[0] and not c.prefer_context)):
             return static[1]
         return local[1] if local else None
 

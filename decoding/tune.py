@@ -12,8 +12,6 @@ is causally invisible. ``efficient_widths`` keeps every width that is cheaper th
 from __future__ import annotations
 
 import time
-from statistics import median
-
 import torch
 
 from decoding.core import forward, new_cache
@@ -43,14 +41,17 @@ def time_windows(model, prompt_ids, widths=tuple(range(1, 10)), repeats: int = 7
 
 
 def efficient_widths(costs: dict[int, float]) -> tuple[int, ...]:
-    """Widths cheaper than every wider width (the only ones worth padding up to)."""
-    return tuple(w for w in sorted(costs) if all(costs[w] < costs[x] for x in costs if x > w))
+    """Widths cheaper than every wider width (the only ones worth padding up to). Width 1 (a plain
+    decode step) is always kept: a step with no draft never pads."""
+    keep = [w for w in sorted(costs) if all(costs[w] < costs[x] for x in costs if x > w)]
+    return tuple(sorted(set(keep) | ({1} if 1 in costs else set())))
 
 
-def measure_verify_widths(model, prompt_ids, max_width: int = 9, repeats: int = 7) -> tuple[tuple[int, ...], dict]:
+def measure_verify_widths(model, prompt_ids, max_width: int = 9, repeats: int = 11) -> tuple[tuple[int, ...], dict]:
     """``(widths, relative cost per width)`` measured on ``model``: pass the widths to
-    ``SpecConfig(fixed_window=False, verify_widths=widths)``."""
+    ``SpecConfig(fixed_window=False, verify_widths=widths)``. Costs are the fastest of ``repeats``
+    interleaved runs (the minimum is what other processes on a shared machine disturb least)."""
     times = time_windows(model, prompt_ids, tuple(range(1, max_width + 1)), repeats)
-    base = median(times[1])
-    costs = {w: median(t) / base for w, t in times.items()}
+    base = min(times[1])
+    costs = {w: min(t) / base for w, t in times.items()}
     return efficient_widths(costs), costs
