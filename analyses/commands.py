@@ -134,7 +134,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_trace)
 
-    # decoding/cli.py owns `beliefscope determinism` (the JSON); this draws its chart.
+    # `beliefscope determinism`: the numbers as JSON, and the chart with --out
     name = "determinism" if "determinism" not in subparsers.choices else "determinism-chart"
     p = subparsers.add_parser(name, help="unique outputs vs co-batched requests, fast path vs verified (chart)")
     p.add_argument("--model", required=True)
@@ -142,7 +142,7 @@ def register(subparsers) -> None:
     p.add_argument("--others", default="0,1,3,7", help="numbers of co-batched requests")
     p.add_argument("--max-new-tokens", type=int, default=12)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="fast-path precision")
-    p.add_argument("--out", required=True, help="chart PNG")
+    p.add_argument("--out", default=None, help="chart PNG (default: print the numbers only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_determinism)

@@ -28,7 +28,7 @@ class DeterminismConfig:
     model: str = "target"  # checkpoint folder or alias
     prompts: int = 8  # measured prompts (requests)
     others: str = "0,1,3,7"  # batch sizes beyond one request (the Scheduler's max_batch = k + 1), comma-separated
-    out: str = "determinism.png"  # chart PNG
+    out: str | None = "determinism.png"  # chart PNG (None: numbers only)
     max_new_tokens: int = 12  # tokens per request
     quick: bool = False  # 2 arrival orders instead of 3
     window: int = 4  # verify window W (pending token + W-1 fast-path drafts)
@@ -65,7 +65,7 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     """Measure and draw the chart; returns the numbers (with `verified_unique_max`, `fast_path_unique_max`)."""
     from tasks import get_task
 
-    out = check_writable_parent(config.out)
+    out = check_writable_parent(config.out) if config.out else None
     if config.dtype not in ("float32", "bfloat16"):
         raise ValueError(f"fast-path dtype {config.dtype!r} is unknown: use float32 or bfloat16")
     if bridge is None:
@@ -79,8 +79,9 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     pool = enc(task.examples(32, config.seed + 2, (1, 12)))
     res = measure(bridge, prompts, pool, config, progress)
     rows = res["by_others"]
-    save_fig(plots.determinism_chart([r["others"] for r in rows], [r["fast_path_unique_max"] for r in rows],
-                                     [r["verified_unique_max"] for r in rows]), out)
+    if out:
+        save_fig(plots.determinism_chart([r["others"] for r in rows], [r["fast_path_unique_max"] for r in rows],
+                                         [r["verified_unique_max"] for r in rows]), out)
     return {"model": config.model, "fast_path_dtype": config.dtype, "window": config.window,
             "max_new_tokens": config.max_new_tokens, "engine": "decoding.scheduler.determinism_sweep", **res,
-            "files": [out]}
+            "files": [out] if out else []}

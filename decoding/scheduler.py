@@ -2,10 +2,12 @@
 
 Every active request decodes through the *fast path*: one dynamic batch (left-padded, its
 composition changes as requests arrive and finish; optionally bfloat16). A request flagged
-``deterministic`` is verified every ``window - 1`` fast tokens by the reference in a forward of
-fixed shape ``[1, window]`` over its own KVCache, so its output depends only on the request and
-the window: it equals ``generate(target, prompt, window=window)``. Other requests keep the fast
-path's tokens unverified.
+``deterministic`` owns one of ``verify_slots`` rows of a static :class:`decoding.slots.SlotCache`
+and is verified every ``window - 1`` fast tokens by the reference, together with the other
+deterministic requests that are due, in one forward of fixed shape ``[verify_slots, window]``
+over the slots' whole capacity (rows with nothing to verify, and free slots, are dummy rows). No
+shape depends on the batch, so its output depends only on the request (and W, B, capacity).
+Other requests keep the fast path's tokens unverified.
 
 >>> from cache.testing import tiny_gpt2
 >>> sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=3, max_batch=2))
@@ -22,9 +24,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from cache import Provenance
 from decoding.config import SpecConfig
 from decoding.core import check_prompt, forward, hf_model, new_cache, pad_window, token_budget
+from decoding.slots import SlotCache
 from decoding.speculative import accept_greedy
 
 
@@ -33,6 +35,8 @@ class SchedulerConfig:
     """How the scheduler batches and verifies (greedy decoding)."""
 
     window: int = 4  # verify window W: pending token + up to W-1 fast-path drafts, always padded to W
+    verify_slots: int = 4  # B: every verify forward is [B, W]; at most B deterministic requests run at once
+    slot_capacity: int = 512  # C: tokens per slot (prompt + new tokens + W); fixed so the shape never changes
     max_batch: int = 16  # most requests decoded together by the fast path (others wait, FIFO)
     fast_dtype: torch.dtype = torch.float32  # dtype of the fast path (bfloat16 = LLM-42's low-precision path)
     eos_token_id: int | None = None  # stop a request after this token (None: never stop early)
@@ -50,7 +54,7 @@ class Request:
     # filled by the scheduler:
     tokens: list[int] = field(default_factory=list)  # committed new tokens
     drafts: list[int] = field(default_factory=list)  # fast-path tokens awaiting verification
-    cache: object = None  # KVCache of the reference (deterministic requests only)
+    slot: int | None = None  # row of the scheduler's SlotCache (deterministic requests only)
     verifies: int = 0  # verify passes run
     accepted: int = 0  # fast-path tokens accepted by the verifier
     drafted: int = 0  # fast-path tokens proposed to the verifier
@@ -69,6 +73,8 @@ class Scheduler:
         self.cfg = cfg or SchedulerConfig()
         if self.cfg.window < 1:
             raise ValueError(f"window={self.cfg.window} must be >= 1")
+        if self.cfg.verify_slots < 1:
+            raise ValueError(f"verify_slots={self.cfg.verify_slots} must be >= 1")
         self.target = target
         hf = hf_model(target)
         self.fast = hf if self.cfg.fast_dtype == next(hf.parameters()).dtype else \
@@ -82,27 +88,46 @@ class Scheduler:
         waiting = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, i))
         active: list[Request] = []
         self.rounds = 0
+        self.slots = SlotCache.for_model(self.target, cfg.verify_slots, cfg.slot_capacity)
+        free = list(range(cfg.verify_slots))
         for r in requests:
             check_prompt(self.target, r.prompt)
             r.tokens, r.drafts, r.eos, r.verifies, r.accepted, r.drafted = [], [], cfg.eos_token_id, 0, 0, 0
+            r.slot = None
             r.max_new_tokens = token_budget(self.target, len(r.prompt), r.max_new_tokens, cfg.window)
+            if r.deterministic and len(r.prompt) + r.max_new_tokens + cfg.window > cfg.slot_capacity:
+                raise ValueError(f"a deterministic request needs {len(r.prompt)} prompt + {r.max_new_tokens} new + "
+                                 f"{cfg.window} window tokens but slot_capacity={cfg.slot_capacity}: raise "
+                                 "SchedulerConfig.slot_capacity (the same value for every run you compare)")
         while waiting or active:
             while waiting and len(active) < cfg.max_batch and requests[waiting[0]].arrival <= self.rounds:
-                r = requests[waiting.pop(0)]
+                r = requests[waiting[0]]
                 if r.deterministic:
+                    if not free:  # every verify slot is taken: wait (FIFO) for one to free up
+                        break
+                    r.slot = free.pop(0)
                     self._prefill(r, spec)
+                waiting.pop(0)
                 active.append(r)
             if not active:  # nothing has arrived yet: time passes
                 self.rounds += 1
                 continue
             self._fast_round(active)
+            due = []
             for r in active:
                 want = min(cfg.window - 1, r.max_new_tokens - len(r.tokens) - 1)
                 if r.deterministic and (len(r.drafts) >= want or self._stopped(r.drafts)):
-                    self._verify(r, cfg.window)
+                    due.append(r)
                 elif not r.deterministic:
                     r.tokens += r.drafts
                     r.drafts = []
+            if due:
+                self._verify(due, cfg.window)
+            for r in active:
+                if r.done and r.slot is not None:
+                    self.slots.lengths[r.slot] = 0
+                    free.append(r.slot)
+                    r.slot = None
             active = [r for r in active if not r.done]
             self.rounds += 1
         return [r.tokens for r in requests]
@@ -111,10 +136,13 @@ class Scheduler:
         return self.cfg.eos_token_id is not None and self.cfg.eos_token_id in drafts
 
     def _prefill(self, r: Request, spec: SpecConfig) -> None:
-        """Reference prefill (shape depends on the prompt only); its argmax is the first token."""
+        """Reference prefill ``[1, n]`` (its shape depends on the prompt only); its argmax is the first
+        token, and its K/V go into the request's slot."""
         ids = torch.tensor(r.prompt)
-        r.cache = new_cache(self.target, len(r.prompt) + r.max_new_tokens + self.cfg.window)
-        r.tokens = [int(forward(self.target, ids, r.cache)[-1].argmax())]
+        cache = new_cache(self.target, len(r.prompt))
+        r.tokens = [int(forward(self.target, ids, cache)[-1].argmax())]
+        n_layers = len(self.slots.layers)
+        self.slots.load(r.slot, [cache.keys(i) for i in range(n_layers)], [cache.values(i) for i in range(n_layers)])
 
     def _fast_round(self, active: list[Request]) -> None:
         """One fast-path token for every active request, in one left-padded batch (no cache)."""
@@ -134,25 +162,29 @@ class Scheduler:
             else:
                 r.drafts.append(t)
 
-    def _verify(self, r: Request, window: int) -> None:
-        """Fixed-shape [1, window] reference forward over [pending, drafts..., padding]; rollback."""
-        cache = r.cache
-        pos = len(r.prompt) + len(r.tokens) - 1  # absolute position of the pending token
-        budget = r.max_new_tokens - len(r.tokens)
-        drafts = torch.tensor(r.drafts[: max(0, min(window - 1, budget - 1))], dtype=torch.long)
-        x = pad_window(torch.cat([torch.tensor(r.tokens[-1:]), drafts]), window, self.cfg.pad_token_id)
-        cache.next_provenance = Provenance.VERIFIED
-        logits = forward(self.target, x, cache)[: drafts.numel() + 1]  # [k+1, vocab]
-        accepted, nxt = accept_greedy(logits, drafts)
-        new = [*drafts[:accepted].tolist(), nxt][:budget]
-        if self.cfg.eos_token_id in new:
-            new = new[: new.index(self.cfg.eos_token_id) + 1]
-        cache.rollback(pos + len(new))  # keep the pending token and accepted drafts
-        r.tokens += new
-        r.drafts = []
-        r.verifies += 1
-        r.accepted += accepted
-        r.drafted += drafts.numel()
+    def _verify(self, due: list[Request], window: int) -> None:
+        """One fixed-shape ``[verify_slots, window]`` reference forward; each due row holds
+        ``[pending, drafts..., padding]``, every other row is a dummy. Then accept and roll back per row."""
+        pad = self.cfg.pad_token_id
+        x = torch.full((self.cfg.verify_slots, window), pad, dtype=torch.long)  # [B, W]
+        rows = []
+        for r in due:
+            budget = r.max_new_tokens - len(r.tokens)
+            drafts = torch.tensor(r.drafts[: max(0, min(window - 1, budget - 1))], dtype=torch.long)
+            x[r.slot] = pad_window(torch.cat([torch.tensor(r.tokens[-1:]), drafts]), window, pad)
+            rows.append((r, drafts, budget))
+        logits = self.slots.verify(self.target, x)  # [B, W, vocab]
+        for r, drafts, budget in rows:
+            accepted, nxt = accept_greedy(logits[r.slot, : drafts.numel() + 1], drafts)
+            new = [*drafts[:accepted].tolist(), nxt][:budget]
+            if self.cfg.eos_token_id in new:
+                new = new[: new.index(self.cfg.eos_token_id) + 1]
+            self.slots.lengths[r.slot] += len(new)  # keep the pending token and the accepted drafts: O(1) rollback
+            r.tokens += new
+            r.drafts = []
+            r.verifies += 1
+            r.accepted += accepted
+            r.drafted += drafts.numel()
 
 
 def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), orders=3, window=4,

@@ -31,3 +31,46 @@ def test_deterministic_requests_identical_across_batches(setup):
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize("builder", ["tiny_gpt2", "tiny_llama"])
+def test_slot_verify_exact_and_batch_invariant(builder):
+    """A row's verified logits equal an uncached forward (1e-5) and are bit-identical whatever slot it
+    sits in and whatever the other slots hold (contents and lengths)."""
+    import torch
+
+    import cache.testing as ct
+    from decoding.core import forward, hf_model, new_cache
+    from decoding.slots import SlotCache
+
+    model = getattr(ct, builder)()
+    g = torch.Generator().manual_seed(0)
+    prompt, window = [3, 4, 5, 6, 7], torch.tensor([9, 10, 11, 12])
+    outs = []
+    for slot, others in [(0, []), (2, [1, 3]), (1, [0, 2, 3]), (3, [0])]:
+        slots = SlotCache.for_model(model, slots=4, capacity=64)
+        n = len(slots.layers)
+
+        def put(row, p):
+            c = new_cache(model, 64)
+            forward(model, torch.tensor(p), c)
+            slots.load(row, [c.keys(i) for i in range(n)], [c.values(i) for i in range(n)])
+
+        put(slot, prompt)
+        for o in others:
+            put(o, torch.randint(1, 30, (int(torch.randint(2, 40, (1,), generator=g)),), generator=g).tolist())
+        x = torch.randint(1, 30, (4, 4), generator=g)  # [B, W]: other rows hold random windows
+        x[slot] = window
+        outs.append(slots.verify(model, x)[slot])  # [W, vocab]
+    full = hf_model(model)(torch.tensor(prompt + window.tolist())[None]).logits[0, -4:]
+    assert (outs[0] - full).abs().max() < 1e-5
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def test_slot_capacity_error_names_the_fix():
+    from cache.testing import tiny_gpt2
+    from decoding.scheduler import Request, Scheduler, SchedulerConfig
+
+    sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=4, slot_capacity=16))
+    with pytest.raises(ValueError, match="slot_capacity=16"):
+        sched.run([Request(list(range(1, 12)), 8, deterministic=True)])

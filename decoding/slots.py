@@ -1,0 +1,121 @@
+"""A static slot cache for fixed-shape batched verification of deterministic requests.
+
+Every verify forward of the scheduler has the same shape: ``[B, W]`` tokens (B slots, window W)
+attending over the *whole* capacity ``C`` of every slot, with a 4D mask that hides what a row
+must not see. Each deterministic request owns one slot (one row) for its life; rows that have
+nothing to verify in a pass, and free slots, are dummy rows (pad tokens whose writes land past
+their row's length and are overwritten before anyone attends to them). Since no shape depends on
+the batch composition or on the other rows' lengths, a request's verified logits do not either.
+
+Writes go to each row's own length (``scatter`` along the position axis); rollback is moving a
+row's length, O(1).
+
+>>> from cache.testing import tiny_gpt2
+>>> model = tiny_gpt2()
+>>> slots = SlotCache.for_model(model, slots=2, capacity=16)
+>>> slots.mask(3).shape  # [B, 1, W, C]
+torch.Size([2, 1, 3, 16])
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from decoding.core import hf_model
+
+
+class SlotLayer(CacheLayerMixin):
+    """One layer's static buffers ``[B, kv_heads, C, d_head]``."""
+
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, owner: SlotCache, k: torch.Tensor, v: torch.Tensor):  # noqa: D107
+        self.owner, self.keys, self.values = owner, k, v
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        return None
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        # key_states: [B, kv_heads, W, d_head] written at positions lengths[r] .. lengths[r] + W - 1 of row r
+        idx = self.owner.write_index(key_states.shape)  # [B, kv_heads, W, d_head]
+        self.keys.scatter_(2, idx, key_states)
+        self.values.scatter_(2, idx, value_states)
+        return self.keys, self.values  # the full capacity, always: a fixed attention shape
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.owner.capacity, 0
+
+    def get_seq_length(self) -> int:
+        return 0  # positions come from position_ids and the 4D mask, never from here
+
+    def get_max_length(self) -> int:
+        return self.owner.capacity
+
+
+class SlotCache(Cache):
+    """``B`` static rows of capacity ``C``; ``lengths[r]`` tokens of row r are committed."""
+
+    def __init__(self, n_layers: int, slots: int, kv_heads: int, capacity: int, d_head: int, dtype, device):
+        self.capacity, self.slots = capacity, slots
+        self.lengths = torch.zeros(slots, dtype=torch.long)  # [B] committed tokens per row
+        self._width = 0  # W of the forward in progress (set by mask())
+        shape = (slots, kv_heads, capacity, d_head)
+        super().__init__(layers=[SlotLayer(self, torch.zeros(shape, dtype=dtype, device=device),
+                                           torch.zeros(shape, dtype=dtype, device=device)) for _ in range(n_layers)])
+
+    @classmethod
+    def for_model(cls, model, slots: int, capacity: int) -> SlotCache:
+        hf = hf_model(model)
+        c = hf.config
+        heads = getattr(c, "num_attention_heads", None) or c.n_head
+        layers = getattr(c, "num_hidden_layers", None) or c.n_layer
+        d_head = getattr(c, "head_dim", None) or c.hidden_size // heads
+        p = next(hf.parameters())
+        return cls(layers, slots, getattr(c, "num_key_value_heads", None) or heads, capacity, d_head, p.dtype, p.device)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self.capacity, 0
+
+    def get_max_length(self, layer_idx: int | None = None) -> int:
+        return self.capacity
+
+    def write_index(self, shape) -> torch.Tensor:
+        b, h, w, d = shape
+        pos = (self.lengths[:, None] + torch.arange(w)).clamp(max=self.capacity - 1)  # [B, W]
+        return pos[:, None, :, None].expand(b, h, w, d)
+
+    def mask(self, width: int) -> torch.Tensor:
+        """Boolean ``[B, 1, W, C]``: query i of row r sees keys ``0 .. lengths[r] + i``."""
+        if int(self.lengths.max()) + width > self.capacity:
+            raise ValueError(f"a slot would grow past its capacity {self.capacity}: raise the scheduler's "
+                             f"slot capacity (longest row {int(self.lengths.max())} + window {width})")
+        last = self.lengths[:, None] + torch.arange(width)  # [B, W] last visible key per query
+        return (torch.arange(self.capacity)[None, None, :] <= last[:, :, None])[:, None]  # [B, 1, W, C]
+
+    def position_ids(self, width: int) -> torch.Tensor:
+        return self.lengths[:, None] + torch.arange(width)  # [B, W]
+
+    def load(self, row: int, keys: list, values: list) -> None:
+        """Put a prefilled context (per layer ``[kv_heads, n, d_head]``) into ``row``; its length becomes n."""
+        n = keys[0].shape[1]
+        if n > self.capacity:
+            raise ValueError(f"a prompt of {n} tokens does not fit a slot of capacity {self.capacity}")
+        for layer, k, v in zip(self.layers, keys, values):
+            layer.keys[row, :, :n] = k
+            layer.values[row, :, :n] = v
+        self.lengths[row] = n
+
+    @torch.no_grad()
+    def verify(self, model, tokens: torch.Tensor) -> torch.Tensor:
+        """One fixed-shape forward of ``tokens`` ``[B, W]``; logits ``[B, W, vocab]``. Lengths are not
+        advanced: the caller commits what it accepts with ``lengths[r] += k``."""
+        w = tokens.shape[1]
+        out = hf_model(model)(tokens, past_key_values=self, attention_mask=self.mask(w),
+                              position_ids=self.position_ids(w), use_cache=True)
+        return out.logits.float()
