@@ -74,7 +74,7 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
         bridge, tok = load_model(config.model)
     rendering = "natural" if config.model == "smollm2" else "toy"
     task = get_task("coinflip", rendering=rendering, fmt="cot" if rendering == "toy" else "direct")
-    enc = lambda exs: [tok(e.prompt)["input_ids"] for e in exs]  # noqa: E731
+    enc = lambda exs: [tok(e.prompt)["input_ids"] for e in exs]
     prompts = enc(task.examples(config.prompts, config.seed + 1, (3, 8)))
     pool = enc(task.examples(32, config.seed + 2, (1, 12)))
     res = measure(bridge, prompts, pool, config, progress)

@@ -10,13 +10,35 @@ True
 
 from decoding.config import SpecConfig
 from decoding.core import Generation, generate
-from decoding.drafters import (Drafter, EarlyExitDrafter, LowPrecisionDrafter, ModelDrafter, NGramDrafter,
-                               make_drafter)
+from decoding.drafters import (
+                               Drafter,
+                               EarlyExitDrafter,
+                               LowPrecisionDrafter,
+                               ModelDrafter,
+                               NGramDrafter,
+                               make_drafter,
+)
 from decoding.scheduler import Request, Scheduler, SchedulerConfig, determinism_sweep
 from decoding.speculative import accept_greedy, accept_sampled, speculative_generate
 from decoding.trace import Step, Trace
 
-__all__ = ["SpecConfig", "Generation", "generate", "Drafter", "EarlyExitDrafter", "LowPrecisionDrafter",
-           "ModelDrafter", "NGramDrafter", "make_drafter", "accept_greedy", "accept_sampled",
-           "speculative_generate", "Step", "Trace", "Request", "Scheduler", "SchedulerConfig",
-           "determinism_sweep"]
+__all__ = [
+                               "Drafter",
+                               "EarlyExitDrafter",
+                               "Generation",
+                               "LowPrecisionDrafter",
+                               "ModelDrafter",
+                               "NGramDrafter",
+                               "Request",
+                               "Scheduler",
+                               "SchedulerConfig",
+                               "SpecConfig",
+                               "Step",
+                               "Trace",
+                               "accept_greedy",
+                               "accept_sampled",
+                               "determinism_sweep",
+                               "generate",
+                               "make_drafter",
+                               "speculative_generate",
+]

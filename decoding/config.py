@@ -31,9 +31,9 @@ class SpecConfig:
     capture: tuple[str, ...] = ()  # hook names to capture into the Trace, tagged {pass, status}
 
     def __post_init__(self):
-        if self.gamma != "auto":
-            if isinstance(self.gamma, bool) or not isinstance(self.gamma, int) or self.gamma <= 0:
-                raise ValueError(f"gamma={self.gamma!r} is invalid: use an integer >= 1 or 'auto'")
+        if self.gamma != "auto" and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int)
+                                     or self.gamma <= 0):
+            raise ValueError(f"gamma={self.gamma!r} is invalid: use an integer >= 1 or 'auto'")
         if self.gamma_max <= 0 or self.gamma_start <= 0:
             raise ValueError(f"gamma_max={self.gamma_max} and gamma_start={self.gamma_start} must be >= 1")
         if self.max_new_tokens <= 0:

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from decoding.config import SpecConfig
 from decoding.core import vocab_size
 from decoding.drafters import Drafter
 

@@ -31,7 +31,7 @@ class SlotLayer(CacheLayerMixin):
     is_compileable = False
     is_sliding = False
 
-    def __init__(self, owner: SlotCache, k: torch.Tensor, v: torch.Tensor):  # noqa: D107
+    def __init__(self, owner: SlotCache, k: torch.Tensor, v: torch.Tensor):
         self.owner, self.keys, self.values = owner, k, v
         self.is_initialized = True
 

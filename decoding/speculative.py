@@ -18,8 +18,21 @@ import torch
 
 from cache import Provenance
 from decoding.config import SpecConfig
-from decoding.core import (Generation, check_prompt, eos_id, forward, generate, hf_model, new_cache, pad_window, pick,
-                           probs, sample, seeded_generator, token_budget)
+from decoding.core import (
+    Generation,
+    check_prompt,
+    eos_id,
+    forward,
+    generate,
+    hf_model,
+    new_cache,
+    pad_window,
+    pick,
+    probs,
+    sample,
+    seeded_generator,
+    token_budget,
+)
 from decoding.drafters import Drafter
 from decoding.trace import Step, Trace, close_step, record_counts
 

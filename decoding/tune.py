@@ -12,6 +12,7 @@ is causally invisible. ``efficient_widths`` keeps every width that is cheaper th
 from __future__ import annotations
 
 import time
+
 import torch
 
 from decoding.core import forward, new_cache

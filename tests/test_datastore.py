@@ -110,8 +110,8 @@ def test_efficient_widths():
 
 @pytest.fixture(scope="module")
 def toy():
-    from tests.test_decoding import _toy
     from models.tokenizer import toy_tokenizer
+    from tests.test_decoding import _toy
 
     return _toy("target", TARGET), toy_tokenizer()
 

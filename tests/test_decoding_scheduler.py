@@ -4,8 +4,8 @@ import pytest
 
 from decoding import SpecConfig, generate
 from decoding.scheduler import determinism_sweep
-from tests.test_decoding import _toy
 from tests.conftest import TARGET
+from tests.test_decoding import _toy
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_slot_verify_exact_and_batch_invariant(builder):
         slots = SlotCache.for_model(model, slots=4, capacity=64)
         n = len(slots.layers)
 
-        def put(row, p):
+        def put(row, p, slots=slots, n=n):
             c = new_cache(model, 64)
             forward(model, torch.tensor(p), c)
             slots.load(row, [c.keys(i) for i in range(n)], [c.values(i) for i in range(n)])
