@@ -110,6 +110,7 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
         self._pend = 0  # physical end: next forward writes slots [_pend, _pend + n) (unless planned)
         self._plan: tuple[int, int] | None = None  # (p, n) armed by attention_mask(n)
         self._cur: tuple[int, int] | None = None  # (p, n) of the forward in progress
+        self._cur_idx: torch.Tensor | None = None  # [n] physical slots p..p+n-1 of the forward in progress
         self._cur_start: list[int] = []  # per-row logical length before the forward in progress
         self._cur_pos: torch.Tensor | None = None  # [batch, n] logical positions being written (lazy)
         self._step = 0
@@ -197,7 +198,7 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
                        c.growth)
 
     def _update(self, k: torch.Tensor, v: torch.Tensor, layer: int):
-        # Hot path (runs per layer per forward): narrow() views, no per-layer allocations.
+        # Hot path (runs per layer per forward): one index_copy_ per buffer, narrow() views, no allocations.
         if self._closed:
             raise RuntimeError("this KVCache was closed (a fork that left its `with` block); fork again.")
         self._check(k, v, layer)
@@ -215,8 +216,8 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
                 if out is not None:
                     k, v = out
         kb, vb = self._st.k[layer], self._st.v[layer]  # [batch, kv_heads, capacity, d_head]
-        kb.narrow(2, p, n).copy_(k)
-        vb.narrow(2, p, n).copy_(v)
+        kb.index_copy_(2, self._cur_idx, k)  # one op per write (narrow + copy_ would be two)
+        vb.index_copy_(2, self._cur_idx, v)
         return kb.narrow(2, 0, p + n), vb.narrow(2, 0, p + n)
 
     def _positions_being_written(self) -> torch.Tensor:
@@ -258,21 +259,24 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
             self._relocate()  # clean holder: same layout, private storage
             st, p = self._st, self._pend
         st.ensure(p + n)
-        st.stamp.narrow(1, p, n).fill_(tick())  # [batch, n] slots of this write
+        idx = torch.arange(p, p + n, device=st.k[0].device)  # [n] physical slots of this write
+        self._cur_idx = idx  # shared by all layers' index_copy_
+        meta_idx = idx if idx.device.type == "cpu" else idx.cpu()  # stamps/provenance live on the CPU
+        st.stamp.index_fill_(1, meta_idx, tick())
         self._cur_start = list(self._lens)  # per-row logical position of the first new token
         self._cur_pos = None  # built on demand by _positions_being_written (write hooks only)
         _, prov = self._consume_provenance()
         lens, segs_all, step = self._lens, self._segs, self._step
         if prov is not None:  # explicit (next_provenance / tagging): same label for every row
-            st.prov.narrow(1, p, n).fill_(int(prov))  # [batch, n]
+            st.prov.index_fill_(1, meta_idx, int(prov))  # [batch, n]
             kind = "prefill" if prov == Provenance.PREFILL else ("decode" if prov == Provenance.DRAFT else "verify")
         else:  # default: a row's first write is its prompt (PREFILL), later writes the model's own (VERIFIED)
             first = [t == 0 for t in lens]
             if all(first) or not any(first):  # one fill for all rows
-                st.prov.narrow(1, p, n).fill_(int(Provenance.PREFILL if first[0] else Provenance.VERIFIED))
+                st.prov.index_fill_(1, meta_idx, int(Provenance.PREFILL if first[0] else Provenance.VERIFIED))
             else:
                 for r, f in enumerate(first):
-                    st.prov[r].narrow(0, p, n).fill_(int(Provenance.PREFILL if f else Provenance.VERIFIED))
+                    st.prov[r].index_fill_(0, meta_idx, int(Provenance.PREFILL if f else Provenance.VERIFIED))
         for r in range(len(lens)):
             start = lens[r]
             if prov is None:

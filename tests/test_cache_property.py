@@ -1,5 +1,6 @@
 """Property test: random append / rollback / fork sequences match from-scratch recomputation."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +30,11 @@ def test_random_ops_match_reference(ops, prefill):
         cache, toks = states[i]
         if kind == "append" and len(toks) + n <= 40:
             new = torch.randint(0, 50, (n,), generator=g).tolist()
+            if not masked and not cache.is_clean:  # a hole (left by a masked write past a fork's slots):
+                with pytest.raises(RuntimeError, match="forward_kwargs"):  # a plain forward must refuse...
+                    with torch.no_grad():
+                        BRIDGE(torch.tensor([new]), past_key_values=cache, return_type="logits")
+                masked = True  # ...without side effects, and the masked forward then works
             kw = cache.forward_kwargs(n) if masked else {"past_key_values": cache}
             with torch.no_grad():
                 out = BRIDGE(torch.tensor([new]), return_type="logits", **kw)
