@@ -187,6 +187,9 @@ def check_probe_matches(probe, bridge, model_name: str = "") -> None:
     want = (probe.meta.get("harvest_config") or {}).get("checkpoint_hash")
     if want:
         have = checkpoint_hash(bridge)
+        if have.split("-")[0] != want.split("-")[0] and "-" in have and "-" not in want:
+            raise ValueError(f"the probe at hand was harvested by an older beliefscope (checkpoint hash {want}, an "
+                             "older hash scheme): re-run beliefscope harvest and beliefscope probe for this model")
         if have != want:
             raise ValueError(f"the probe was trained on {trained_on} (checkpoint hash {want}) but model "
                              f"{model_name or '?'} has checkpoint hash {have}: it is another model (or other "

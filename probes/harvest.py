@@ -77,13 +77,21 @@ def hook_names_for(model, hooks, layers) -> list[str]:
 
 
 def checkpoint_hash(model) -> str:
-    """sha256 over the model's parameters and buffers (names, shapes and bytes), 16 hex digits."""
+    """sha256 over the model's parameters and buffers (names, shapes and bytes), 16 hex digits.
+
+    A tensor reachable under several names (tied embeddings, the bridge's aliases of HF modules:
+    SmolLM2's state dict lists its 0.54 GB of weights 3-4 times) is hashed once, under its first name."""
     hf = getattr(model, "original_model", model)
     h = hashlib.sha256()
+    seen = set()
     for name, t in sorted(hf.state_dict().items()):
+        key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+        if key in seen:
+            continue
+        seen.add(key)
         h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
         h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy())  # the bytes in place (no copy)
-    return h.hexdigest()[:16]
+    return "v2-" + h.hexdigest()[:16]
 
 
 def random_init_like(model, seed: int = 0):
