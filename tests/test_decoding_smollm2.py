@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 import torch
 
-from decoding import EarlyExitDrafter, NGramDrafter, SpecConfig, generate, speculative_generate
+from decoding import EarlyExitDrafter, LowPrecisionDrafter, NGramDrafter, SpecConfig, generate, speculative_generate
 from decoding.drafters import make_drafter
 
 
@@ -27,7 +27,7 @@ def test_smollm2_greedy_exact():
         plain = [generate(model, p, cfg).tokens for p in prompts]
         assert plain == ref
         store = make_drafter("store:smollm2", model)  # the committed n-gram store of SmolLM2's own outputs
-        for drafter in (NGramDrafter(3), EarlyExitDrafter(model, 4), store):
+        for drafter in (NGramDrafter(3), EarlyExitDrafter(model, 4), store, LowPrecisionDrafter(model)):
             outs = [speculative_generate(model, drafter, p, cfg).tokens for p in prompts]
             bad = [i for i, (o, r) in enumerate(zip(outs, ref)) if o != r]
             assert not bad, f"{drafter.name}: prompts {bad} differ from the reference"
