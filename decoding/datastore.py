@@ -106,6 +106,7 @@ class NGramStore:
 class StoreDrafter(Drafter):
     """Drafts from a static ``NGramStore`` of the target's past outputs and the request's own tokens.
 
+    >>> from decoding.config import SpecConfig
     >>> store = NGramStore(max_n=3); store.add([1, 2, 3, 4, 1, 2, 3, 4])
     >>> d = StoreDrafter(store, StoreDraftConfig(min_count=1))
     >>> d.start(None, torch.tensor([9, 1, 2]), None, SpecConfig())
