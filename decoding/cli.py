@@ -21,6 +21,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="request seed (sampling is seeded per position)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--prompt", required=True, help="prompt text")
+    p.add_argument("--verify-widths", default="fixed",
+                   help="fixed: every verify is gamma+1 wide (exact vs the fixed-shape reference); auto: each verify "
+                        "as wide as its draft, padded to widths measured fastest here; or a list such as 1,5,8")
     p.add_argument("--trace", default=None, help="write the per-step Trace as JSON to this file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_generate)
@@ -36,21 +39,41 @@ def _gamma(text: str):
         raise ValueError(f"--gamma {text!r} is invalid: give an integer >= 1 or 'auto'") from None
 
 
+def _verify_widths(text: str, model, ids):
+    """None (fixed windows), () (variable, no padding) or the widths to pad to."""
+    if text == "fixed":
+        return None
+    if text == "auto":
+        from decoding.tune import measure_verify_widths
+
+        return measure_verify_widths(model, ids)[0]
+    try:
+        widths = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        raise ValueError(f"--verify-widths {text!r} is invalid: use fixed, auto or a list such as 1,5,8") from None
+    if not widths or min(widths) < 1:
+        raise ValueError(f"--verify-widths {text!r}: widths must be >= 1, e.g. 1,5,8")
+    return widths
+
+
 def run_generate(args) -> int:
     from decoding.config import SpecConfig
     from decoding.drafters import make_drafter
     from decoding.speculative import speculative_generate
     from models.load import load_model
 
-    cfg = SpecConfig(gamma=_gamma(args.gamma), temperature=args.temperature, seed=args.seed,
-                     max_new_tokens=args.max_new_tokens, trace=bool(args.trace))
     model, tok = load_model(args.model)
     drafter = make_drafter(args.drafter, model)
     ids = tok(args.prompt)["input_ids"]
+    widths = _verify_widths(args.verify_widths, model, ids)
+    cfg = SpecConfig(gamma=_gamma(args.gamma), temperature=args.temperature, seed=args.seed,
+                     max_new_tokens=args.max_new_tokens, trace=bool(args.trace), fixed_window=widths is None,
+                     verify_widths=widths or None)
     out = speculative_generate(model, drafter, ids, cfg, tokenizer=tok)
     if args.trace and out.trace is not None:
         out.trace.save(args.trace)
-    result = {"model": args.model, "drafter": args.drafter, "gamma": args.gamma, "tokens": out.tokens,
+    result = {"model": args.model, "drafter": args.drafter, "gamma": args.gamma,
+              "verify_widths": "fixed" if widths is None else list(widths), "tokens": out.tokens,
               "text": tok.decode(out.tokens), "alpha": None if out.alpha != out.alpha else out.alpha,
               "tokens_per_step": out.mean_tokens_per_step, "steps": out.steps, "seconds": out.seconds,
               "target_forwards": out.target_forwards, "draft_forwards": out.draft_forwards,

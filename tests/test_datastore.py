@@ -170,3 +170,21 @@ def test_greedy_exact_store_drafter_200_heldout(toy):
         assert not bad, f"fixed_window={cfg.fixed_window}: prompts {bad[:5]} differ"
         alpha = sum(o.accepted for o in outs) / max(1, sum(o.drafted for o in outs))
         assert alpha > 0.2  # measured 0.28 (0.44 with min_n=2, min_share=0.6); a random proposal would be ~1/32: the store really predicts the toy's chains (otherwise this test proves little)
+
+
+def test_generate_cli_variable_windows_equal_plain(capsys):
+    """`beliefscope generate --verify-widths auto|1,5,8` gives plain greedy's tokens; a bad list is refused."""
+    from analyses.cli import main
+
+    prompt = "A coin is heads . Alice flips . Bob stays . Carol flips . Think :"
+    outs = {}
+    for widths in ("fixed", "auto", "1,5,8"):
+        drafter = "none" if widths == "fixed" else "ngram:3"
+        assert main(["generate", "--model", TARGET, "--drafter", drafter, "--gamma", "6", "--verify-widths", widths,
+                     "--max-new-tokens", "16", "--prompt", prompt, "--json"]) == 0
+        outs[widths] = json.loads(capsys.readouterr().out)
+    assert outs["auto"]["tokens"] == outs["fixed"]["tokens"] == outs["1,5,8"]["tokens"]
+    assert outs["1,5,8"]["verify_widths"] == [1, 5, 8]
+    assert main(["generate", "--model", TARGET, "--drafter", "ngram:3", "--verify-widths", "0,4",
+                 "--prompt", prompt]) == 2
+    assert "widths must be >= 1" in capsys.readouterr().err
