@@ -198,7 +198,7 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
                        c.growth)
 
     def _update(self, k: torch.Tensor, v: torch.Tensor, layer: int):
-        # Hot path (runs per layer per forward): one index_copy_ per buffer, narrow() views, no allocations.
+        # Hot path (runs per layer per forward): one copy per buffer, narrow() views, no allocations.
         if self._closed:
             raise RuntimeError("this KVCache was closed (a fork that left its `with` block); fork again.")
         self._check(k, v, layer)
@@ -216,8 +216,12 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
                 if out is not None:
                     k, v = out
         kb, vb = self._st.k[layer], self._st.v[layer]  # [batch, kv_heads, capacity, d_head]
-        kb.index_copy_(2, self._cur_idx, k)  # one op per write (narrow + copy_ would be two)
-        vb.index_copy_(2, self._cur_idx, v)
+        if n <= 4:  # decode / verify-sized writes: one op (narrow + copy_ would be two)
+            kb.index_copy_(2, self._cur_idx, k)
+            vb.index_copy_(2, self._cur_idx, v)
+        else:  # prefill-sized writes: a strided copy is ~3x faster than index_copy_ (forced-answer batches)
+            kb.narrow(2, p, n).copy_(k)
+            vb.narrow(2, p, n).copy_(v)
         return kb.narrow(2, 0, p + n), vb.narrow(2, 0, p + n)
 
     def _positions_being_written(self) -> torch.Tensor:
