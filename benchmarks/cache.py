@@ -78,6 +78,13 @@ def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
             for _ in range(repeats):  # interleaved so drift hits both equally
                 times["kvcache"].append(_decode_time(bridge, ours, ctx, steps, vocab, lambda c, n: c.rollback(n)))
                 times["dynamic"].append(_decode_time(bridge, hf, ctx, steps, vocab, lambda c, n: c.crop(n - c.get_seq_length())))
+            # outputs check: the same 3 tokens decoded through both caches give the same logits
+            check = torch.randint(0, vocab, (1, 3))
+            got = [torch.cat([bridge(check[:, i:i + 1], past_key_values=c, return_type="logits")[0, -1:]
+                              for i in range(3)]) for c in (ours, hf)]  # [3, vocab] each
+            ours.rollback(ctx)
+            hf.crop(ctx - hf.get_seq_length())
+        diff = float((got[0] - got[1]).abs().max())
         med = {k: statistics.median(v) for k, v in times.items()}
         ratios = sorted(d / k for d, k in zip(times["dynamic"], times["kvcache"]))
         out[str(ctx)] = {
@@ -87,7 +94,7 @@ def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
             "spread_ms_dynamic": [round(min(times["dynamic"]) * 1e3, 4), round(max(times["dynamic"]) * 1e3, 4)],
             "speedup": round(med["dynamic"] / med["kvcache"], 3),
             "speedup_range_paired": [round(ratios[0], 3), round(ratios[-1], 3)],
-            "steps": steps, "repeats": repeats,
+            "steps": steps, "repeats": repeats, "max_abs_diff_logits": diff,
         }
     return out
 
@@ -133,6 +140,8 @@ def main(quick: bool = False) -> dict:
     rb = bench_rollback([128, 4096], repeats=50 if quick else 500)
     rb["ratio_4096_over_128"] = round(rb["4096"]["median_ns"] / rb["128"]["median_ns"], 3)
     result["rollback"] = rb
+    sections = [toy] + ([result["smollm2"]] if isinstance(result.get("smollm2"), dict) else [])
+    result["outputs_identical"] = all(r["max_abs_diff_logits"] <= 1e-4 for sec in sections for r in sec.values())
     longest = max(toy, key=int)
     result["speedup_longest"] = toy[longest]["speedup"]
     result["speedup_longest_context"] = f"toy@{longest}"

@@ -95,6 +95,8 @@ def _check_outputs(name, res):
                 assert 0 <= row["alpha"] <= 1 and row["leviathan_bound"] > 0 and row["tokens_per_verify_step"] >= 1
     elif name == "harvest":
         assert res["torchrun"]["n_rows"]["2"] == res["toy"]["n_tokens"]
+    elif name == "cache":
+        assert res["outputs_identical"] and all(r["max_abs_diff_logits"] <= 1e-4 for r in res["toy"].values())
     elif name == "probes":
         assert res["toy"]["max_accuracy_diff"] <= 0.01 and len(res["toy"]["layers"]) == res["toy"]["n_layers"]
 
