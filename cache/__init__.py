@@ -15,7 +15,8 @@ Example::
 """
 
 from .config import CacheConfig
-from .kv import KVCache, KVLayer
+from .kv import KVCache
+from .layer import KVLayer
 from .provenance import CacheEvent, Provenance, RejectedSpan
 from .snapshot import CacheDiff, RowDiff, Snapshot
 
