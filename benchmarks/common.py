@@ -115,6 +115,29 @@ def ratio_spread(baseline_times: list[float], candidate_times: list[float]) -> d
     return spread([b / c for b, c in zip(baseline_times, candidate_times)], digits=4)
 
 
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median: order statistics ``(x_(j), x_(n-1-j))`` with
+    the largest ``j`` whose binomial(n, 1/2) coverage is still >= ``level`` (no resampling, no seed).
+
+    Example::
+
+        >>> median_ci(list(range(1, 21)))   # 20 values: the 6th and 15th
+        (6, 15)
+    """
+    v = sorted(values)
+    n = len(v)
+    if n < 6:
+        raise ValueError(f"median_ci needs at least 6 values for a {level:.0%} interval, got {n}; time more repeats")
+    cdf, j = 0.0, -1  # cdf = P(Binomial(n, 1/2) <= j)
+    while True:
+        nxt = cdf + math.comb(n, j + 1) / 2 ** n
+        if 1 - 2 * nxt < level:
+            break
+        cdf, j = nxt, j + 1
+    j = max(j, 0)
+    return v[j], v[n - 1 - j]
+
+
 def leviathan_bound(alpha: float, gamma: float, c: float) -> float:
     """Expected speedup of speculative decoding, (1 - a^(g+1)) / ((1 - a)(g c + 1)) (Leviathan et al. 2023).
 

@@ -99,9 +99,6 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
         return cls(cfg)
 
     # ------------------------------------------------------------------ HF Cache protocol
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        """Append ``[batch, kv_heads, n_new, d_head]`` keys/values of ``layer_idx``; returns views of the buffers."""
-        return self._update(key_states, value_states, layer_idx)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Physical length HF sees (== logical length for a clean cache; see ``seq_len``)."""
@@ -140,14 +137,21 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
         return Storage(c.n_layers, c.batch, c.kv_heads, c.d_head, capacity, c.dtype, torch.device(c.device),
                        c.growth)
 
-    def _update(self, k: torch.Tensor, v: torch.Tensor, layer: int):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        """Append ``[batch, kv_heads, n_new, d_head]`` keys/values of ``layer_idx``; returns views of the buffers."""
         # Hot path (runs per layer per forward): two strided copies and two narrow() views, no allocation.
         # Measured through the bridge, every Python statement here costs more than in isolation (the
-        # model's working set evicts it), so per-forward work is done once, at layer 0, in `_begin`.
-        if self._closed:
-            raise RuntimeError("this KVCache was closed (a fork that left its `with` block); fork again.")
-        self._check(k, v, layer)
-        n = k.shape[2]
+        # model's working set evicts it), so per-forward work is done once, at layer 0, in `_begin`,
+        # and the common case of the checks is inlined (`_check` gives the errors).
+        k, v, layer = key_states, value_states, layer_idx
+        c, s = self.config, k.shape
+        if self._closed or not (s == v.shape and len(s) == 4 and s[0] == c.batch and s[1] == c.kv_heads
+                                and s[3] == c.d_head and layer < c.n_layers and k.dtype == c.dtype
+                                and k.device == c.device):
+            if self._closed:
+                raise RuntimeError("this KVCache was closed (a fork that left its `with` block); fork again.")
+            self._check(k, v, layer)
+        n = s[2]
         if layer == 0:
             self._begin(k, n)
         elif self._cur is None or self._cur[1] != n:
@@ -164,6 +168,8 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
         kb.narrow(2, p, n).copy_(k)
         vb.narrow(2, p, n).copy_(v)
         return kb.narrow(2, 0, p + n), vb.narrow(2, 0, p + n)
+
+    _update = update  # internal name used by KVLayer
 
     def _positions_being_written(self) -> torch.Tensor:
         """``[batch, n]`` logical positions of the forward in progress (built once, only for write hooks)."""
@@ -207,7 +213,7 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
         if p + n > st.capacity:
             st.ensure(p + n)
         lens, segs_all, step, events = self._lens, self._segs, self._step, self.events
-        prov = self._explicit_provenance()
+        prov = self._explicit_provenance() if (self.next_provenance is not None or self._tags) else None
         if prov is not None:  # next_provenance / tagging: same label for every row
             code: int | list[int] = int(prov)
             kind = "prefill" if prov == Provenance.PREFILL else ("decode" if prov == Provenance.DRAFT else "verify")

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from benchmarks.cli import HEADLINES
-from benchmarks.common import OUT_ENV, interleaved, leviathan_bound, ratio_spread, spread, write_result
+from benchmarks.common import OUT_ENV, interleaved, leviathan_bound, median_ci, ratio_spread, spread, write_result
 
 pytestmark = pytest.mark.slow
 
@@ -129,6 +129,21 @@ def test_spread_and_ratio_by_hand():
     assert ratio_spread([2.0, 6.0], [1.0, 2.0])["median"] == 2.5
     with pytest.raises(ValueError, match="pair"):
         ratio_spread([1.0], [1.0, 2.0])
+
+
+def test_median_ci_matches_scipy_binomial_coverage():
+    """The interval is the narrowest order-statistic pair whose coverage (from scipy's binomial) is >= 95%."""
+    from scipy.stats import binom
+
+    for n in (6, 10, 20, 40, 41):
+        lo, hi = median_ci([float(i) for i in range(n)])
+        j = int(lo)
+        assert hi == n - 1 - j
+        coverage = 1 - 2 * binom.cdf(j, n, 0.5)  # P(x_(j) <= median <= x_(n-1-j)), 0-indexed
+        tighter = 1 - 2 * binom.cdf(j + 1, n, 0.5)
+        assert coverage >= 0.95 > tighter
+    with pytest.raises(ValueError, match="at least 6"):
+        median_ci([1.0, 2.0])
 
 
 def test_leviathan_bound_matches_formula():
