@@ -36,6 +36,34 @@ def test_prefill_decode_matches_uncached(bridge):
     assert [e.kind for e in cache.events[:2]] == ["prefill", "decode"]
 
 
+def test_toy_target_decode_rollback_fork_match_uncached():
+    """The trained toy target (checkpoints/coinflip-target, GPT-2, 4 layers) on a real coin-flip
+    prompt: cached decode, rollback + re-decode and a fork all equal uncached forwards."""
+    from conftest import TARGET
+
+    from models.load import load_model_cached
+
+    bridge, tok = load_model_cached(TARGET)
+    ids = tok("Coin starts heads . Ann flips it . Bob leaves it . Cal flips it . Q : heads or tails ?",
+              return_tensors="pt").input_ids  # [1, seq]
+    assert ids.shape[1] >= 16
+    other = ids[:, 3:7].flip(1)  # [1, 4] different continuation
+    cache = KVCache.for_model(bridge, capacity=8)  # grows twice
+    out = torch.cat([fwd(bridge, ids[:, :10], past_key_values=cache), decode(bridge, cache, ids[:, 10:])], 1)
+    assert (out - ref(bridge, ids)).abs().max() <= TOL
+    n = ids.shape[1]
+    cache.rollback(n - 3)
+    redo = decode(bridge, cache, other)
+    assert (redo - ref(bridge, torch.cat([ids[:, : n - 3], other], 1))[:, n - 3 :]).abs().max() <= TOL
+    parent = [cache.keys(l).clone() for l in range(cache.config.n_layers)], cache.lengths
+    with cache.fork() as branch:
+        got = decode(bridge, branch, ids[:, :3])
+        full = torch.cat([ids[:, : n - 3], other, ids[:, :3]], 1)
+        assert (got - ref(bridge, full)[:, -3:]).abs().max() <= TOL
+    assert cache.lengths == parent[1]
+    assert all(torch.equal(cache.keys(l), k) for l, k in enumerate(parent[0]))
+
+
 def test_update_returns_views_of_the_buffers(bridge):
     cache = KVCache.for_model(bridge, capacity=32)
     fwd(bridge, torch.tensor([[1, 2, 3]]), past_key_values=cache)

@@ -43,12 +43,12 @@ def test_smollm2_decode_rollback_fork():
         assert cache.config.kv_heads < bridge.original_model.config.num_attention_heads
         out = torch.cat([run(toks[:, :16], past_key_values=cache)]
                         + [run(toks[:, i : i + 1], past_key_values=cache) for i in range(16, 24)], 1)
-        assert (out - want).abs().max() <= 1e-3  # logits of a real 135M model (|logit| ~ 20)
+        assert (out - want).abs().max() <= 1e-4  # the bound; measured 6.5e-05 (|logit| ~ 20)
         parent_k = cache.keys(5).clone()
         child = cache.fork()
         cout = torch.cat([run(other[:, i : i + 1], past_key_values=child) for i in range(4)], 1)
-        assert (cout - run(torch.cat([toks, other], 1))[:, 24:]).abs().max() <= 1e-3
+        assert (cout - run(torch.cat([toks, other], 1))[:, 24:]).abs().max() <= 1e-4
         assert torch.equal(cache.keys(5), parent_k)
         cache.rollback(20)
         rout = run(other, past_key_values=cache)
-        assert (rout - run(torch.cat([toks[:, :20], other], 1))[:, 20:]).abs().max() <= 1e-3
+        assert (rout - run(torch.cat([toks[:, :20], other], 1))[:, 20:]).abs().max() <= 1e-4
