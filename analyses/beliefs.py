@@ -16,9 +16,8 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-
-from analyses import plots
-from analyses.common import (
+from beliefscope.analyses import plots
+from beliefscope.analyses.common import (
     best_probe_layer,
     check_probe_matches,
     check_writable_parent,
@@ -93,14 +92,14 @@ def figures(traj: BeliefTrajectory, layer: int, forced=None):
 
 def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
     """Parse the prompt, check the probe belongs to the model, write both figures; returns a summary."""
-    from analyses.forced import forced_answers
-    from tasks.parse import parse_prompt
+    from beliefscope.analyses.forced import forced_answers
+    from beliefscope.tasks.parse import parse_prompt
 
     out = check_writable_parent(config.out)
     ex = parse_prompt(config.prompt, config.task)  # fails clearly before any model is loaded
     probe = load_probe(config.probes)
     if bridge is None:
-        from models.load import load_model
+        from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
     check_probe_matches(probe, bridge, config.model)

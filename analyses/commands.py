@@ -1,4 +1,4 @@
-"""`beliefscope beliefs | forced | trace | determinism-chart | demo` (registered by analyses/cli.py).
+"""`beliefscope beliefs | forced | trace | determinism-chart | demo` (registered by beliefscope/cli.py).
 
 >>> # beliefscope demo --out runs/demo
 >>> # beliefscope beliefs --model target --probes runs/demo/probes/target --prompt "A coin is heads . Alice flips . State ?" --out b.png
@@ -21,13 +21,13 @@ def _emit(args, res: dict, lines: list[str]) -> int:
 
 
 def _bar(args, desc, total):
-    from analyses.common import progress_bar
+    from beliefscope.analyses.common import progress_bar
 
     return progress_bar(desc, total, disable=args.no_progress)
 
 
 def cmd_beliefs(args) -> int:
-    from analyses.beliefs import BeliefsConfig, main
+    from beliefscope.analyses.beliefs import BeliefsConfig, main
 
     res = main(BeliefsConfig(args.model, args.probes, args.prompt, args.out, args.task, args.layer,
                              not args.no_forced))
@@ -37,7 +37,7 @@ def cmd_beliefs(args) -> int:
 
 
 def cmd_forced(args) -> int:
-    from analyses.forced import ForcedConfig, main
+    from beliefscope.analyses.forced import ForcedConfig, main
 
     bar = _bar(args, "forced answers", args.n)
     res = main(ForcedConfig(args.model, args.probes, args.out, args.n, args.seed, args.events, args.rendering,
@@ -50,7 +50,7 @@ def cmd_forced(args) -> int:
 
 
 def cmd_trace(args) -> int:
-    from analyses.spec_trace import TraceConfig, main
+    from beliefscope.analyses.spec_trace import TraceConfig, main
 
     bar = _bar(args, "speculative trace", args.n + (1 if args.prompt else 0))
     res = main(TraceConfig(args.model, args.drafter, args.probes or "", args.draft_probes or "", args.prompt,
@@ -64,7 +64,7 @@ def cmd_trace(args) -> int:
 
 
 def cmd_determinism(args) -> int:
-    from analyses.determinism import DeterminismConfig, main
+    from beliefscope.analyses.determinism import DeterminismConfig, main
 
     n = len(str(args.others).split(","))
     bar = _bar(args, "determinism", 2 * n)
@@ -78,7 +78,7 @@ def cmd_determinism(args) -> int:
 def cmd_demo(args) -> int:
     import time
 
-    from analyses.demo import DemoConfig, main
+    from beliefscope.analyses.demo import DemoConfig, main
 
     t = time.perf_counter()
     s = main(DemoConfig(args.out, args.model, args.draft, args.quick, progress=not args.no_progress))

@@ -19,9 +19,15 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
-
-from analyses import plots, report
-from analyses.common import check_writable_parent, progress_bar, save_fig, staged_output, write_json
+from beliefscope.analyses import plots, report
+from beliefscope.analyses.common import (
+    check_writable_parent,
+    progress_bar,
+    save_fig,
+    staged_output,
+    write_json,
+)
+from beliefscope.models.profile import model_profile
 
 SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
     "n_eval": (200, 40, 100), "n_harvest": (300, 60, 120), "n_forced": (40, 8, 20), "n_trace": (20, 6, 4),
@@ -44,11 +50,11 @@ class DemoConfig:
 
     def size(self, key: str) -> int:
         full, quick, real = SIZES[key]
-        return real if self.model == "smollm2" else quick if self.quick else full
+        return real if self.real else quick if self.quick else full
 
     @property
     def real(self) -> bool:
-        return self.model == "smollm2"
+        return model_profile(self.model).pretrained
 
 
 def _plan(cfg: DemoConfig) -> dict:
@@ -65,7 +71,7 @@ def _plan(cfg: DemoConfig) -> dict:
 
 def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, bar_factory):
     """Harvest exactly as `beliefscope harvest` would (same config hash), with an in-memory model."""
-    from probes.harvest import HarvestConfig, harvest, make_examples, random_init_like
+    from beliefscope.probes.harvest import HarvestConfig, harvest, make_examples, random_init_like
 
     hc = HarvestConfig(name, "coinflip", plan["rendering"], "direct", plan["split"], cfg.size("n_harvest"),
                        cfg.seed, plan["events"], "resid_post", plan["layers"], plan["dtype"], 0)
@@ -85,8 +91,8 @@ def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, ba
 
 
 def _probe(stores, folder, plan, cfg: DemoConfig, bar_factory, positions: str = "after_first_event") -> dict:
-    from probes.report import ReportConfig, probe_report
-    from probes.store import atomic_write_json
+    from beliefscope.probes.report import ReportConfig, probe_report
+    from beliefscope.probes.store import atomic_write_json
 
     rc = ReportConfig(label="state", positions=positions, folds=3 if cfg.quick else cfg.folds,
                       train_events=plan["train_events"])
@@ -112,8 +118,8 @@ def _relocate_paths(obj, old: str, new: str):
 
 def _fix_probe_folders(tmp: str, final: str) -> None:
     """Probe folders record their store's absolute path: point them at the final folder."""
-    from probes.linear import LinearProbe
-    from probes.store import atomic_write_json
+    from beliefscope.probes.linear import LinearProbe
+    from beliefscope.probes.store import atomic_write_json
 
     for name in ("target", "target-answer-token", "draft"):
         folder = os.path.join(tmp, "probes", name)
@@ -129,7 +135,7 @@ def _fix_probe_folders(tmp: str, final: str) -> None:
 
 def featured_prompt(plan) -> str:
     """A held-out story with many events (toy: 8; natural: 5), written out as text and parsed back."""
-    from tasks import get_task
+    from beliefscope.tasks import get_task
 
     if plan["rendering"] == "toy":
         return get_task("coinflip", rendering="toy").examples(1, 31337, (8, 8))[0].prompt
@@ -169,14 +175,14 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         figs = os.path.join(tmp, "figures")
         os.makedirs(figs)
         step("load")
-        from models.load import load_model
+        from beliefscope.models.load import load_model
 
         model, tok = load_model(cfg.model)
         draft = None if cfg.real else load_model(cfg.draft)
         done("load")
 
         step("eval")
-        from models.evaluate import evaluate
+        from beliefscope.models.evaluate import evaluate
 
         n_eval, ev_seed = cfg.size("n_eval"), 12345
         summary["eval"] = evaluate(model, "coinflip", plan["eval_events"], n_eval, ev_seed, tokenizer=tok,
@@ -211,7 +217,7 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         best = summary["probe"]["best_layer"]
 
         step("beliefs")
-        from analyses import beliefs
+        from beliefscope.analyses import beliefs
 
         b = beliefs.main(beliefs.BeliefsConfig(cfg.model, pdir, featured_prompt(plan),
                                                os.path.join(figs, "beliefs.png"), layer=best), bridge=model, tok=tok)
@@ -223,7 +229,7 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         done("beliefs")
 
         step("forced")
-        from analyses import forced
+        from beliefscope.analyses import forced
 
         bar = bars("forced answers", cfg.size("n_forced"))
         f = forced.main(forced.ForcedConfig(cfg.model, pdir, os.path.join(figs, "forced.png"), cfg.size("n_forced"),
@@ -237,8 +243,8 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         done("forced")
 
         step("trace")
-        from analyses import spec_trace
-        from decoding import ModelDrafter, make_drafter
+        from beliefscope.analyses import spec_trace
+        from beliefscope.decoding import ModelDrafter, make_drafter
 
         drafter = ModelDrafter(draft[0]) if draft is not None else make_drafter(plan["drafter"], model)
         tcfg = spec_trace.TraceConfig(cfg.model, plan["drafter"], pdir,
@@ -261,7 +267,7 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         step("determinism")
         n_det = cfg.size("n_determinism")
         try:
-            from analyses import determinism
+            from beliefscope.analyses import determinism
         except ImportError as e:  # decoding.Scheduler missing
             n_det, summary["determinism"] = 0, {"skipped": str(e)}
         if n_det:
@@ -311,9 +317,9 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
 
 
 def _steering(model, tok, pdir, layer, plan, cfg: DemoConfig, bars) -> dict:
-    from probes.linear import LinearProbe
-    from probes.steering import SteerConfig, steer_experiment
-    from tasks import get_task
+    from beliefscope.probes.linear import LinearProbe
+    from beliefscope.probes.steering import SteerConfig, steer_experiment
+    from beliefscope.tasks import get_task
 
     probe = LinearProbe.load(pdir)
     examples = get_task("coinflip", rendering=plan["rendering"], fmt="direct", split="all").examples(

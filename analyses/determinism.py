@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-from analyses import plots
-from analyses.common import check_writable_parent, save_fig
+from beliefscope.analyses import plots
+from beliefscope.analyses.common import check_writable_parent, save_fig
+from beliefscope.models.profile import model_profile
 
 
 @dataclass
@@ -38,7 +38,7 @@ class DeterminismConfig:
 
 def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict:
     """Distinct outputs per prompt for every k, verified and fast path (``decoding.Scheduler``)."""
-    from decoding.scheduler import determinism_sweep
+    from beliefscope.decoding.scheduler import determinism_sweep
 
     ks = [int(k) for k in str(cfg.others).split(",")]
     orders = 2 if cfg.quick else 3
@@ -63,16 +63,16 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
 
 def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> dict:
     """Measure and draw the chart; returns the numbers (with `verified_unique_max`, `fast_path_unique_max`)."""
-    from tasks import get_task
+    from beliefscope.tasks import get_task
 
     out = check_writable_parent(config.out) if config.out else None
     if config.dtype not in ("float32", "bfloat16"):
         raise ValueError(f"fast-path dtype {config.dtype!r} is unknown: use float32 or bfloat16")
     if bridge is None:
-        from models.load import load_model
+        from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
-    rendering = "natural" if config.model == "smollm2" else "toy"
+    rendering = model_profile(config.model).rendering
     task = get_task("coinflip", rendering=rendering, fmt="cot" if rendering == "toy" else "direct")
     enc = lambda exs: [tok(e.prompt)["input_ids"] for e in exs]
     prompts = enc(task.examples(config.prompts, config.seed + 1, (3, 8)))

@@ -4,7 +4,7 @@ The story is prefilled once. At each event boundary i the cache is forked at len
 question is appended on the branch, the answer distribution is read, and the branch is dropped.
 Each position costs O(question length) instead of O(prefix).
 
->>> from models.load import load_model  # doctest: +SKIP
+>>> from beliefscope.models.load import load_model  # doctest: +SKIP
 >>> bridge, tok = load_model("target")  # doctest: +SKIP
 >>> ex = get_task("coinflip").example(seed=0, n_events=3)  # doctest: +SKIP
 >>> forced_answers(bridge, tok, ex).p_state.shape  # doctest: +SKIP
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from cache import KVCache
+from beliefscope.cache import KVCache
+from beliefscope.models.profile import model_profile
 
 
 @dataclass
@@ -147,7 +147,7 @@ class ForcedVsProbe:
 
 def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None) -> ForcedVsProbe:
     """Forced answers (through cache forks) and the probe readout at `hook`, at every event boundary."""
-    from analyses.common import probe_readout
+    from beliefscope.analyses.common import probe_readout
 
     cols = {k: [] for k in ("prompt", "event", "forced", "probe", "true_state")}
     for i, ex in enumerate(examples):
@@ -165,8 +165,8 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None)
 
 def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     """Run forced answers vs probe over `config.n` prompts, write two figures, return the rates."""
-    from analyses import plots
-    from analyses.common import (
+    from beliefscope.analyses import plots
+    from beliefscope.analyses.common import (
         best_probe_layer,
         check_probe_matches,
         check_writable_parent,
@@ -174,18 +174,18 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
         save_fig,
         sibling,
     )
-    from hooks import hook_name
-    from tasks import get_task, parse_events_range
+    from beliefscope.hooks import hook_name
+    from beliefscope.tasks import get_task, parse_events_range
 
     out = check_writable_parent(config.out)
     lo, hi = parse_events_range(config.events)
     probe = load_probe(config.probes)
     if bridge is None:
-        from models.load import load_model
+        from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
     check_probe_matches(probe, bridge, config.model)
-    rendering = config.rendering or ("natural" if config.model == "smollm2" else "toy")
+    rendering = config.rendering or model_profile(config.model).rendering
     layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
     hook = hook_name("resid_post", layer)
     examples = get_task("coinflip", rendering=rendering, fmt="direct", split="all").examples(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from analyses.common import png_data_uri
+from beliefscope.analyses.common import png_data_uri
 
 
 def _pct(x) -> str:

@@ -23,9 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from analyses import plots
-from analyses.common import (
+from beliefscope.analyses import plots
+from beliefscope.analyses.common import (
     best_probe_layer,
     check_probe_matches,
     check_writable_parent,
@@ -35,6 +34,7 @@ from analyses.common import (
     sibling,
     token_strings,
 )
+from beliefscope.models.profile import model_profile
 
 
 @dataclass
@@ -88,8 +88,8 @@ def chain_events(tok, ex, n_generated: int) -> list[int | None]:
 
 def draft_reader(cfg: TraceConfig, drafter, target, target_probe, draft_probe):
     """A function ids -> draft P(state 0) per position, or None when the drafter has no belief to read."""
-    from decoding import EarlyExitDrafter, ModelDrafter
-    from hooks import hook_name
+    from beliefscope.decoding import EarlyExitDrafter, ModelDrafter
+    from beliefscope.hooks import hook_name
 
     if isinstance(drafter, EarlyExitDrafter) and target_probe is not None:
         hook = hook_name("resid_post", drafter.k - 1)  # the draft's last layer is the target's layer k-1
@@ -104,7 +104,7 @@ def draft_reader(cfg: TraceConfig, drafter, target, target_probe, draft_probe):
 
 def timeline_stages(tok, gen, prompt_ids, step_index: int, context: int = 10):
     """Rows of the cache timeline around one verify step, from the run's cache and trace."""
-    from cache import Provenance
+    from beliefscope.cache import Provenance
 
     st = gen.trace.steps[step_index]
     ids = list(prompt_ids) + list(gen.tokens)  # committed tokens
@@ -134,9 +134,8 @@ def timeline_stages(tok, gen, prompt_ids, step_index: int, context: int = 10):
 def run(cfg: TraceConfig, target, tok, drafter, examples, target_probe=None, draft_probe=None, progress=None):
     """Speculative decoding over `examples`; returns (generations, rejections, base-rate arrays)."""
     import torch
-
-    from decoding import SpecConfig, speculative_generate
-    from hooks import hook_name
+    from beliefscope.decoding import SpecConfig, speculative_generate
+    from beliefscope.hooks import hook_name
 
     layer = best_probe_layer(target_probe, cfg.probes) if target_probe is not None else None
     read_draft = draft_reader(cfg, drafter, target, target_probe, draft_probe)
@@ -205,9 +204,9 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
     """Run the trace, write three figures (timeline, acceptance, draft vs target beliefs)."""
     from dataclasses import asdict
 
-    from decoding import make_drafter
-    from tasks import get_task, parse_events_range
-    from tasks.parse import parse_prompt
+    from beliefscope.decoding import make_drafter
+    from beliefscope.tasks import get_task, parse_events_range
+    from beliefscope.tasks.parse import parse_prompt
 
     out = check_writable_parent(config.out)
     lo, hi = parse_events_range(config.events)
@@ -215,7 +214,7 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
     tprobe = load_probe(config.probes) if config.probes else None
     dprobe = load_probe(config.draft_probes) if config.draft_probes else None
     if target is None:
-        from models.load import load_model
+        from beliefscope.models.load import load_model
 
         target, tok = load_model(config.model)
     if tprobe is not None:
@@ -223,7 +222,7 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
     drafter = drafter or make_drafter(config.drafter, target)
     if drafter is None:
         raise ValueError("--drafter none drafts nothing: use draft:PATH, early-exit:K or ngram:N")
-    rendering = config.rendering or ("natural" if config.model == "smollm2" else "toy")
+    rendering = config.rendering or model_profile(config.model).rendering
     fmt = config.fmt if rendering == "toy" else "direct"
     examples = get_task("coinflip", rendering=rendering, fmt=fmt, split="all").examples(config.n, config.seed,
                                                                                       (lo, hi))

@@ -1,6 +1,6 @@
 """Benchmark: per-token decode time, KVCache vs HF DynamicCache through the TransformerBridge.
 
-Run ``python -m benchmarks.cache`` (full) or ``python -m benchmarks.cache --quick`` (< 30 s, toy only).
+Run ``python -m beliefscope.benchmarks.cache`` (full) or ``python -m beliefscope.benchmarks.cache --quick`` (< 30 s, toy only).
 Writes ``benchmarks/results/cache.json``. All ratios are measured in one run, interleaved.
 """
 
@@ -10,14 +10,14 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import torch
+from beliefscope.benchmarks.common import median_ci
+from beliefscope.cache import KVCache
 from transformers import DynamicCache
 
-from benchmarks.common import median_ci
-from cache import KVCache
+from beliefscope.files import atomic_write_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -25,32 +25,26 @@ RESULTS = os.path.join(HERE, "results", "cache.json")
 
 
 def machine() -> dict:
-    from benchmarks.common import machine_info
+    from beliefscope.benchmarks.common import machine_info
 
     return machine_info()
 
 
 def toy_bridge():
-    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """The shipped toy target (4 layers, positions up to 4608) as a bridge."""
+    from beliefscope.models import load_model
 
-    path = os.path.join(ROOT, "checkpoints", "coinflip-target")
-    if os.path.isdir(path):
-        hf, name = GPT2LMHeadModel.from_pretrained(path), "checkpoints/coinflip-target"
-    else:
-        torch.manual_seed(0)
-        hf = GPT2LMHeadModel(GPT2Config(vocab_size=40, n_positions=4608, n_embd=128, n_layer=4, n_head=4,
-                                        bos_token_id=0, eos_token_id=0))
-        name = "toy GPT-2 (random init, 4x128)"
-    hf.eval()
-    return build_bridge_from_module(hf, "GPT2LMHeadModel", hf_config=hf.config), name
+    return load_model("target")[0], "checkpoints/coinflip-target"
 
 
 def smollm2_bridge():
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from test_cache_smollm2 import load_smollm2_bridge, smollm2_folder
+    """SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised to fp32), or (None, "") without the real extra."""
+    from beliefscope.models import ModelLoadError, load_model
 
-    return (load_smollm2_bridge(), "SmolLM2-135M-Instruct Q4_1 (dequantised fp32)") if smollm2_folder() else (None, "")
+    try:
+        return load_model("smollm2")[0], "SmolLM2-135M-Instruct Q4_1 (dequantised fp32)"
+    except ModelLoadError:
+        return None, ""
 
 
 def _decode_time(bridge, cache, ctx_tokens, steps, vocab, reset) -> float:
@@ -115,7 +109,7 @@ def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
 
 def bench_rollback(lengths, repeats) -> dict:
     """Median ns of rollback(length - 4) after appending 4 positions, for a 4-layer 4x32 cache."""
-    from cache.config import CacheConfig
+    from beliefscope.cache.config import CacheConfig
 
     out = {}
     for n in lengths:
@@ -164,11 +158,7 @@ def main(quick: bool = False) -> dict:
         result["speedup_longest_smollm2"] = result["smollm2"][sl]["speedup"]
     path = os.path.join(HERE, "results", "quick", "cache.json") if quick else RESULTS  # quick runs: not committed
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f, indent=2)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(result, indent=2))
     return result
 
 

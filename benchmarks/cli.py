@@ -43,8 +43,8 @@ def _run_cache(quick: bool) -> dict:
     """benchmarks/cache.py (owned by the cache engineer) writes its own file (results/quick/ when
     quick); point its full-run path at ours too, and write the result through our writer as well so
     that BELIEFSCOPE_BENCH_OUT is honoured."""
-    from benchmarks import cache as cache_bench
-    from benchmarks.common import result_path, write_result
+    from beliefscope.benchmarks import cache as cache_bench
+    from beliefscope.benchmarks.common import result_path, write_result
 
     saved = cache_bench.RESULTS
     cache_bench.RESULTS = result_path("cache", quick)

@@ -19,11 +19,13 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
+
+from beliefscope.files import atomic_write_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -58,7 +60,7 @@ def spread(values: list[float], digits: int = 6) -> dict:
     if not v:
         raise ValueError("spread() of an empty list: time at least one repeat")
     q1, _, q3 = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else (v[0], v[0], v[0])
-    r = lambda x: round(x, digits)  # noqa: E731
+    r = lambda x: round(x, digits)
     return {"median": r(statistics.median(v)), "q1": r(q1), "q3": r(q3), "min": r(v[0]), "max": r(v[-1]),
             "n": len(v)}
 
@@ -162,16 +164,7 @@ def write_result(name: str, result: dict, quick: bool) -> str:
     """Write ``result`` atomically to ``<results>/<name>.json`` (``results/quick/`` for --quick)."""
     path = result_path(name, quick)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(jsonable(result), f, indent=2, allow_nan=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, json.dumps(jsonable(result), indent=2, allow_nan=True) + "\n")
     return path
 
 
@@ -195,15 +188,14 @@ def header(name: str, quick: bool, **extra) -> dict:
 
 def toy_target():
     """(bridge, tokenizer, description) of the shipped toy target, or a random-init twin if not shipped."""
-    from models.load import ALIASES, bridge_from_hf, load_model
+    from beliefscope.models.load import bridge_from_hf, checkpoint_path, load_model
 
-    if os.path.isdir(ALIASES["target"]):
+    if checkpoint_path("target", must_exist=False):
         bridge, tok = load_model("target")
         return bridge, tok, "checkpoints/coinflip-target"
+    from beliefscope.models.tokenizer import toy_tokenizer
+    from beliefscope.models.train import TrainConfig
     from transformers import GPT2LMHeadModel
-
-    from models.tokenizer import toy_tokenizer
-    from models.train import TrainConfig
 
     torch.manual_seed(0)
     tok = toy_tokenizer()

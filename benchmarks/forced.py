@@ -6,7 +6,7 @@ each boundary. Both are timed interleaved on the same coin-flip story at prompt 
 64 / 128 / 256 / 512 tokens (toy target) and 64 / 128 / 256 (SmolLM2, natural rendering), and
 their answer distributions must agree. Headline: ``speedup_512`` (toy target).
 
-Run ``python -m benchmarks.forced [--quick]``; writes ``benchmarks/results/forced.json``.
+Run ``python -m beliefscope.benchmarks.forced [--quick]``; writes ``benchmarks/results/forced.json``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from benchmarks.common import (cprofile_top, header, interleaved, smollm2_available, spread, toy_target,
-                               write_result)
+from beliefscope.benchmarks.common import (
+    cprofile_top,
+    header,
+    interleaved,
+    smollm2_available,
+    toy_target,
+    write_result,
+)
 
 
 @dataclass
@@ -40,7 +45,7 @@ QUICK = ForcedBenchConfig(toy_lengths=(64, 128), smollm2_lengths=(), repeats=2, 
 
 def story_tokens(ex, tok) -> int:
     """Tokens of the longest recomputed input: the story up to the last event plus the question."""
-    from analyses.forced import split_story
+    from beliefscope.analyses.forced import split_story
 
     story, question = split_story(ex)
     return len(ex.labels(tok, text=story).input_ids) + len(tok(question, add_special_tokens=False)["input_ids"])
@@ -64,7 +69,7 @@ def example_of_length(task, tok, target: int, seed: int):
 
 def bench_lengths(bridge, tok, task, lengths, cfg: ForcedBenchConfig, progress=None) -> dict:
     """For each length: timings of fork vs recompute, their paired speedups, and the agreement check."""
-    from analyses.forced import forced_answers
+    from beliefscope.analyses.forced import forced_answers
 
     out = {}
     for target in lengths:
@@ -75,7 +80,7 @@ def bench_lengths(bridge, tok, task, lengths, cfg: ForcedBenchConfig, progress=N
         a, b = res["fork"]["outputs"], res["recompute"]["outputs"]
         diff = float(np.abs(a.p_state - b.p_state).max())
         out[str(target)] = {
-            "n_tokens": story_tokens(ex, tok), "n_events": ex.n_events, "n_boundaries": int(len(a.positions)),
+            "n_tokens": story_tokens(ex, tok), "n_events": ex.n_events, "n_boundaries": len(a.positions),
             "seconds_recompute": res["recompute"]["seconds"], "seconds_fork": res["fork"]["seconds"],
             "speedup": res["fork"]["speedup"], "speedup_of_medians": res["fork"]["speedup_of_medians"],
             "max_abs_diff_p": diff, "positions_equal": bool(np.array_equal(a.positions, b.positions)),
@@ -92,8 +97,8 @@ def breakdown(bridge, tok, ex, repeats: int = 5) -> dict:
     Their ratio is bounded by ``mean recompute forward / branch``, and ``branch`` is at least one
     model call of q tokens: the fixed per-call cost of a forward through the bridge.
     """
-    from analyses.forced import split_story
-    from cache import KVCache
+    from beliefscope.analyses.forced import split_story
+    from beliefscope.cache import KVCache
 
     story, question = split_story(ex)
     ids = torch.as_tensor(ex.labels(tok, text=story).input_ids)[None]  # [1, T]
@@ -143,7 +148,7 @@ def breakdown(bridge, tok, ex, repeats: int = 5) -> dict:
 
 def main(quick: bool = False, progress=None, config: ForcedBenchConfig | None = None) -> dict:
     """Run the benchmark, write ``forced.json`` (``results/quick/`` when quick) and return the result."""
-    from tasks import get_task
+    from beliefscope.tasks import get_task
 
     cfg = config or (QUICK if quick else ForcedBenchConfig())
     torch.manual_seed(0)
@@ -159,7 +164,7 @@ def main(quick: bool = False, progress=None, config: ForcedBenchConfig | None = 
         result["toy_breakdown_longest"] = breakdown(bridge, tok, ex, repeats=cfg.repeats)
     if cfg.smollm2_lengths:
         if smollm2_available():
-            from models.load import load_model
+            from beliefscope.models.load import load_model
 
             t0 = time.perf_counter()
             smol, stok = load_model("smollm2")

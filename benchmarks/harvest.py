@@ -3,10 +3,10 @@
 In-process, interleaved: ``probes.harvest.harvest`` into a fresh store folder vs the same
 forwards over the same prompts in the same batches with nothing captured or written. The
 headline ``overhead`` is the median per-repeat (harvest time / bare time) - 1 on the toy target.
-Then the same harvest through ``torchrun -m probes.harvest`` with 1 and 2 processes (wall time
+Then the same harvest through ``torchrun -m beliefscope.probes.harvest`` with 1 and 2 processes (wall time
 of the whole job, start-up included), and the 2-process store is compared with the 1-process one.
 
-Run ``python -m benchmarks.harvest [--quick]``; writes ``benchmarks/results/harvest.json``.
+Run ``python -m beliefscope.benchmarks.harvest [--quick]``; writes ``benchmarks/results/harvest.json``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from benchmarks.common import ROOT, cprofile_parts, header, interleaved, ratio_spread, smollm2_available, spread, toy_target, write_result
+from beliefscope.benchmarks.common import (
+    ROOT,
+    cprofile_parts,
+    header,
+    interleaved,
+    ratio_spread,
+    smollm2_available,
+    spread,
+    toy_target,
+    write_result,
+)
 
 
 @dataclass
@@ -61,7 +70,7 @@ def bare_forward(bridge, tok, examples, batch_size: int):
 
 
 def bench_in_process(bridge, tok, examples, cfg: HarvestBenchConfig, repeats: int, progress=None) -> dict:
-    from probes.harvest import harvest
+    from beliefscope.probes.harvest import harvest
 
     tmp = tempfile.mkdtemp(prefix="bench-harvest-")
     counter = iter(range(10**6))
@@ -107,7 +116,7 @@ PROFILE_PARTS = {  # where a harvest spends its time (cumulative cProfile second
 
 def profile_harvest(bridge, tok, examples, cfg: HarvestBenchConfig) -> dict:
     """cProfile one harvest and one bare forward pass: what the overhead is made of."""
-    from probes.harvest import harvest
+    from beliefscope.probes.harvest import harvest
 
     tmp = tempfile.mkdtemp(prefix="bench-harvest-prof-")
     try:
@@ -128,11 +137,11 @@ def profile_harvest(bridge, tok, examples, cfg: HarvestBenchConfig) -> dict:
 
 def toy_checkpoint(tmp: str) -> str:
     """The shipped toy target's folder, or a random-init twin saved under ``tmp`` (same architecture)."""
-    from models.load import ALIASES
+    from beliefscope.models.load import checkpoint_path
 
-    if os.path.isdir(ALIASES["target"]):
-        return ALIASES["target"]
-    from benchmarks.spec import toy_models
+    if checkpoint_path("target", must_exist=False):
+        return checkpoint_path("target")
+    from beliefscope.benchmarks.spec import toy_models
 
     target, tok, _, _ = toy_models()  # raw HF model (a bridge-wrapped one cannot save_pretrained)
     path = os.path.join(tmp, "toy-target")
@@ -142,7 +151,7 @@ def toy_checkpoint(tmp: str) -> str:
 
 
 def bench_torchrun(cfg: HarvestBenchConfig, progress=None) -> dict:
-    """Wall time of ``torchrun --nproc-per-node N -m probes.harvest`` for each N, interleaved."""
+    """Wall time of ``torchrun --nproc-per-node N -m beliefscope.probes.harvest`` for each N, interleaved."""
     tmp = tempfile.mkdtemp(prefix="bench-torchrun-")
     model = toy_checkpoint(tmp)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
@@ -158,7 +167,7 @@ def bench_torchrun(cfg: HarvestBenchConfig, progress=None) -> dict:
                         f"{cfg.events[0]}-{cfg.events[1]}", "--no-random-init", "--no-progress",
                         "--batch-size", str(cfg.batch_size), "--out", out]
                 # torchrun rejects `--n` after `-m module` (ambiguous with its own --nnodes...): see harvest_worker
-                cmd = [torchrun, "--standalone", f"--nproc-per-node={n}", "-m", "benchmarks.harvest_worker"]
+                cmd = [torchrun, "--standalone", f"--nproc-per-node={n}", "-m", "beliefscope.benchmarks.harvest_worker"]
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmd, cwd=ROOT, env={**env, "BENCH_HARVEST_ARGV": json.dumps(argv)},
                                       capture_output=True, text=True)
@@ -172,7 +181,7 @@ def bench_torchrun(cfg: HarvestBenchConfig, progress=None) -> dict:
                   else "random-init toy target (saved to a temp folder)",
                   "seconds": {str(n): spread(t) for n, t in times.items()}}
         rows = {n: _store_rows(stores[n]) for n in stores}
-        result["n_rows"] = {str(n): int(len(r[0])) for n, r in rows.items()}
+        result["n_rows"] = {str(n): len(r[0]) for n, r in rows.items()}
         result["tokens_per_s"] = {str(n): round(len(rows[n][0]) / spread(t)["median"], 1) for n, t in times.items()}
         if len(cfg.torchrun_procs) > 1:
             a, b = cfg.torchrun_procs[0], cfg.torchrun_procs[-1]
@@ -185,7 +194,7 @@ def bench_torchrun(cfg: HarvestBenchConfig, progress=None) -> dict:
 
 def _store_rows(path: str):
     """(sorted (prompt_id, position) keys, activations of the last hook in that order) of a store."""
-    from probes.store import ActivationStore
+    from beliefscope.probes.store import ActivationStore
 
     store = ActivationStore.open(path)
     labels = store.load_labels(["prompt_id", "position"])
@@ -201,8 +210,8 @@ def _same_rows(a, b) -> bool:
 
 def main(quick: bool = False, progress=None, config: HarvestBenchConfig | None = None) -> dict:
     """Run the benchmark, write ``harvest.json`` (``results/quick/`` when quick) and return the result."""
-    from probes.harvest import hook_names_for
-    from tasks import get_task
+    from beliefscope.probes.harvest import hook_names_for
+    from beliefscope.tasks import get_task
 
     cfg = config or (QUICK if quick else HarvestBenchConfig())
     torch.manual_seed(0)
@@ -217,7 +226,7 @@ def main(quick: bool = False, progress=None, config: HarvestBenchConfig | None =
     result["overhead"] = toy["overhead"]
     if cfg.smollm2_prompts:
         if smollm2_available():
-            from models.load import load_model
+            from beliefscope.models.load import load_model
 
             smol, stok = load_model("smollm2")
             ex = get_task("coinflip", rendering="natural").examples(cfg.smollm2_prompts, 0, cfg.events)

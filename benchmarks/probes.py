@@ -5,7 +5,7 @@ Activations of every layer (embedding + each block's resid_post) are harvested f
 target (and SmolLM2 on natural stories) into a temporary store; rows are the prompt tokens after
 the first event, label ``state``; train/test are split by prompt (first GroupKFold fold). Both
 trainers are timed interleaved; their held-out accuracy must agree within 1 point per layer.
-Headline: ``speedup`` (toy target). Run ``python -m benchmarks.probes [--quick]``.
+Headline: ``speedup`` (toy target). Run ``python -m beliefscope.benchmarks.probes [--quick]``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-
-from benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
+from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
 
 
 @dataclass
@@ -43,8 +41,8 @@ QUICK = ProbeBenchConfig(n_prompts=60, repeats=2, smollm2_prompts=0)
 
 def load_data(bridge, tok, examples, cfg: ProbeBenchConfig):
     """(hooks, X [L, n, d], y [n], prompt_id [n]) harvested through probes.harvest into a temp store."""
-    from probes.controls import position_mask
-    from probes.harvest import harvest
+    from beliefscope.probes.controls import position_mask
+    from beliefscope.probes.harvest import harvest
 
     tmp = tempfile.mkdtemp(prefix="bench-probes-")
     try:
@@ -58,8 +56,8 @@ def load_data(bridge, tok, examples, cfg: ProbeBenchConfig):
 
 
 def bench_trainers(hooks, X, y, prompt_id, cfg: ProbeBenchConfig, repeats: int, progress=None) -> dict:
-    from probes.controls import prompt_folds
-    from probes.linear import ProbeConfig, fit_all_layers
+    from beliefscope.probes.controls import prompt_folds
+    from beliefscope.probes.linear import ProbeConfig, fit_all_layers
 
     train, test = prompt_folds(prompt_id, k=5)[0]
     tr, te = torch.as_tensor(train), torch.as_tensor(test)
@@ -74,8 +72,8 @@ def bench_trainers(hooks, X, y, prompt_id, cfg: ProbeBenchConfig, repeats: int, 
     acc = {t: [float(res[t]["outputs"].accuracy(Xte[i], yte, h)) for i, h in enumerate(hooks)]
            for t in ("sklearn", "torch")}
     diff = [abs(a - b) for a, b in zip(acc["sklearn"], acc["torch"])]
-    return {"n_layers": len(hooks), "d_model": int(X.shape[2]), "n_train_rows": int(len(train)),
-            "n_test_rows": int(len(test)), "seconds_sklearn": res["sklearn"]["seconds"],
+    return {"n_layers": len(hooks), "d_model": int(X.shape[2]), "n_train_rows": len(train),
+            "n_test_rows": len(test), "seconds_sklearn": res["sklearn"]["seconds"],
             "seconds_torch": res["torch"]["seconds"], "speedup": res["torch"]["speedup"],
             "speedup_of_medians": res["torch"]["speedup_of_medians"],
             "layers": [{"hook": h, "accuracy_sklearn": round(a, 4), "accuracy_torch": round(b, 4)}
@@ -85,7 +83,7 @@ def bench_trainers(hooks, X, y, prompt_id, cfg: ProbeBenchConfig, repeats: int, 
 
 def main(quick: bool = False, progress=None, config: ProbeBenchConfig | None = None) -> dict:
     """Run the benchmark, write ``probes.json`` (``results/quick/`` when quick) and return the result."""
-    from tasks import get_task
+    from beliefscope.tasks import get_task
 
     cfg = config or (QUICK if quick else ProbeBenchConfig())
     torch.manual_seed(0)
@@ -96,7 +94,7 @@ def main(quick: bool = False, progress=None, config: ProbeBenchConfig | None = N
     result["speedup"] = result["toy"]["speedup"]["median"]
     if cfg.smollm2_prompts:
         if smollm2_available():
-            from models.load import load_model
+            from beliefscope.models.load import load_model
 
             t0 = time.perf_counter()
             smol, stok = load_model("smollm2")

@@ -12,7 +12,7 @@ token for token (where they do not, we also compare with the fixed-shape referen
 
 All methods run on the same raw HF module (``models.load.load_hf``): HF's assisted generation
 cannot run through the TransformerBridge, so ours does not either, and the comparison is fair.
-Headline: ``best_speedup_smollm2``. Run ``python -m benchmarks.spec [--quick]``.
+Headline: ``best_speedup_smollm2``. Run ``python -m beliefscope.benchmarks.spec [--quick]``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-
-from benchmarks.common import header, smollm2_available, write_result
-from benchmarks.spec_stats import summarize, table, verify_cost_profile  # noqa: F401 (table: the CLI reads it here)
+from beliefscope.benchmarks.common import header, smollm2_available, write_result
+from beliefscope.benchmarks.spec_stats import summarize, table, verify_cost_profile  # noqa: F401 (table: the CLI reads it here)
 
 
 @dataclass
@@ -81,18 +80,16 @@ class Method:
 
 def toy_models():
     """(target HF model, tokenizer, draft HF model or None, description) for the toy target."""
-    import os
 
-    from models.load import ALIASES, load_hf
+    from beliefscope.models.load import checkpoint_path, load_hf
 
-    if os.path.isdir(ALIASES["target"]):
+    if checkpoint_path("target", must_exist=False):
         target, tok = load_hf("target")
-        draft = load_hf("draft")[0] if os.path.isdir(ALIASES["draft"]) else None
+        draft = load_hf("draft")[0] if checkpoint_path("draft", must_exist=False) else None
         return target, tok, draft, "checkpoints/coinflip-target" + (" + coinflip-draft" if draft is not None else "")
+    from beliefscope.models.tokenizer import toy_tokenizer
+    from beliefscope.models.train import TrainConfig
     from transformers import GPT2LMHeadModel
-
-    from models.tokenizer import toy_tokenizer
-    from models.train import TrainConfig
 
     tok = toy_tokenizer()
     torch.manual_seed(0)
@@ -132,10 +129,10 @@ def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig,
 
 def make_runner(m: Method, target, draft, n_new: int, stop_at_eos: bool = False, widths=None):
     """A function prompt_ids [n] -> (tokens, Generation | None) for method ``m``."""
-    from decoding.config import SpecConfig
-    from decoding.core import generate
-    from decoding.drafters import make_drafter
-    from decoding.speculative import speculative_generate
+    from beliefscope.decoding.config import SpecConfig
+    from beliefscope.decoding.core import generate
+    from beliefscope.decoding.drafters import make_drafter
+    from beliefscope.decoding.speculative import speculative_generate
 
     if m.kind == "plain":
         cfg = SpecConfig(max_new_tokens=n_new, stop_at_eos=stop_at_eos)
@@ -208,7 +205,7 @@ def run_model(target, draft, prompts: list[torch.Tensor], methods: list[Method],
 
 def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: SpecBenchConfig, progress=None,
                 auto_only=None, fixed_only=None, slow=(), slow_prompts=None, variable=()) -> dict:
-    from decoding.tune import measure_verify_widths
+    from beliefscope.decoding.tune import measure_verify_widths
 
     prompts = [torch.as_tensor(tok(p)["input_ids"], dtype=torch.long) for p in prompts_text]
     widths, costs = measure_verify_widths(target, prompts[0], cfg.max_verify_width) if variable else (None, None)
@@ -253,7 +250,7 @@ def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: Spe
 def smollm2_prompts(tok, n: int, seed: int, cfg: SpecBenchConfig | None = None) -> list[str]:
     """Held-out natural coin-flip stories in SmolLM2's chat template, asking for an event-by-event rewrite
     (``tasks.instruct``): long, input-grounded answers, the workload where lookup drafters apply."""
-    from tasks.instruct import chat_prompts
+    from beliefscope.tasks.instruct import chat_prompts
 
     cfg = cfg or SpecBenchConfig()
     return chat_prompts(tok, n, seed, cfg.smollm2_events, cfg.smollm2_split)
@@ -268,8 +265,8 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
     import json
     import os
 
-    from benchmarks.common import machine_info, result_path
-    from tasks.coinflip import sample_prompts
+    from beliefscope.benchmarks.common import machine_info, result_path
+    from beliefscope.tasks.coinflip import sample_prompts
 
     cfg = config or (QUICK if quick else SpecBenchConfig())
     result = header("spec", quick, config={k: v for k, v in cfg.__dict__.items()})
@@ -289,7 +286,7 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
         result["best_speedup_toy"] = result["toy"]["best_speedup"]
     if "smollm2" in cfg.models:
         if smollm2_available():
-            from models.load import load_hf
+            from beliefscope.models.load import load_hf
 
             t0 = time.perf_counter()
             target, tok = load_hf("smollm2")

@@ -6,17 +6,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-
-from benchmarks.common import leviathan_bound, ratio_spread, spread
+from beliefscope.benchmarks.common import leviathan_bound, ratio_spread, spread
 
 if TYPE_CHECKING:
-    from benchmarks.spec import Method
+    from beliefscope.benchmarks.spec import Method
 
 
 def summarize(methods: list[Method], target, prompts, n_new: int, stop_at_eos: bool = False) -> dict:
     """Per-method statistics against our plain greedy (the first method)."""
-    from decoding.config import SpecConfig
-    from decoding.core import generate
+    from beliefscope.decoding.config import SpecConfig
+    from beliefscope.decoding.core import generate
 
     plain = methods[0]
     t_step = sum(plain.times) / sum(len(o) for o in plain.outputs)  # seconds per plain decoded token
@@ -91,7 +90,7 @@ def verify_cost_profile(target, prompt_ids: torch.Tensor, windows=(1, 2, 5, 9), 
     Leviathan's bound assumes a verify forward of gamma + 1 tokens costs the same as a one-token
     decode step. On a CPU it does not; ``cost_over_1`` says how much more it costs.
     """
-    from decoding.tune import time_windows
+    from beliefscope.decoding.tune import time_windows
 
     times = time_windows(target, prompt_ids, windows, repeats)
     base = times[windows[0]]

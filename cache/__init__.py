@@ -3,8 +3,8 @@
 Example::
 
     >>> import torch
-    >>> from cache import KVCache, Provenance
-    >>> from cache.testing import tiny_gpt2
+    >>> from beliefscope.cache import KVCache, Provenance
+    >>> from beliefscope.cache.testing import tiny_gpt2
     >>> bridge = tiny_gpt2()
     >>> cache = KVCache.for_model(bridge)
     >>> _ = bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache, return_type="logits_and_cache")
@@ -20,5 +20,14 @@ from .layer import KVLayer
 from .provenance import CacheEvent, Provenance, RejectedSpan
 from .snapshot import CacheDiff, RowDiff, Snapshot
 
-__all__ = ["KVCache", "KVLayer", "CacheConfig", "Provenance", "CacheEvent", "Snapshot", "CacheDiff", "RowDiff",
-           "RejectedSpan"]
+__all__ = [
+           "CacheConfig",
+           "CacheDiff",
+           "CacheEvent",
+           "KVCache",
+           "KVLayer",
+           "Provenance",
+           "RejectedSpan",
+           "RowDiff",
+           "Snapshot",
+]

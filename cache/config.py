@@ -13,7 +13,7 @@ class CacheConfig:
 
     Example::
 
-        >>> from cache import CacheConfig, KVCache
+        >>> from beliefscope.cache import CacheConfig, KVCache
         >>> cfg = CacheConfig(n_layers=2, kv_heads=2, d_head=8, batch=1, capacity=16)
         >>> KVCache(cfg).seq_len
         0

@@ -25,7 +25,7 @@ class InspectMixin:
 
     Example::
 
-        >>> from cache.testing import tiny_cache
+        >>> from beliefscope.cache.testing import tiny_cache
         >>> tiny_cache().lengths
         [0]
     """
@@ -69,7 +69,7 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().keys  # doctest: +ELLIPSIS
             <bound method ...>
         """
@@ -80,7 +80,7 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().values  # doctest: +ELLIPSIS
             <bound method ...>
         """
@@ -112,7 +112,7 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().provenance_of(0).shape
             torch.Size([0])
         """
@@ -131,8 +131,8 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache import Provenance
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache import Provenance
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().mark(0, 0, Provenance.VERIFIED)
         """
         for r in range(len(self._lens)) if row is None else [row]:
@@ -147,7 +147,7 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().snapshot().lengths
             (0,)
         """
@@ -158,7 +158,7 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> c = tiny_cache()
             >>> c.diff(c.snapshot()).changed
             False
@@ -182,7 +182,7 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().overwrite  # doctest: +ELLIPSIS
             <bound method ...>
         """
@@ -211,7 +211,7 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> h = tiny_cache().add_write_hook(lambda k, v, *, layer, positions: None)
             >>> h.remove()
         """
@@ -224,7 +224,7 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> with tiny_cache().write_hook(lambda k, v, *, layer, positions: None):
             ...     pass
         """
@@ -250,7 +250,7 @@ class InspectMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> "row" in tiny_cache().summary()
             True
         """

@@ -35,8 +35,8 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
     Example::
 
         >>> import torch
-        >>> from cache import KVCache
-        >>> from cache.testing import tiny_gpt2
+        >>> from beliefscope.cache import KVCache
+        >>> from beliefscope.cache.testing import tiny_gpt2
         >>> bridge = tiny_gpt2()
         >>> cache = KVCache.for_model(bridge, batch=1, capacity=32)
         >>> logits, _ = bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache, return_type="logits_and_cache")
@@ -73,27 +73,16 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
 
         Example::
 
-            >>> from cache import KVCache
-            >>> from cache.testing import tiny_llama
+            >>> from beliefscope.cache import KVCache
+            >>> from beliefscope.cache.testing import tiny_llama
             >>> KVCache.for_model(tiny_llama(), batch=2, capacity=64).config.kv_heads
             2
         """
-        hf = getattr(model, "original_model", model)
-        c = hf.config
-        heads = getattr(c, "num_attention_heads", None) or c.n_head
-        n_layers = getattr(c, "num_hidden_layers", None) or c.n_layer
-        d_head = getattr(c, "head_dim", None) or c.hidden_size // heads
-        param = next(hf.parameters())
-        cfg = CacheConfig(
-            n_layers=n_layers,
-            kv_heads=getattr(c, "num_key_value_heads", None) or heads,
-            d_head=d_head,
-            batch=batch,
-            capacity=capacity,
-            dtype=param.dtype,
-            device=param.device,
-            model_name=getattr(c, "_name_or_path", "") or type(hf).__name__,
-        )
+        from beliefscope.models.profile import model_shapes
+
+        s = model_shapes(model)
+        cfg = CacheConfig(n_layers=s.n_layers, kv_heads=s.kv_heads, d_head=s.d_head, batch=batch,
+                          capacity=capacity, dtype=s.dtype, device=s.device, model_name=s.name)
         for k, v in overrides.items():
             setattr(cfg, k, v)
         return cls(cfg)
@@ -254,7 +243,7 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> c = tiny_cache()
             >>> c.rollback(0)
         """
@@ -300,7 +289,7 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> with tiny_cache().fork() as branch:
             ...     branch.seq_len
             0
@@ -365,8 +354,8 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
 
         Example::
 
-            >>> from cache import Provenance
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache import Provenance
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> with tiny_cache().tagging(Provenance.DRAFT):
             ...     pass
         """

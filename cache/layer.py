@@ -16,7 +16,7 @@ class KVLayer(CacheLayerMixin):
 
     Example::
 
-        >>> from cache.testing import tiny_cache
+        >>> from beliefscope.cache.testing import tiny_cache
         >>> c = tiny_cache()   # layers hold a weak reference: keep the cache alive
         >>> c.layers[0].get_seq_length()
         0

@@ -10,7 +10,7 @@ class MaskMixin:
 
     Example::
 
-        >>> from cache.testing import tiny_cache
+        >>> from beliefscope.cache.testing import tiny_cache
         >>> tiny_cache().is_clean
         True
     """
@@ -35,7 +35,7 @@ class MaskMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache(batch=2).attention_mask(3).shape
             torch.Size([2, 3])
         """
@@ -59,7 +59,7 @@ class MaskMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().position_ids(2).tolist()
             [[0, 1]]
         """
@@ -71,7 +71,7 @@ class MaskMixin:
 
         Example::
 
-            >>> from cache.testing import tiny_cache
+            >>> from beliefscope.cache.testing import tiny_cache
             >>> sorted(tiny_cache().forward_kwargs(1))
             ['attention_mask', 'past_key_values', 'position_ids']
         """

@@ -14,7 +14,7 @@ class Provenance(IntEnum):
 
     Example::
 
-        >>> from cache import Provenance
+        >>> from beliefscope.cache import Provenance
         >>> Provenance.DRAFT < Provenance.VERIFIED
         True
     """
@@ -33,7 +33,7 @@ class CacheEvent(NamedTuple):
 
     Example::
 
-        >>> from cache import CacheEvent
+        >>> from beliefscope.cache import CacheEvent
         >>> CacheEvent("rollback", row=0, start=5, end=8, step=3).kind
         'rollback'
     """

@@ -26,7 +26,7 @@ class Snapshot:
 
     Example::
 
-        >>> from cache.testing import tiny_cache
+        >>> from beliefscope.cache.testing import tiny_cache
         >>> c = tiny_cache()
         >>> c.snapshot().lengths
         (0,)

@@ -2,7 +2,7 @@
 
 Errors name the expected value, what was written, and how to build a matching cache.
 
->>> from cache.testing import tiny_cache
+>>> from beliefscope.cache.testing import tiny_cache
 >>> tiny_cache().config.n_layers > 0
 True
 """

@@ -1,6 +1,6 @@
 """Greedy / sampling decoding, speculative decoding with verify and rollback, deterministic requests.
 
->>> from cache.testing import tiny_gpt2
+>>> from beliefscope.cache.testing import tiny_gpt2
 >>> model = tiny_gpt2()
 >>> cfg = SpecConfig(gamma=2, max_new_tokens=5, stop_at_eos=False)
 >>> out = speculative_generate(model, EarlyExitDrafter(model, 1), [3, 4, 5], cfg)
@@ -8,9 +8,9 @@
 True
 """
 
-from decoding.config import SpecConfig
-from decoding.core import Generation, generate
-from decoding.drafters import (
+from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.core import Generation, generate
+from beliefscope.decoding.drafters import (
                                Drafter,
                                EarlyExitDrafter,
                                LowPrecisionDrafter,
@@ -18,9 +18,9 @@ from decoding.drafters import (
                                NGramDrafter,
                                make_drafter,
 )
-from decoding.scheduler import Request, Scheduler, SchedulerConfig, determinism_sweep
-from decoding.speculative import accept_greedy, accept_sampled, speculative_generate
-from decoding.trace import Step, Trace
+from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig, determinism_sweep
+from beliefscope.decoding.speculative import accept_greedy, accept_sampled, speculative_generate
+from beliefscope.decoding.trace import Step, Trace
 
 __all__ = [
                                "Drafter",

@@ -44,7 +44,7 @@ def _verify_widths(text: str, model, ids):
     if text == "fixed":
         return None
     if text == "auto":
-        from decoding.tune import measure_verify_widths
+        from beliefscope.decoding.tune import measure_verify_widths
 
         return measure_verify_widths(model, ids)[0]
     try:
@@ -57,10 +57,10 @@ def _verify_widths(text: str, model, ids):
 
 
 def run_generate(args) -> int:
-    from decoding.config import SpecConfig
-    from decoding.drafters import make_drafter
-    from decoding.speculative import speculative_generate
-    from models.load import load_model
+    from beliefscope.decoding.config import SpecConfig
+    from beliefscope.decoding.drafters import make_drafter
+    from beliefscope.decoding.speculative import speculative_generate
+    from beliefscope.models.load import load_model
 
     model, tok = load_model(args.model)
     drafter = make_drafter(args.drafter, model)
@@ -104,10 +104,10 @@ def register_datastore(subparsers) -> None:
 
 
 def run_datastore(args) -> int:
-    from decoding.store_build import StoreBuildConfig, build_store
-    from models.load import load_model
-    from tasks.base import parse_events_range
-    from tasks.instruct import chat_prompts
+    from beliefscope.decoding.store_build import StoreBuildConfig, build_store
+    from beliefscope.models.load import load_model
+    from beliefscope.tasks.base import parse_events_range
+    from beliefscope.tasks.instruct import chat_prompts
 
     events = parse_events_range(args.events)
     model, tok = load_model(args.model)

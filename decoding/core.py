@@ -3,7 +3,7 @@
 Convention (as in gpt-fast): the cache holds K/V of every committed token but the last one; the
 last committed token is *pending* and is the first input of the next forward.
 
->>> from cache.testing import tiny_gpt2
+>>> from beliefscope.cache.testing import tiny_gpt2
 >>> model = tiny_gpt2()
 >>> out = generate(model, [1, 2, 3], SpecConfig(max_new_tokens=4, stop_at_eos=False))
 >>> len(out.tokens)
@@ -17,9 +17,8 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-
-from cache import KVCache, Provenance
-from decoding.config import SpecConfig
+from beliefscope.cache import KVCache, Provenance
+from beliefscope.decoding.config import SpecConfig
 
 
 def hf_model(model):
@@ -152,7 +151,7 @@ def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 
     reference*: each token comes from a forward of width W (pending token, then padding), the same
     shape as a speculative verify pass, so both see identical numerics (HF issue #39421).
 
-    >>> from cache.testing import tiny_gpt2
+    >>> from beliefscope.cache.testing import tiny_gpt2
     >>> generate(tiny_gpt2(), [5, 6], SpecConfig(max_new_tokens=3, stop_at_eos=False), window=5).steps
     2
     """

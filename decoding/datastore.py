@@ -25,9 +25,8 @@ import os
 from dataclasses import asdict, dataclass
 
 import torch
-
-from decoding.core import vocab_size
-from decoding.drafters import Drafter
+from beliefscope.decoding.core import vocab_size
+from beliefscope.decoding.drafters import Drafter
 
 FORMAT = "beliefscope-ngram-store/1"
 
@@ -81,7 +80,7 @@ class NGramStore:
         rows = [[n, list(k), [[t, c] for t, c in v.items()]] for n in range(1, self.max_n + 1)
                 for k, v in self.tables[n].items()]
         doc = {"format": FORMAT, "max_n": self.max_n, "n_tokens": self.n_tokens, "meta": self.meta, "rows": rows}
-        from analyses.common import atomic_write_bytes
+        from beliefscope.files import atomic_write_bytes
 
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode())
@@ -106,7 +105,7 @@ class NGramStore:
 class StoreDrafter(Drafter):
     """Drafts from a static ``NGramStore`` of the target's past outputs and the request's own tokens.
 
-    >>> from decoding.config import SpecConfig
+    >>> from beliefscope.decoding.config import SpecConfig
     >>> store = NGramStore(max_n=3); store.add([1, 2, 3, 4, 1, 2, 3, 4])
     >>> d = StoreDrafter(store, StoreDraftConfig(min_count=1))
     >>> d.start(None, torch.tensor([9, 1, 2]), None, SpecConfig())

@@ -19,11 +19,18 @@ import copy
 from contextlib import contextmanager
 
 import torch
+from beliefscope.cache import Provenance
+from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.core import (
+    forward,
+    hf_model,
+    new_cache,
+    probs,
+    sample,
+    seeded_generator,
+    vocab_size,
+)
 from torch import nn
-
-from cache import Provenance
-from decoding.config import SpecConfig
-from decoding.core import forward, hf_model, new_cache, probs, sample, seeded_generator, vocab_size
 
 
 class Drafter:
@@ -54,7 +61,7 @@ def _pick_draft(logits: torch.Tensor, cfg: SpecConfig, position: int):
 class ModelDrafter(Drafter):
     """A separate draft model with its own cache, kept equal to the committed tokens minus one.
 
-    >>> from cache.testing import tiny_gpt2
+    >>> from beliefscope.cache.testing import tiny_gpt2
     >>> ModelDrafter(tiny_gpt2(seed=1)).name
     'draft'
     """
@@ -99,7 +106,7 @@ class ModelDrafter(Drafter):
 class LowPrecisionDrafter(ModelDrafter):
     """The target itself in bfloat16 (a copy): LLM-42's low-precision fast path.
 
-    >>> from cache.testing import tiny_gpt2
+    >>> from beliefscope.cache.testing import tiny_gpt2
     >>> LowPrecisionDrafter(tiny_gpt2()).name
     'bf16'
     """
@@ -139,7 +146,7 @@ class EarlyExitDrafter(Drafter):
     the committed length and roll them back afterwards: the draft reuses the target's K/V of the
     committed prefix and needs no prefill. With ``share_cache=False`` it keeps its own cache.
 
-    >>> from cache.testing import tiny_gpt2
+    >>> from beliefscope.cache.testing import tiny_gpt2
     >>> EarlyExitDrafter(tiny_gpt2(n_layer=2), 1).name
     'early-exit:1'
     """
@@ -237,8 +244,8 @@ def make_drafter(spec: str, target, load=None) -> Drafter | None:
     if kind == "bf16":
         return LowPrecisionDrafter(target)
     if kind == "store":
-        from decoding.datastore import NGramStore, StoreDrafter
-        from models.load import resolve_store
+        from beliefscope.decoding.datastore import NGramStore, StoreDrafter
+        from beliefscope.models.load import resolve_store
 
         path = resolve_store(arg)
         return StoreDrafter(NGramStore.load(path), name=spec)
@@ -248,7 +255,7 @@ def make_drafter(spec: str, target, load=None) -> Drafter | None:
         return EarlyExitDrafter(target, int(arg))
     if kind == "draft":
         if load is None:
-            from models.load import load_model
+            from beliefscope.models.load import load_model
             load = load_model
         return ModelDrafter(load(arg or "draft")[0])
     raise ValueError(f"unknown drafter {spec!r}: use none, draft:PATH, early-exit:K, ngram:N, store:PATH or bf16")

@@ -9,7 +9,7 @@ over the slots' whole capacity (rows with nothing to verify, and free slots, are
 shape depends on the batch, so its output depends only on the request (and W, B, capacity).
 Other requests keep the fast path's tokens unverified.
 
->>> from cache.testing import tiny_gpt2
+>>> from beliefscope.cache.testing import tiny_gpt2
 >>> sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=3, max_batch=2))
 >>> outs = sched.run([Request([3, 4, 5], 4, deterministic=True), Request([7, 8], 4)])
 >>> [len(o) for o in outs]
@@ -23,11 +23,10 @@ import random
 from dataclasses import dataclass, field
 
 import torch
-
-from decoding.config import SpecConfig
-from decoding.core import check_prompt, forward, hf_model, new_cache, pad_window, token_budget
-from decoding.slots import SlotCache
-from decoding.speculative import accept_greedy
+from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.core import check_prompt, forward, hf_model, new_cache, pad_window, token_budget
+from beliefscope.decoding.slots import SlotCache
+from beliefscope.decoding.speculative import accept_greedy
 
 
 @dataclass
@@ -193,7 +192,7 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
     every ``k`` in ``others``, in ``orders`` arrival orders (as listed, reversed, shuffled).
     Returns ``{prompt index: set of outputs seen}``; one output per prompt means deterministic.
 
-    >>> from cache.testing import tiny_gpt2
+    >>> from beliefscope.cache.testing import tiny_gpt2
     >>> seen = determinism_sweep(tiny_gpt2(), [[3, 4]], [[5, 6, 7]], others=(0, 1), orders=2, max_new_tokens=3)
     >>> len(seen[0])
     1

@@ -10,7 +10,7 @@ the batch composition or on the other rows' lengths, a request's verified logits
 Writes go to each row's own length (``scatter`` along the position axis); rollback is moving a
 row's length, O(1).
 
->>> from cache.testing import tiny_gpt2
+>>> from beliefscope.cache.testing import tiny_gpt2
 >>> model = tiny_gpt2()
 >>> slots = SlotCache.for_model(model, slots=2, capacity=16)
 >>> slots.mask(3).shape  # [B, 1, W, C]
@@ -20,9 +20,9 @@ torch.Size([2, 1, 3, 16])
 from __future__ import annotations
 
 import torch
+from beliefscope.decoding.core import hf_model
+from beliefscope.models.profile import model_shapes
 from transformers.cache_utils import Cache, CacheLayerMixin
-
-from decoding.core import hf_model
 
 
 class SlotLayer(CacheLayerMixin):
@@ -68,13 +68,9 @@ class SlotCache(Cache):
 
     @classmethod
     def for_model(cls, model, slots: int, capacity: int) -> SlotCache:
-        hf = hf_model(model)
-        c = hf.config
-        heads = getattr(c, "num_attention_heads", None) or c.n_head
-        layers = getattr(c, "num_hidden_layers", None) or c.n_layer
-        d_head = getattr(c, "head_dim", None) or c.hidden_size // heads
-        p = next(hf.parameters())
-        return cls(layers, slots, getattr(c, "num_key_value_heads", None) or heads, capacity, d_head, p.dtype, p.device)
+        s = model_shapes(model)
+        return cls(n_layers=s.n_layers, slots=slots, kv_heads=s.kv_heads, capacity=capacity, d_head=s.d_head,
+                   dtype=s.dtype, device=s.device)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0

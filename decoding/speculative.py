@@ -1,7 +1,7 @@
 """Speculative decoding: draft, verify in one forward of the target, roll the cache back.
 
->>> from cache.testing import tiny_gpt2
->>> from decoding.drafters import NGramDrafter
+>>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.decoding.drafters import NGramDrafter
 >>> model = tiny_gpt2()
 >>> cfg = SpecConfig(gamma=3, max_new_tokens=6, stop_at_eos=False)
 >>> spec = speculative_generate(model, NGramDrafter(2), [4, 5, 4, 5, 4], cfg)
@@ -15,10 +15,9 @@ import time
 from contextlib import ExitStack, contextmanager
 
 import torch
-
-from cache import Provenance
-from decoding.config import SpecConfig
-from decoding.core import (
+from beliefscope.cache import Provenance
+from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.core import (
     Generation,
     check_prompt,
     eos_id,
@@ -33,8 +32,8 @@ from decoding.core import (
     seeded_generator,
     token_budget,
 )
-from decoding.drafters import Drafter
-from decoding.trace import Step, Trace, close_step, record_counts
+from beliefscope.decoding.drafters import Drafter
+from beliefscope.decoding.trace import Step, Trace, close_step, record_counts
 
 
 def accept_greedy(logits: torch.Tensor, drafts: torch.Tensor) -> tuple[int, int]:
@@ -108,7 +107,7 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
     with ExitStack() as stack:
         caps = []
         if cfg.capture:
-            import hooks
+            from beliefscope import hooks
             caps.append(stack.enter_context(hooks.capture(model, list(cfg.capture), cache=cache)))
             stack.enter_context(_positions_from_cache(model, caps[-1]))
             trace.captures = caps
@@ -191,7 +190,7 @@ def _capture_draft_model(stack: ExitStack, caps: list, drafter, cfg: SpecConfig)
     model = getattr(drafter, "model", None)
     if not cfg.capture or model is None or not hasattr(model, "hook_dict"):
         return
-    import hooks
+    from beliefscope import hooks
     names = [n for n in cfg.capture if n in model.hook_dict]
     if names:
         cap = stack.enter_context(hooks.capture(model, names, cache=drafter.cache))

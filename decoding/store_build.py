@@ -4,7 +4,7 @@ Generation is batched through HF ``generate`` (left padding). It is resumable: e
 batch is appended to ``<out>.partial.jsonl`` and skipped on the next run, and the store itself is
 written atomically at the end.
 
->>> from cache.testing import tiny_gpt2
+>>> from beliefscope.cache.testing import tiny_gpt2
 >>> model = tiny_gpt2()
 >>> outs = greedy_outputs(model, [[3, 4, 5], [6, 7]], StoreBuildConfig(max_new_tokens=4, batch_size=2))
 >>> [len(o) for o in outs]
@@ -18,9 +18,8 @@ import os
 from dataclasses import dataclass
 
 import torch
-
-from decoding.core import hf_model, vocab_size
-from decoding.datastore import NGramStore
+from beliefscope.decoding.core import hf_model, vocab_size
+from beliefscope.decoding.datastore import NGramStore
 
 
 @dataclass

@@ -8,9 +8,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -75,11 +72,9 @@ class Trace:
 
     def save(self, path: str) -> None:
         """Write the steps as JSON, atomically (activations are not written)."""
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-        os.replace(tmp, path)
+        from beliefscope.files import atomic_write_json
+
+        atomic_write_json(path, self.to_dict(), sort_keys=False)
 
 
 def record_counts(captures) -> list[dict]:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import time
 
 import torch
-
-from decoding.core import forward, new_cache
+from beliefscope.decoding.core import forward, new_cache
 
 
 @torch.no_grad()

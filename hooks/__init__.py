@@ -1,7 +1,7 @@
 """Hook names, capture and steering on a TransformerBridge, in TransformerLens style."""
 
-from hooks.capture import Capture, Record, capture, hooked, steer, stream
-from hooks.names import SHORT_NAMES, hook_name, layer_names, resolve_hook
+from beliefscope.hooks.capture import Capture, Record, capture, hooked, steer, stream
+from beliefscope.hooks.names import SHORT_NAMES, hook_name, layer_names, resolve_hook
 
 __all__ = ["SHORT_NAMES", "Capture", "Record", "capture", "hook_name", "hooked", "layer_names", "resolve_hook",
            "steer", "stream"]

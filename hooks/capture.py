@@ -2,7 +2,7 @@
 
 Hook functions follow TransformerLens: ``fn(act, *, hook)``. Hooks are removed in ``finally``.
 
->>> from hooks import capture
+>>> from beliefscope.hooks import capture
 >>> with capture(model, ["blocks.0.hook_resid_post"]) as cap:  # doctest: +SKIP
 ...     model(tokens)
 >>> cap.stacked("blocks.0.hook_resid_post").shape  # doctest: +SKIP
@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-
-from hooks.names import resolve_hook
+from beliefscope.hooks.names import resolve_hook
 
 
 @dataclass
@@ -159,7 +158,7 @@ def steer(model, layer: int, direction: torch.Tensor, alpha: float, positions=No
     `positions`: None for every position, a list of absolute positions within each forward's
     window (ints; negative counts from the end), or a callable ``f(seq_len) -> index``.
     """
-    from hooks.names import hook_name
+    from beliefscope.hooks.names import hook_name
 
     name = hook_name(kind, layer)
     d = direction.detach().flatten()

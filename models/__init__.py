@@ -1,0 +1,24 @@
+"""Models: load any causal LM as a TransformerBridge, train the toy models, evaluate them.
+
+>>> from beliefscope.models import load_model
+>>> bridge, tok = load_model("draft")
+>>> bridge.cfg.n_layers
+1
+"""
+
+from beliefscope.models.load import (
+    SHIPPED,
+    ModelLoadError,
+    bridge_from_hf,
+    checkpoint_path,
+    default_device,
+    load_hf,
+    load_model,
+    resolve_store,
+    shipped_names,
+)
+from beliefscope.models.profile import ModelProfile, ModelShapes, hf_of, model_profile, model_shapes
+
+__all__ = ["SHIPPED", "ModelLoadError", "ModelProfile", "ModelShapes", "bridge_from_hf", "checkpoint_path",
+           "default_device", "hf_of", "load_hf", "load_model", "model_profile", "model_shapes", "resolve_store",
+           "shipped_names"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from beliefscope.models.profile import model_profile
+
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a toy GPT-2 on a task, with a length curriculum")
@@ -30,10 +32,9 @@ def register(sub) -> None:
 
 
 def _train(args) -> int:
+    from beliefscope.models.train import PRESET_TRAINING, PRESETS, TrainConfig, train
+    from beliefscope.tasks import get_task
     from tqdm import tqdm
-
-    from models.train import PRESET_TRAINING, PRESETS, TrainConfig, train
-    from tasks import get_task
 
     get_task(args.task)  # validate the name before spending time
     if args.preset not in PRESETS:
@@ -54,12 +55,12 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
-    from models.evaluate import evaluate
-    from tasks import get_task, parse_events_range
+    from beliefscope.models.evaluate import evaluate
+    from beliefscope.tasks import get_task, parse_events_range
 
     get_task(args.task)
     parse_events_range(args.events)
-    rendering = args.rendering or ("natural" if args.model == "smollm2" else "toy")
+    rendering = args.rendering or model_profile(args.model).rendering
     res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering)
     if args.json:
         print(json.dumps(res))

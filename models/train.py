@@ -16,14 +16,13 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import torch
+from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.tasks import get_task
 from transformers import GPT2Config, GPT2LMHeadModel
-
-from models.tokenizer import toy_tokenizer
-from tasks import get_task
 
 PRESETS = {
     # name: (n_layer, n_embd, n_head); all share n_positions so the cache benchmark reaches 4096
@@ -158,7 +157,7 @@ def train(cfg: TrainConfig, out: str | None = None, progress: Callable[[dict], N
 
 def card_eval(model, tok, task: str, n: int, max_events: int = 8) -> dict:
     """Held-out eval for the model card: trained lengths and the longer held-out lengths."""
-    from models.evaluate import evaluate
+    from beliefscope.models.evaluate import evaluate
 
     return {f"{lo}-{hi}": evaluate(model, task, f"{lo}-{hi}", n=n, tokenizer=tok)
             for lo, hi in ((1, max_events), (max_events + 1, 2 * max_events))}

@@ -19,7 +19,7 @@ def _tqdm(desc: str, total: int | None = None, disable: bool = False):
 
 
 def cmd_harvest(args) -> int:
-    from probes.harvest import run
+    from beliefscope.probes.harvest import run
 
     result = run(args, None if args.no_progress else (lambda out: _tqdm(f"harvest {out}")))
     if args.json:
@@ -32,8 +32,8 @@ def cmd_harvest(args) -> int:
 
 
 def cmd_probe(args) -> int:
-    from probes.report import ReportConfig, probe_report
-    from probes.store import ActivationStore
+    from beliefscope.probes.report import ReportConfig, probe_report
+    from beliefscope.probes.store import ActivationStore
 
     store = ActivationStore.open(args.acts)
     store.check_label(args.label)
@@ -46,7 +46,7 @@ def cmd_probe(args) -> int:
     bar.close()
     data = rep.to_json()
     if args.out:
-        from probes.store import atomic_write_json
+        from beliefscope.files import atomic_write_json
 
         atomic_write_json(os.path.join(args.out, "report.json"), data)
     if args.json:
@@ -67,10 +67,10 @@ def cmd_probe(args) -> int:
 
 
 def cmd_steer(args) -> int:
-    from models.load import load_model
-    from probes.harvest import HarvestConfig, make_examples
-    from probes.linear import LinearProbe
-    from probes.steering import SteerConfig, steer_experiment
+    from beliefscope.models.load import load_model
+    from beliefscope.probes.harvest import HarvestConfig, make_examples
+    from beliefscope.probes.linear import LinearProbe
+    from beliefscope.probes.steering import SteerConfig, steer_experiment
 
     probe = LinearProbe.load(args.probes)
     hc = dict(probe.meta.get("harvest_config", {}))
@@ -99,7 +99,7 @@ def cmd_steer(args) -> int:
 
 
 def register(subparsers) -> None:
-    from probes.harvest import add_arguments
+    from beliefscope.probes.harvest import add_arguments
 
     p = subparsers.add_parser("harvest", help="store activations with per-token labels")
     add_arguments(p)
@@ -142,13 +142,13 @@ def register(subparsers) -> None:
 
 
 def harvest_main(argv=None) -> int:
-    """``python -m probes.harvest`` / ``torchrun ... -m probes.harvest``: harvest, print the result."""
+    """``python -m beliefscope.probes.harvest`` / ``torchrun ... -m beliefscope.probes.harvest``: harvest, print the result."""
     import argparse
 
-    from probes.harvest import __doc__ as harvest_doc
-    from probes.harvest import add_arguments, run
+    from beliefscope.probes.harvest import __doc__ as harvest_doc
+    from beliefscope.probes.harvest import add_arguments, run
 
-    p = argparse.ArgumentParser(prog="probes.harvest", description=harvest_doc.split("\n")[0])
+    p = argparse.ArgumentParser(prog="beliefscope.probes.harvest", description=harvest_doc.split("\n")[0])
     add_arguments(p)
     args = p.parse_args(argv)
     world = int(os.environ.get("WORLD_SIZE", "1"))

@@ -4,7 +4,7 @@ Prompts are batched only with prompts of the same token length, so no padding ev
 activation. Each rank of a ``torchrun`` job takes prompts ``rank, rank + N, ...`` and writes its
 own shards; rank 0 merges the journals into the manifest at the end::
 
-    torchrun --nproc-per-node 2 -m probes.harvest --model target --n-prompts 400 --out acts/target
+    torchrun --nproc-per-node 2 -m beliefscope.probes.harvest --model target --n-prompts 400 --out acts/target
 
 >>> store = harvest(bridge, tok, examples, ["resid_post"], "all", "acts/x")  # doctest: +SKIP
 >>> store.manifest["n_rows"] > 0  # doctest: +SKIP
@@ -22,9 +22,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-
-from hooks import stream
-from probes.store import DTYPES, LABEL_NAMES, ActivationStore
+from beliefscope.hooks import stream
+from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
 
@@ -49,7 +48,7 @@ class HarvestConfig:
 
 def make_examples(cfg: HarvestConfig) -> list:
     """The examples a config describes, in prompt-id order."""
-    from tasks import get_task
+    from beliefscope.tasks import get_task
 
     if cfg.split == "train+heldout":
         half = cfg.n // 2
@@ -62,7 +61,7 @@ def make_examples(cfg: HarvestConfig) -> list:
 
 def hook_names_for(model, hooks, layers) -> list[str]:
     """Full hook names for kinds x layers, with the embedding hook first."""
-    from hooks import layer_names
+    from beliefscope.hooks import layer_names
 
     kinds = [h.strip() for h in hooks.split(",")] if isinstance(hooks, str) else list(hooks)
     if isinstance(layers, str) and layers != "all":
@@ -96,7 +95,7 @@ def checkpoint_hash(model) -> str:
 
 def random_init_like(model, seed: int = 0):
     """A freshly initialised model with the same HF config, wrapped as a bridge."""
-    from models.load import bridge_from_hf
+    from beliefscope.models.load import bridge_from_hf
 
     hf = getattr(model, "original_model", model)
     torch.manual_seed(seed)
@@ -245,7 +244,7 @@ def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | No
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Harvest options shared by `beliefscope harvest` and `python -m probes.harvest`."""
+    """Harvest options shared by `beliefscope harvest` and `python -m beliefscope.probes.harvest`."""
     d = HarvestConfig()
     p.add_argument("--model", default=d.model, help="checkpoint folder or alias (target, smollm2)")
     p.add_argument("--task", default=d.task)
@@ -271,8 +270,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None) -> dict:
     """Harvest the model store and (unless ``--no-random-init``) the random-init twin store."""
-    from models.load import load_model
-    from tasks import parse_events_range
+    from beliefscope.models.load import load_model
+    from beliefscope.tasks import parse_events_range
 
     lo, hi = parse_events_range(args.events)
     cfg = HarvestConfig(args.model, args.task, args.rendering, args.fmt, args.split, args.n, args.seed,
@@ -304,9 +303,9 @@ def _advance(bar, n: int, total: int) -> None:
 
 
 def main(argv=None) -> int:
-    """Entry point for ``python -m probes.harvest`` and ``torchrun ... -m probes.harvest``
+    """Entry point for ``python -m beliefscope.probes.harvest`` and ``torchrun ... -m beliefscope.probes.harvest``
     (the command-line code, which prints the result, lives in `probes.cli.harvest_main`)."""
-    from probes.cli import harvest_main
+    from beliefscope.probes.cli import harvest_main
 
     return harvest_main(argv)
 

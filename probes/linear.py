@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from probes.store import atomic_write_json
+from beliefscope.files import atomic_save, atomic_write_json
 
 
 @dataclass
@@ -85,9 +85,8 @@ class LinearProbe:
     def save(self, folder: str) -> None:
         """Write ``probe.safetensors`` and ``probe.json`` (atomically) into `folder`."""
         os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, ".tmp-probe.safetensors")
-        save_file({"mean": self.mean, "std": self.std, "W": self.W, "b": self.b}, tmp)
-        os.replace(tmp, os.path.join(folder, "probe.safetensors"))
+        tensors = {"mean": self.mean, "std": self.std, "W": self.W, "b": self.b}
+        atomic_save(os.path.join(folder, "probe.safetensors"), lambda tmp: save_file(tensors, tmp))
         atomic_write_json(os.path.join(folder, "probe.json"),
                           {"hooks": self.hooks, "n_classes": self.n_classes, "d_model": self.d_model, **self.meta})
 
@@ -145,10 +144,10 @@ def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int 
     >>> fit_all_layers(X, y, trainer="sklearn").hooks
     ['layer0', 'layer1']
     """
-    from probes.store import ActivationStore
+    from beliefscope.probes.store import ActivationStore
 
     if isinstance(X, ActivationStore):
-        from probes.report import load_probe_data
+        from beliefscope.probes.report import load_probe_data
 
         data = load_probe_data(X, "after_first_event", X.hooks)
         X.check_label(y)

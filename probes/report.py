@@ -20,11 +20,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-
-from probes.controls import control_labels, majority_accuracy, position_mask, prompt_folds
-from probes.harvest import EMBED_HOOK
-from probes.linear import LinearProbe, ProbeConfig, fit_all_layers
-from probes.store import ActivationStore
+from beliefscope.probes.controls import control_labels, majority_accuracy, position_mask, prompt_folds
+from beliefscope.probes.harvest import EMBED_HOOK
+from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
+from beliefscope.probes.store import ActivationStore
 
 
 @dataclass
@@ -128,7 +127,7 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
 
     `progress(message)` is called before each block of layers.
     """
-    from tasks import parse_events_range
+    from beliefscope.tasks import parse_events_range
 
     store.check_label(cfg.label)
     lo, hi = parse_events_range(cfg.train_events)

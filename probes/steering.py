@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from hooks import hook_name, hooked
-from hooks.capture import capture
+from beliefscope.hooks import hook_name, hooked
+from beliefscope.hooks.capture import capture
 
 
 @dataclass

@@ -23,13 +23,14 @@ import glob
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+
+from beliefscope.files import atomic_save, atomic_write_json, sha256_file
 
 FORMAT = "beliefscope-activations/1"
 MANIFEST = "manifest.json"
@@ -45,34 +46,6 @@ def config_hash(config: dict) -> str:
     """Stable short hash of a JSON-able config (sorted keys)."""
     blob = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def atomic_write_json(path: str, obj, indent: int | None = 1) -> None:
-    """Write JSON to a temporary file in the same folder, fsync, then rename over `path`.
-
-    ``indent=None`` writes one compact line through the C encoder (several times faster than
-    indented output, which Python's json module encodes in pure Python): use it for files
-    rewritten often, such as the journals."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(obj, indent=indent, sort_keys=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass(frozen=True)
@@ -173,13 +146,8 @@ class ActivationStore:
         rows = {t.shape[0] for t in tensors.values()}
         if len(rows) != 1 or rows.pop() != sum(n for _, n in prompts):
             raise ValueError("shard arrays disagree on the number of rows")
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".tmp-r{rank}-", suffix=".safetensors")
-        os.close(fd)
-        save_file(tensors, tmp, metadata={"config_hash": self.manifest["config_hash"]})
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
         final = os.path.join(self.path, name)
-        os.replace(tmp, final)
+        atomic_save(final, lambda tmp: save_file(tensors, tmp, metadata={"config_hash": self.manifest["config_hash"]}))
         info = ShardInfo(name, sha256_file(final), os.path.getsize(final),
                          int(tensors["label/state"].shape[0]), tuple(tuple(p) for p in prompts), rank)
         atomic_write_json(os.path.join(self.path, f"journal-rank{rank}.json"),

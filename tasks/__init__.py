@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import difflib
 
-from tasks.base import Event, Example, TokenLabels, label_offsets, parse_events_range
-from tasks.coinflip import CoinFlip
-from tasks.cups import Cups
+from beliefscope.tasks.base import Event, Example, TokenLabels, label_offsets, parse_events_range
+from beliefscope.tasks.coinflip import CoinFlip
+from beliefscope.tasks.cups import Cups
 
 TASKS = {"coinflip": CoinFlip, "cups": Cups}
 
@@ -27,7 +27,7 @@ def get_task(name: str, **kwargs):
 
 def toy_vocabulary() -> list[str]:
     """The union of every toy grammar's words, in a fixed order (shared toy tokenizer)."""
-    from tasks import coinflip, cups
+    from beliefscope.tasks import coinflip, cups
 
     words: list[str] = []
     for w in coinflip.toy_vocabulary() + cups.toy_vocabulary():
@@ -36,5 +36,15 @@ def toy_vocabulary() -> list[str]:
     return words
 
 
-__all__ = ["CoinFlip", "Cups", "Event", "Example", "TokenLabels", "get_task", "label_offsets",
-           "parse_events_range", "toy_vocabulary", "TASKS"]
+__all__ = [
+    "TASKS",
+    "CoinFlip",
+    "Cups",
+    "Event",
+    "Example",
+    "TokenLabels",
+    "get_task",
+    "label_offsets",
+    "parse_events_range",
+    "toy_vocabulary",
+]

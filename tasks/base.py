@@ -4,7 +4,7 @@ An `Example` knows the character span of every event and the state after it. Tok
 computed for *any* tokenizer from its offset mapping: a token carries the state after every
 event whose span ends at or before the token's end.
 
->>> from tasks.coinflip import CoinFlip
+>>> from beliefscope.tasks.coinflip import CoinFlip
 >>> ex = CoinFlip(rendering="toy").example(seed=0, n_events=2)
 >>> ex.states_after_events[-1] in ("heads", "tails")
 True
@@ -140,6 +140,6 @@ def parse_events_range(spec: str | tuple[int, int]) -> tuple[int, int]:
     if lo < 1 or hi < lo:
         raise ValueError(
             f"events range {lo}-{hi} is empty or starts below 1: use LO-HI with 1 <= LO <= HI, "
-            f"e.g. {min(lo, hi) if min(lo, hi) >= 1 else 1}-{max(lo, hi)}"
+            f"e.g. {max(min(lo, hi), 1)}-{max(lo, hi)}"
         )
     return lo, hi

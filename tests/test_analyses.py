@@ -10,8 +10,7 @@ import pytest
 import torch
 from conftest import DRAFT, TARGET
 
-from analyses.cli import main as cli
-
+from beliefscope.cli import main as cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -24,8 +23,8 @@ def _run_cli(capsys, *argv) -> dict:
 
 # ------------------------------------------------------------------------------ forced answers
 def test_forced_answers_through_fork_equal_recomputation(target):
-    from analyses.forced import forced_answers
-    from tasks import get_task
+    from beliefscope.analyses.forced import forced_answers
+    from beliefscope.tasks import get_task
 
     bridge, tok = target
     for ex in get_task("coinflip").examples(4, 99, (3, 10)):
@@ -41,9 +40,9 @@ def test_forced_answers_through_fork_equal_recomputation(target):
 
 def test_forced_answer_after_last_event_is_the_models_answer(target):
     """The last fork (story + question) is the whole prompt: its argmax is the model's direct answer."""
-    from analyses.forced import forced_answers
-    from models.evaluate import direct_answers
-    from tasks import get_task
+    from beliefscope.analyses.forced import forced_answers
+    from beliefscope.models.evaluate import direct_answers
+    from beliefscope.tasks import get_task
 
     bridge, tok = target
     exs = get_task("coinflip").examples(6, 5, (2, 8))
@@ -55,7 +54,7 @@ def test_forced_answer_after_last_event_is_the_models_answer(target):
 # ------------------------------------------------------------------------------ reduced demo
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from analyses.demo import DemoConfig, main
+    from beliefscope.analyses.demo import DemoConfig, main
 
     for path in (TARGET, DRAFT):
         if not os.path.isdir(path):
@@ -133,7 +132,7 @@ def test_demo_numbers_are_internally_consistent(demo):
 
 # ------------------------------------------------------------------------------ bad input
 def test_probe_from_another_model_is_refused_and_nothing_is_written(demo, tmp_path):
-    from analyses.beliefs import BeliefsConfig, main
+    from beliefscope.analyses.beliefs import BeliefsConfig, main
 
     out, summary = demo
     draft_probe = str(out / "probes" / "draft")  # fitted on the draft model (d_model 64)
@@ -143,8 +142,8 @@ def test_probe_from_another_model_is_refused_and_nothing_is_written(demo, tmp_pa
 
 
 def test_probe_of_same_shape_other_weights_is_refused(demo, target):
-    from analyses.common import check_probe_matches, load_probe
-    from probes.harvest import random_init_like
+    from beliefscope.analyses.common import check_probe_matches, load_probe
+    from beliefscope.probes.harvest import random_init_like
 
     out, _ = demo
     probe = load_probe(str(out / "probes" / "target"))
@@ -163,10 +162,10 @@ def test_unparsable_prompt_fails_clearly_before_loading(tmp_path, capsys):
 
 
 def test_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, monkeypatch):
-    import models.load
+    from beliefscope.models import load as models_load
 
     (tmp_path / "file.txt").write_text("x")
-    monkeypatch.setattr(models.load, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    monkeypatch.setattr(models_load, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
     rc = cli(["demo", "--out", str(tmp_path / "file.txt" / "out"), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "file.txt is a file, not a folder" in err
@@ -174,13 +173,13 @@ def test_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, monkey
 
 
 def test_demo_failing_midway_leaves_no_partial_report(tmp_path, monkeypatch):
-    import models.evaluate
-    from analyses.demo import DemoConfig, main
+    from beliefscope.analyses.demo import DemoConfig, main
+    from beliefscope.models import evaluate as models_evaluate
 
     def broken(*a, **k):
         raise RuntimeError("simulated failure in eval")
 
-    monkeypatch.setattr(models.evaluate, "evaluate", broken)
+    monkeypatch.setattr(models_evaluate, "evaluate", broken)
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "old.txt").write_text("previous run")
     with pytest.raises(RuntimeError, match="simulated"):

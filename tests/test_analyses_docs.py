@@ -5,8 +5,8 @@ import importlib
 
 import pytest
 
-MODULES = ["analyses.common", "analyses.plots", "analyses.report", "analyses.beliefs", "analyses.forced",
-           "analyses.spec_trace", "analyses.determinism", "analyses.demo", "analyses.commands"]
+MODULES = ["beliefscope.analyses.common", "beliefscope.analyses.plots", "beliefscope.analyses.report", "beliefscope.analyses.beliefs", "beliefscope.analyses.forced",
+           "beliefscope.analyses.spec_trace", "beliefscope.analyses.determinism", "beliefscope.analyses.demo", "beliefscope.analyses.commands"]
 
 
 @pytest.mark.parametrize("name", MODULES)

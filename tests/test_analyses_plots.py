@@ -2,10 +2,9 @@
 
 import numpy as np
 import pytest
+from beliefscope.analyses import plots
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-
-from analyses import plots
 
 TOKENS = ["A", "coin", "is", "heads", ".", "Bob", "flips", "."]
 

@@ -12,18 +12,25 @@ import math
 import os
 
 import pytest
-
-from benchmarks.cli import HEADLINES
-from benchmarks.common import OUT_ENV, interleaved, leviathan_bound, median_ci, ratio_spread, spread, write_result
+from beliefscope.benchmarks.cli import HEADLINES
+from beliefscope.benchmarks.common import (
+    OUT_ENV,
+    interleaved,
+    leviathan_bound,
+    median_ci,
+    ratio_spread,
+    spread,
+    write_result,
+)
 
 pytestmark = pytest.mark.slow
 
 NEEDS = {  # benchmark -> modules whose API it times
-    "forced": ["analyses.forced", "cache"],
-    "spec": ["decoding.speculative", "decoding.drafters"],
-    "harvest": ["probes.harvest", "probes.store"],
-    "probes": ["probes.linear", "probes.controls"],
-    "cache": ["cache"],
+    "forced": ["beliefscope.analyses.forced", "beliefscope.cache"],
+    "spec": ["beliefscope.decoding.speculative", "beliefscope.decoding.drafters"],
+    "harvest": ["beliefscope.probes.harvest", "beliefscope.probes.store"],
+    "probes": ["beliefscope.probes.linear", "beliefscope.probes.controls"],
+    "cache": ["beliefscope.cache"],
 }
 
 
@@ -53,10 +60,10 @@ def out_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("name", ["forced", "spec", "harvest", "probes", "cache"])
+@pytest.mark.parametrize("name", ["forced", "spec", "harvest", "probes", "beliefscope.cache"])
 def test_quick_benchmark(name, out_dir):
     assert _missing(name) is None, _missing(name)  # every benchmarked API has landed: a missing one fails
-    from analyses.cli import main
+    from beliefscope.cli import main
 
     committed = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks", "results", f"{name}.json")
     before = open(committed).read() if os.path.exists(committed) else None
@@ -103,7 +110,7 @@ def _check_outputs(name, res):
 
 def test_interleaved_pairs_and_rotates(monkeypatch):
     """With a fake clock, each call's duration is known: ratios are exact and the order rotates."""
-    from benchmarks import common
+    from beliefscope.benchmarks import common
 
     clock, calls = [0.0], []
     monkeypatch.setattr(common.time, "perf_counter", lambda: clock[0])
@@ -156,7 +163,7 @@ def test_leviathan_bound_matches_formula():
 
 
 def test_write_result_is_atomic_and_quick_goes_elsewhere(tmp_path, monkeypatch):
-    from benchmarks import common
+    from beliefscope.benchmarks import common
 
     monkeypatch.delenv(OUT_ENV, raising=False)
     assert common.result_path("x", True) != common.result_path("x", False)

@@ -2,9 +2,8 @@
 
 import pytest
 import torch
-
-from cache import CacheConfig, KVCache, Provenance, Snapshot
-from cache.testing import tiny_cache, tiny_gpt2, tiny_llama
+from beliefscope.cache import CacheConfig, KVCache, Provenance, Snapshot
+from beliefscope.cache.testing import tiny_cache, tiny_gpt2, tiny_llama
 
 TOL = 1e-4
 
@@ -39,9 +38,8 @@ def test_prefill_decode_matches_uncached(bridge):
 def test_toy_target_decode_rollback_fork_match_uncached():
     """The trained toy target (checkpoints/coinflip-target, GPT-2, 4 layers) on a real coin-flip
     prompt: cached decode, rollback + re-decode and a fork all equal uncached forwards."""
+    from beliefscope.models.load import load_model_cached
     from conftest import TARGET
-
-    from models.load import load_model_cached
 
     bridge, tok = load_model_cached(TARGET)
     ids = tok("Coin starts heads . Ann flips it . Bob leaves it . Cal flips it . Q : heads or tails ?",
@@ -237,7 +235,7 @@ def test_provenance_snapshot_diff_keep_rejected(bridge):
 
 def test_memory_flat_over_1000_decode_rollback_cycles():
     cache = tiny_cache(capacity=16)
-    kv = lambda n: torch.randn(1, 2, n, 8)  # noqa: E731
+    kv = lambda n: torch.randn(1, 2, n, 8)
     for l in range(2):
         cache.update(kv(10), kv(10), l)
     high = cache.nbytes
@@ -282,7 +280,7 @@ def test_lazy_provenance_and_stamps_survive_long_uninspected_runs():
     """Provenance and write stamps are recorded lazily; after 600 writes (past the log's flush bound),
     rollbacks and rewrites, they equal a hand-kept reference."""
     c = tiny_cache(capacity=8)
-    kv = lambda n: torch.randn(1, 2, n, 8)  # noqa: E731
+    kv = lambda n: torch.randn(1, 2, n, 8)
     want: list[int] = []
     for l in range(2):
         c.update(kv(3), kv(3), l)

@@ -2,11 +2,10 @@
 
 import pytest
 import torch
+from beliefscope.cache import KVCache
+from beliefscope.cache.testing import tiny_gpt2
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from cache import KVCache
-from cache.testing import tiny_gpt2
 
 BRIDGE = tiny_gpt2(seed=7, n_layer=2, n_embd=16, n_head=2)
 OPS = st.lists(

@@ -5,8 +5,7 @@ import os
 
 import pytest
 import torch
-
-from cache import KVCache
+from beliefscope.cache import KVCache
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -37,7 +36,7 @@ def test_smollm2_decode_rollback_fork():
     vocab = bridge.original_model.config.vocab_size
     toks, other = torch.randint(0, vocab, (1, 24), generator=g), torch.randint(0, vocab, (1, 4), generator=g)
     with torch.no_grad():
-        run = lambda t, **kw: bridge(t, return_type="logits", **kw)  # noqa: E731
+        run = lambda t, **kw: bridge(t, return_type="logits", **kw)
         want = run(toks)
         cache = KVCache.for_model(bridge, capacity=8)
         assert cache.config.kv_heads < bridge.original_model.config.num_attention_heads

@@ -8,12 +8,11 @@ from collections import Counter
 
 import pytest
 import torch
-
-from decoding import SpecConfig, generate, speculative_generate
-from decoding.datastore import NGramStore, StoreDraftConfig, StoreDrafter
-from decoding.store_build import StoreBuildConfig, build_store, greedy_outputs
-from decoding.tune import efficient_widths
-from tests.conftest import TARGET
+from beliefscope.decoding import SpecConfig, generate, speculative_generate
+from beliefscope.decoding.datastore import NGramStore, StoreDraftConfig, StoreDrafter
+from beliefscope.decoding.store_build import StoreBuildConfig, build_store, greedy_outputs
+from beliefscope.decoding.tune import efficient_widths
+from beliefscope.tests.conftest import TARGET
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -91,7 +90,7 @@ def test_drafter_uses_context_and_store():
 
 
 def test_drafter_rejects_other_vocabulary():
-    from tests.conftest import tiny_gpt2_hf
+    from beliefscope.tests.conftest import tiny_gpt2_hf
 
     store = NGramStore(meta={"vocab_size": 49152})
     with pytest.raises(ValueError, match="vocabulary of 49152"):
@@ -110,14 +109,14 @@ def test_efficient_widths():
 
 @pytest.fixture(scope="module")
 def toy():
-    from models.tokenizer import toy_tokenizer
-    from tests.test_decoding import _toy
+    from beliefscope.models.tokenizer import toy_tokenizer
+    from beliefscope.tests.test_decoding import _toy
 
     return _toy("target", TARGET), toy_tokenizer()
 
 
 def _prompts(tok, split, n, seed):
-    from tasks import get_task
+    from beliefscope.tasks import get_task
 
     return [tok(e.prompt)["input_ids"] for e in get_task("coinflip", fmt="cot", split=split).examples(n, seed, (1, 8))]
 
@@ -174,7 +173,7 @@ def test_greedy_exact_store_drafter_200_heldout(toy):
 
 def test_generate_cli_variable_windows_equal_plain(capsys):
     """`beliefscope generate --verify-widths auto|1,5,8` gives plain greedy's tokens; a bad list is refused."""
-    from analyses.cli import main
+    from beliefscope.cli import main
 
     prompt = "A coin is heads . Alice flips . Bob stays . Carol flips . Think :"
     outs = {}

@@ -5,19 +5,25 @@ import os
 
 import pytest
 import torch
-
-from cache import Provenance
-from decoding import (Drafter, EarlyExitDrafter, LowPrecisionDrafter, ModelDrafter, NGramDrafter, SpecConfig,
-                      generate, speculative_generate)
-from tests.conftest import DRAFT, TARGET, tiny_gpt2_hf
+from beliefscope.cache import Provenance
+from beliefscope.decoding import (
+    Drafter,
+    EarlyExitDrafter,
+    LowPrecisionDrafter,
+    ModelDrafter,
+    NGramDrafter,
+    SpecConfig,
+    generate,
+    speculative_generate,
+)
+from beliefscope.tests.conftest import DRAFT, TARGET, tiny_gpt2_hf
 
 
 def _toy(preset, path):
     """The shipped toy checkpoint as a raw HF model (fast), or a random one of the same shape."""
+    from beliefscope.models.load import load_hf
+    from beliefscope.models.train import TrainConfig
     from transformers import GPT2LMHeadModel
-
-    from models.load import load_hf
-    from models.train import TrainConfig
 
     if os.path.exists(os.path.join(path, "config.json")):
         return load_hf(path)[0]
@@ -30,14 +36,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def toy():
-    from models.tokenizer import toy_tokenizer
+    from beliefscope.models.tokenizer import toy_tokenizer
 
     return _toy("target", TARGET), _toy("draft", DRAFT), toy_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def heldout_prompts(toy):
-    from tasks import get_task
+    from beliefscope.tasks import get_task
 
     tok = toy[2]
     exs = get_task("coinflip", fmt="cot", split="heldout").examples(200, seed=4242, events=(1, 8))
@@ -116,7 +122,7 @@ def test_draft_model_cache_after_full_accept(toy, heldout_prompts):
     """The target as its own draft model: every draft accepted, so the draft cache must catch up on
     its own last draft each step; exactness proves it did."""
     target, _, tok = toy
-    from tests.conftest import copy_of
+    from beliefscope.tests.conftest import copy_of
 
     cfg = SpecConfig(gamma=3, max_new_tokens=12, stop_at_eos=False)
     for p in heldout_prompts[:5]:
@@ -198,8 +204,8 @@ def test_early_exit_shared_vs_own_cache(toy, heldout_prompts):
 def test_trace_steps_and_tagged_activations():
     """Committed verify activations equal an uncached forward over the final text; the early-exit
     draft pass is captured at layer 0 only (it never reaches block 1)."""
-    from hooks import capture
-    from models.load import bridge_from_hf
+    from beliefscope.hooks import capture
+    from beliefscope.models.load import bridge_from_hf
 
     bridge = bridge_from_hf(tiny_gpt2_hf(seed=3))
     names = ("blocks.0.hook_resid_post", "blocks.1.hook_resid_post")

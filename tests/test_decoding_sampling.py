@@ -5,10 +5,9 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from beliefscope.decoding import ModelDrafter, NGramDrafter, SpecConfig, generate, speculative_generate
+from beliefscope.tests.conftest import tiny_gpt2_hf
 from scipy.stats import chisquare
-
-from decoding import ModelDrafter, NGramDrafter, SpecConfig, generate, speculative_generate
-from tests.conftest import tiny_gpt2_hf
 
 VOCAB = 5
 

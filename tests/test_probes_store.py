@@ -12,13 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from beliefscope.models.load import bridge_from_hf
+from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.probes.harvest import EMBED_HOOK, harvest
+from beliefscope.probes.store import ActivationStore
+from beliefscope.tasks import get_task
 from conftest import ROOT, tiny_gpt2_hf
-
-from models.load import bridge_from_hf
-from models.tokenizer import toy_tokenizer
-from probes.harvest import EMBED_HOOK, harvest
-from probes.store import ActivationStore
-from tasks import get_task
 
 PY = sys.executable
 
@@ -88,7 +87,7 @@ def test_float16_store_holds_the_float32_rows_rounded(tmp_path):
 
 
 def run_harvest_cli(ckpt, out, extra=()):
-    args = [PY, "-m", "probes.harvest", "--model", ckpt, "--n", "30", "--events", "1-6", "--out", out,
+    args = [PY, "-m", "beliefscope.probes.harvest", "--model", ckpt, "--n", "30", "--events", "1-6", "--out", out,
             "--no-random-init", "--no-progress", "--batch-size", "2", *extra]
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})

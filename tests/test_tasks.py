@@ -2,12 +2,17 @@
 
 import numpy as np
 import pytest
+from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.tasks import CoinFlip, Cups, Event, Example, get_task, parse_events_range
+from beliefscope.tasks.coinflip import (
+    NATURAL_FLIPS,
+    NATURAL_INTROS,
+    NATURAL_NAMES,
+    NATURAL_STAYS,
+    sample_prompts,
+)
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
-
-from models.tokenizer import toy_tokenizer
-from tasks import CoinFlip, Cups, Event, Example, get_task, parse_events_range
-from tasks.coinflip import NATURAL_FLIPS, NATURAL_INTROS, NATURAL_NAMES, NATURAL_STAYS, sample_prompts
 
 
 def toy_example():
@@ -151,7 +156,7 @@ def test_bad_task_and_range_errors():
 
 
 def test_parse_prompt_round_trips_generated_examples():
-    from tasks.parse import parse_prompt
+    from beliefscope.tasks.parse import parse_prompt
 
     for rendering, split in (("toy", "train"), ("natural", "all")):
         for ex in CoinFlip(rendering, split=split).examples(40, seed=2, events=(1, 9)):
@@ -163,7 +168,7 @@ def test_parse_prompt_round_trips_generated_examples():
 
 
 def test_parse_prompt_rejects_unparseable_text():
-    from tasks.parse import parse_prompt
+    from beliefscope.tasks.parse import parse_prompt
 
     with pytest.raises(ValueError, match="character 17.*Bob flips"):
         parse_prompt("A coin is heads . Alice jumps . State ?")

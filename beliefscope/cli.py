@@ -7,7 +7,9 @@
 - benchmarks/cli.py: bench
 
 A module registers with ``register(subparsers)``, adding parsers whose ``func(args) -> int``
-runs the command. Missing modules are skipped, so the CLI works while areas are being built.
+runs the command. This module sits at the top of the package, above every area it registers.
+``benchmarks`` exists only in a source checkout (it is not installed), so `bench` is listed only
+there.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import importlib
 import os
 import sys
 
-AREAS = ("models.cli", "decoding.cli", "probes.cli", "analyses.commands", "benchmarks.cli")
+AREAS = ("beliefscope.models.cli", "beliefscope.decoding.cli", "beliefscope.probes.cli", "beliefscope.analyses.commands", "beliefscope.benchmarks.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,68 @@
+"""beliefscope: read what a language model believes while it generates.
+
+``import beliefscope as bs`` gives the researcher API; each name is imported on first use, so
+``import beliefscope`` stays cheap. The subpackages are ``bs.tasks``, ``bs.models``, ``bs.hooks``,
+``bs.cache``, ``bs.decoding``, ``bs.probes`` and ``bs.analyses``.
+
+>>> import beliefscope as bs
+>>> ex = bs.get_task("coinflip").example(seed=0, n_events=2)
+>>> ex.states_after_events[-1] in ("heads", "tails")
+True
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+__version__ = "0.2.0"
+
+# In a source checkout the subpackages are the folders beside this one (the build maps them for
+# the wheel); `benchmarks`, which is never installed, is reached the same way.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "benchmarks" / "__init__.py").is_file():
+    __path__.append(str(_CHECKOUT))
+
+# public name -> module that defines it
+_API = {
+    "get_task": "beliefscope.tasks",
+    "load_model": "beliefscope.models",
+    "load_hf": "beliefscope.models",
+    "ModelLoadError": "beliefscope.models",
+    "checkpoint_path": "beliefscope.models",
+    "KVCache": "beliefscope.cache",
+    "Provenance": "beliefscope.cache",
+    "capture": "beliefscope.hooks",
+    "steer": "beliefscope.hooks",
+    "to_activation_cache": "beliefscope.hooks",
+    "speculative_generate": "beliefscope.decoding",
+    "generate": "beliefscope.decoding",
+    "make_drafter": "beliefscope.decoding",
+    "SpecConfig": "beliefscope.decoding",
+    "Scheduler": "beliefscope.decoding",
+    "SchedulerConfig": "beliefscope.decoding",
+    "harvest": "beliefscope.probes",
+    "ActivationStore": "beliefscope.probes",
+    "fit_all_layers": "beliefscope.probes",
+    "LinearProbe": "beliefscope.probes",
+    "ProbeClassifier": "beliefscope.probes",
+    "forced_answers": "beliefscope.analyses.forced",
+}
+_SUBPACKAGES = ("tasks", "models", "hooks", "cache", "decoding", "probes", "analyses")
+
+__all__ = sorted([*_API, *_SUBPACKAGES])
+
+
+def __getattr__(name: str):
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"beliefscope.{name}")
+    else:
+        raise AttributeError(f"module 'beliefscope' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

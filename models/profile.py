@@ -1,0 +1,96 @@
+"""What the toolkit needs to know about a model, read in one place.
+
+- `ModelShapes`: layer count, heads, head size, width, context length, dtype and device, read
+  from any HF causal LM or TransformerBridge (every cache is shaped from it).
+- `ModelProfile`: what a model *name* implies before loading it: which task rendering its
+  tokenizer reads (the toy word grammar or natural English) and whether it is a Thinking States
+  checkpoint. It replaces name switches such as ``model == "smollm2"``.
+
+>>> from beliefscope.cache.testing import tiny_llama
+>>> s = model_shapes(tiny_llama())
+>>> (s.n_layers, s.n_heads, s.kv_heads, s.d_head)
+(2, 4, 2, 8)
+>>> model_profile("smollm2").rendering, model_profile("target").rendering
+('natural', 'toy')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ModelShapes:
+    """Shapes of a causal LM, as its HF config states them."""
+
+    n_layers: int  # decoder blocks
+    n_heads: int  # query heads per block
+    kv_heads: int  # key/value heads per block (< n_heads for grouped-query attention)
+    d_head: int  # size of one head's query/key/value vector
+    d_model: int  # width of the residual stream
+    n_ctx: int  # positions the model can address (n_positions / max_position_embeddings)
+    dtype: torch.dtype  # dtype of the weights
+    device: torch.device  # device of the weights
+    name: str  # the config's _name_or_path, or the class name
+
+
+def hf_of(model):
+    """The HF model under a TransformerBridge (or the model itself)."""
+    return getattr(model, "original_model", model)
+
+
+def model_shapes(model) -> ModelShapes:
+    """Read `ModelShapes` from a TransformerBridge or a HF causal LM."""
+    hf = hf_of(model)
+    c = hf.config
+    heads = getattr(c, "num_attention_heads", None) or c.n_head
+    d_model = getattr(c, "hidden_size", None) or c.n_embd
+    param = next(hf.parameters())
+    return ModelShapes(
+        n_layers=getattr(c, "num_hidden_layers", None) or c.n_layer,
+        n_heads=heads,
+        kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+        d_head=getattr(c, "head_dim", None) or d_model // heads,
+        d_model=d_model,
+        n_ctx=getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048,
+        dtype=param.dtype,
+        device=param.device,
+        name=getattr(c, "_name_or_path", "") or type(hf).__name__,
+    )
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What a model name implies, known before the model is loaded."""
+
+    name: str  # the name or path as given
+    rendering: str  # task rendering its tokenizer reads: "toy" (word grammar) or "natural" (English)
+    thinking: bool  # a Thinking States checkpoint (load with models.thinking.load_thinking)
+    pretrained: bool  # a real pretrained LM (not trained here on the toy grammar)
+
+
+def model_profile(name: str) -> ModelProfile:
+    """Profile of a shipped name, a checkpoint folder or a hub name (hub names: natural English)."""
+    from beliefscope.models.load import SMOLLM2, checkpoint_path
+
+    if name == SMOLLM2:
+        return ModelProfile(name=name, rendering="natural", thinking=False, pretrained=True)
+    path = checkpoint_path(name, must_exist=False)
+    card = _card(path) if path else {}
+    if card:
+        return ModelProfile(name=name, rendering=card.get("rendering", "toy"),
+                            thinking=card.get("kind") == "thinking", pretrained=False)
+    return ModelProfile(name=name, rendering="natural", thinking=False, pretrained=True)
+
+
+def _card(path: str) -> dict:
+    f = os.path.join(path, "model_card.json")
+    if not os.path.isfile(f):
+        return {}
+    with open(f) as fh:
+        card = json.load(fh)
+    return card if isinstance(card, dict) else {}
