@@ -23,6 +23,7 @@ class Provenance(IntEnum):
     DRAFT = 1  # proposed by a fast path / draft model, not yet verified
     VERIFIED = 2  # written or confirmed by the reference model
     REJECTED = 3  # a draft the verifier rejected (only seen in `cache.rejected`)
+    THOUGHT = 4  # a Thinking States thought token: written after a chunk, then rolled back (dropped)
 
 
 EVENT_KINDS = ("prefill", "decode", "verify", "rollback", "fork", "overwrite", "relocate")
