@@ -17,9 +17,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-# Provenance colours of seed 000: prefill blue, draft yellow, verified green, rejected red.
-PROVENANCE_COLORS = {0: "#5b8fd9", 1: "#f2c94c", 2: "#6fcf97", 3: "#eb5757"}
-PROVENANCE_NAMES = {0: "prefill", 1: "draft", 2: "verified", 3: "rejected"}
+# Provenance colours (as in the LLM-42 paper's figure): prefill blue, draft yellow, verified green,
+# rejected red; Thinking States thoughts purple.
+PROVENANCE_COLORS = {0: "#5b8fd9", 1: "#f2c94c", 2: "#6fcf97", 3: "#eb5757", 4: "#bb6bd9"}
+PROVENANCE_NAMES = {0: "prefill", 1: "draft", 2: "verified", 3: "rejected", 4: "thought"}
 
 
 def _token_axis(ax, tokens, rotate=True):
