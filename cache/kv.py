@@ -205,7 +205,8 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
         prov = self._explicit_provenance() if (self.next_provenance is not None or self._tags) else None
         if prov is not None:  # next_provenance / tagging: same label for every row
             code: int | list[int] = int(prov)
-            kind = "prefill" if prov == Provenance.PREFILL else ("decode" if prov == Provenance.DRAFT else "verify")
+            kind = {Provenance.PREFILL: "prefill", Provenance.DRAFT: "decode",
+                    Provenance.THOUGHT: "thought"}.get(prov, "verify")
         elif 0 not in lens:  # default, decoding: the model's own tokens
             code, kind = int(Provenance.VERIFIED), "decode"
         else:  # default: a row's first write is its prompt (PREFILL), later writes the model's own (VERIFIED)

@@ -26,7 +26,7 @@ class Provenance(IntEnum):
     THOUGHT = 4  # a Thinking States thought token: written after a chunk, then rolled back (dropped)
 
 
-EVENT_KINDS = ("prefill", "decode", "verify", "rollback", "fork", "overwrite", "relocate")
+EVENT_KINDS = ("prefill", "decode", "verify", "thought", "rollback", "fork", "overwrite", "relocate")
 
 
 class CacheEvent(NamedTuple):
