@@ -1,18 +1,22 @@
 """Determinism among other requests: distinct outputs per prompt vs the number of co-batched requests.
 
 A thin layer over ``decoding.scheduler.determinism_sweep`` (the `Scheduler` of deterministic
-requests): for every k in `others`, the measured prompts run among k-request batches in several
-arrival orders, once flagged deterministic (verified in fixed-shape windows) and once not (the
-fast path's tokens as they come). The chart shows the largest number of distinct outputs any one
-prompt produced, for both.
+requests). For every k in `others` the measured prompts run with continuous batching
+(``max_batch = k + 1``, arrivals over time, other requests of different lengths, so the decode
+batch size changes from round to round) in several arrival orders, once flagged deterministic
+(verified in fixed-shape windows) and once not (the fast path's tokens as they come). It reports
+the largest number of distinct outputs any one prompt produced, for both, and the first new-token
+position where a prompt's fast-path outputs differ. On the real model the prompts are open-ended
+questions about standard-library functions (chat template); on the toy they are coin flips.
 
->>> res = main(DeterminismConfig(model="target", prompts=2, others="0,1", out="det.png"))  # doctest: +SKIP
->>> res["verified_unique_max"]  # doctest: +SKIP
-1
+>>> res = main(DeterminismConfig(model="target", prompts=2, others="0,1", out=None, max_new_tokens=4))
+>>> res["verified_unique_max"], res["fast_path_dtype"]
+(1, 'float32')
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -27,13 +31,51 @@ class DeterminismConfig:
 
     model: str = "target"  # checkpoint folder or alias
     prompts: int = 8  # measured prompts (requests)
-    others: str = "0,1,3,7"  # batch sizes beyond one request (the Scheduler's max_batch = k + 1), comma-separated
+    others: str = "0,1,3,7"  # co-batched requests k (the Scheduler's max_batch = k + 1), comma-separated
     out: str | None = "determinism.png"  # chart PNG (None: numbers only)
-    max_new_tokens: int = 12  # tokens per request
+    max_new_tokens: int = 12  # tokens per measured request (open-ended runs: 64 or more)
     quick: bool = False  # 2 arrival orders instead of 3
     window: int = 4  # verify window W (pending token + W-1 fast-path drafts)
     seed: int = 0  # prompt seed
     dtype: str = "float32"  # fast-path precision: float32 or bfloat16
+    n_others: int | None = None  # other (background) requests per configuration (None: half the prompts)
+    costs: str | None = None  # benchmarks/results/determinism.json to draw the throughput-vs-share panel from
+
+
+def first_divergence(outputs) -> int | None:
+    """First new-token position where the outputs of one prompt differ (None: all identical).
+
+    >>> first_divergence({(1, 2, 3), (1, 2, 4)}), first_divergence({(5, 6)})
+    (2, None)
+    """
+    outs = list(outputs)
+    if len(outs) < 2:
+        return None
+    n = min(map(len, outs))
+    return next((j for j in range(n) if len({o[j] for o in outs}) > 1), n)
+
+
+def open_prompts(tok, n: int, seed: int = 0) -> list[list[int]]:
+    """``n`` open-ended chat prompts ("Explain in detail what the Python function X does"), X from the
+    public callables of a few standard-library modules, in a fixed order rotated by ``seed``."""
+    import collections
+    import json
+    import os
+    import random
+    import string
+    import textwrap
+
+    names = [f"{m.__name__}.{a}" for m in (json, os, textwrap, collections, string, random)
+             for a in sorted(dir(m)) if not a.startswith("_") and callable(getattr(m, a))
+             and (inspect.getdoc(getattr(m, a)) or "").strip()]
+    names = names[seed % len(names):] + names[: seed % len(names)]
+    if n > len(names):
+        raise ValueError(f"{n} prompts asked for but only {len(names)} functions to ask about: use --prompts <= "
+                         f"{len(names)}")
+    msg = "Explain in detail what the Python function {} does, with an example."
+    chat = lambda x: tok.apply_chat_template([{"role": "user", "content": msg.format(x)}], add_generation_prompt=True,
+                                             tokenize=False)
+    return [list(tok(chat(x))["input_ids"]) for x in names[:n]]
 
 
 def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict:
@@ -43,45 +85,96 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
     ks = [int(k) for k in str(cfg.others).split(",")]
     orders = 2 if cfg.quick else 3
     dtype = getattr(torch, cfg.dtype)
-    rows = []
+    rows, every = [], {"fast_path": {}, "verified": {}}
+    stats = {"fast_path": {}, "verified": {}}
     for k in ks:
         row = {"others": k, "configurations": 1 if k == 0 else orders}
         for name, flag in (("verified", True), ("fast_path", False)):
-            seen = determinism_sweep(model, prompts, pool, others=(k,), orders=1 if k == 0 else orders,
-                                     window=cfg.window, max_new_tokens=cfg.max_new_tokens, fast_dtype=dtype,
-                                     deterministic=flag)
+            seen = determinism_sweep(model, prompts, pool, others=(k,), orders=orders, window=cfg.window,
+                                     max_new_tokens=cfg.max_new_tokens, fast_dtype=dtype, deterministic=flag,
+                                     n_others=cfg.n_others, stats=stats[name])
             counts = [len(v) for v in seen.values()]
             row[f"{name}_unique_max"] = max(counts)
             row[f"{name}_unique_mean"] = round(sum(counts) / len(counts), 4)
+            firsts = [f for f in map(first_divergence, seen.values()) if f is not None]
+            row[f"{name}_prompts_diverged"] = len(firsts)
+            row[f"{name}_first_divergence_position"] = min(firsts, default=None)
+            for i, v in seen.items():
+                every[name].setdefault(i, set()).update(v)
             if progress:
                 progress(1)
         rows.append(row)
+    firsts = {name: [first_divergence(v) for v in every[name].values()] for name in every}
+    div = sorted(f for f in firsts["fast_path"] if f is not None)
     return {"by_others": rows, "verified_unique_max": max(r["verified_unique_max"] for r in rows),
             "fast_path_unique_max": max(r["fast_path_unique_max"] for r in rows),
+            # over all configurations together (k's and orders): a prompt may differ only across k
+            "fast_path_unique_overall_max": max(map(len, every["fast_path"].values())),
+            "verified_unique_overall_max": max(map(len, every["verified"].values())),
+            "fast_path_prompts_diverged": len(div), "first_divergence_position": div[0] if div else None,
+            "fast_path_divergence_positions": div,
+            "verified_first_divergence_position": min((f for f in firsts["verified"] if f is not None),
+                                                      default=None),
+            "fast_batch_sizes": dict(sorted(stats["fast_path"]["batch_sizes"].items())),
+            "verified_acceptance": round(stats["verified"]["accepted"] / max(1, stats["verified"]["drafted"]), 4),
             "n_configurations": sum(r["configurations"] for r in rows), "prompts": len(prompts)}
 
 
 def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> dict:
-    """Measure and draw the chart; returns the numbers (with `verified_unique_max`, `fast_path_unique_max`)."""
+    """Measure and draw the chart; returns the numbers (with `verified_unique_max`, `fast_path_unique_max`,
+    `first_divergence_position`)."""
     from beliefscope.tasks import get_task
 
     out = check_writable_parent(config.out) if config.out else None
     if config.dtype not in ("float32", "bfloat16"):
         raise ValueError(f"fast-path dtype {config.dtype!r} is unknown: use float32 or bfloat16")
+    if config.prompts < 1:
+        raise ValueError(f"prompts={config.prompts}: the workload is empty, measure at least 1 prompt")
+    try:
+        ks = [int(k) for k in str(config.others).split(",")]
+    except ValueError:
+        ks = [-1]
+    if not ks or min(ks) < 0:
+        raise ValueError(f"others={config.others!r} must be comma-separated numbers of co-batched requests >= 0, "
+                         "e.g. 0,1,3,7")
     if bridge is None:
         from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
     rendering = model_profile(config.model).rendering
-    task = get_task("coinflip", rendering=rendering, fmt="cot" if rendering == "toy" else "direct")
-    enc = lambda exs: [tok(e.prompt)["input_ids"] for e in exs]
-    prompts = enc(task.examples(config.prompts, config.seed + 1, (3, 8)))
-    pool = enc(task.examples(32, config.seed + 2, (1, 12)))
+    if rendering == "toy":
+        task = get_task("coinflip", rendering=rendering, fmt="cot")
+        enc = lambda exs: [tok(e.prompt)["input_ids"] for e in exs]
+        prompts = enc(task.examples(config.prompts, config.seed + 1, (3, 8)))
+        pool = enc(task.examples(32, config.seed + 2, (1, 12)))
+    else:  # open-ended questions: long answers with near-ties somewhere
+        prompts = open_prompts(tok, config.prompts, config.seed)
+        pool = open_prompts(tok, 24, config.seed + 500)
     res = measure(bridge, prompts, pool, config, progress)
-    rows = res["by_others"]
     if out:
-        save_fig(plots.determinism_chart([r["others"] for r in rows], [r["fast_path_unique_max"] for r in rows],
-                                         [r["verified_unique_max"] for r in rows]), out)
+        save_fig(chart(res, config.costs), out)
     return {"model": config.model, "fast_path_dtype": config.dtype, "window": config.window,
             "max_new_tokens": config.max_new_tokens, "engine": "decoding.scheduler.determinism_sweep", **res,
             "files": [out] if out else []}
+
+
+def chart(res: dict | list[dict], costs: str | dict | None = None):
+    """The determinism figure from one or more `main` results (e.g. a float32 and a bfloat16 fast path);
+    with `costs` (a bench result or its path), a second panel of throughput vs deterministic share."""
+    import json
+
+    runs = res if isinstance(res, list) else [res]
+    if isinstance(costs, str):
+        with open(costs) as f:
+            costs = json.load(f)
+    series = {f"fast path, {r['fast_path_dtype']}": ([x["others"] for x in r["by_others"]],
+                                                     [x["fast_path_unique_max"] for x in r["by_others"]])
+              for r in runs}
+    series["verified"] = ([x["others"] for x in runs[0]["by_others"]],
+                          [max(r["by_others"][j]["verified_unique_max"] for r in runs)
+                           for j in range(len(runs[0]["by_others"]))])
+    if not costs and len(runs) == 1:
+        r = runs[0]["by_others"]
+        return plots.determinism_chart([x["others"] for x in r], [x["fast_path_unique_max"] for x in r],
+                                       [x["verified_unique_max"] for x in r])
+    return plots.determinism_costs_chart(series, (costs or {}).get("models", {}))

@@ -230,3 +230,42 @@ def steering_chart(flip_rate: float, random_rates, layer: int, alpha: float) -> 
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_title(f"Steering at layer {layer}, α = {alpha} × mean residual norm", fontsize=10)
     return fig
+
+
+def determinism_costs_chart(series: dict, costs: dict) -> Figure:
+    """Left: unique outputs per prompt by co-batched requests, one line per series (``label -> (k's,
+    values)``). Right (when ``costs`` has models): throughput as a ratio to the all-fast-path run
+    against the deterministic share, median with quartile bars, baselines as dotted lines."""
+    fig, axes = plt.subplots(1, 2 if costs else 1, figsize=(11 if costs else 5.5, 3.4), constrained_layout=True,
+                             squeeze=False)
+    ax = axes[0][0]
+    styles = [("o-", "#eb5757", 11, "none"), ("D-", "#f2994a", 8, "none"), ("s--", "#27ae60", 5, None)]
+    for (label, (ks, vals)), (m, c, ms, mfc) in zip(series.items(), styles if len(series) == 3 else styles[::2]):
+        ax.plot(ks, vals, m, color=c, ms=ms, mfc=mfc, mew=2, lw=2, label=label)
+    ax.set_xlabel("co-batched requests (max batch - 1)")
+    ax.set_ylabel("unique outputs per prompt (max)")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0.5, max(max(v) for _, v in series.values()) + 1.5)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title("Distinct outputs of one prompt across batches", fontsize=10)
+    if costs:
+        ax = axes[0][1]
+        colors = ["#2e86ab", "#d1495b", "#8e44ad", "#27ae60"]
+        for (name, m), c in zip(costs.items(), colors):
+            x = [100 * s["det_share"] for s in m["shares"]]
+            med = [s["ratio"]["median"] for s in m["shares"]]
+            err = [[a - s["ratio"]["q1"] for a, s in zip(med, m["shares"])],
+                   [s["ratio"]["q3"] - a for a, s in zip(med, m["shares"])]]
+            ax.errorbar(x, med, yerr=err, fmt="o-", color=c, capsize=3, label=f"{name}: verified share")
+            for (bname, b), ls in zip(m.get("baselines", {}).items(), (":", "-.")):
+                ax.axhline(b["ratio"]["median"], color=c, ls=ls, lw=1, label=f"{name}: {bname}")
+        ax.axhline(1.0, color="0.6", lw=0.8)
+        ax.set_xscale("symlog", linthresh=2)
+        ax.set_xticks([0, 2, 10, 50, 100])
+        ax.set_xticklabels(["0", "2", "10", "50", "100"])
+        ax.set_xlabel("deterministic requests (% of the workload)")
+        ax.set_ylabel("throughput / all fast path")
+        ax.set_ylim(0, 1.15)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        ax.set_title("Cost of determinism", fontsize=10)
+    return fig

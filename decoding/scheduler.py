@@ -1,16 +1,20 @@
 """Deterministic requests among others (LLM-42 style decode -> verify -> rollback).
 
-Every active request decodes through the *fast path*: one dynamic batch (left-padded, its
-composition changes as requests arrive and finish; optionally bfloat16). A request flagged
-``deterministic`` owns one of ``verify_slots`` rows of a static :class:`decoding.slots.SlotCache`
-and is verified every ``window - 1`` fast tokens by the reference, together with the other
-deterministic requests that are due, in one forward of fixed shape ``[verify_slots, window]``
-over the slots' whole capacity (rows with nothing to verify, and free slots, are dummy rows). No
-shape depends on the batch, so its output depends only on the request (and W, B, capacity).
-Other requests keep the fast path's tokens unverified.
+Every active request decodes through the *fast path*: continuous batching over a KV-cache pool
+(one row per request, prefilled alone when it arrives, then one ``[batch, 1]`` decode forward per
+round over the active rows). The decode batch grows and shrinks as requests arrive and finish,
+so its shapes, and on most hardware its rounding, follow the batch; it may also run in
+bfloat16. A request flagged ``deterministic`` also owns one of ``verify_slots`` rows of a static
+:class:`decoding.slots.SlotCache` and is verified every ``window - 1`` fast tokens by the
+reference, together with the other deterministic requests that are due, in one forward of fixed
+shape ``[verify_slots, window]`` over the slots' whole capacity (rows with nothing to verify, and
+free slots, are dummy rows). No shape of the verifier depends on the batch, so a deterministic
+request's output depends only on the request (and W, B, capacity). Other requests keep the fast
+path's tokens unverified. With ``window=1`` a deterministic request skips the fast path: every
+token comes from a ``[verify_slots, 1]`` forward (the batch-invariant, fixed-shape way).
 
 >>> from beliefscope.cache.testing import tiny_gpt2
->>> sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=3, max_batch=2))
+>>> sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=3, max_batch=2, slot_capacity=32))
 >>> outs = sched.run([Request([3, 4, 5], 4, deterministic=True), Request([7, 8], 4)])
 >>> [len(o) for o in outs]
 [4, 4]
@@ -20,10 +24,10 @@ from __future__ import annotations
 
 import copy
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.core import check_prompt, forward, hf_model, new_cache, pad_window, token_budget
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.decoding.speculative import accept_greedy
@@ -39,7 +43,7 @@ class SchedulerConfig:
     max_batch: int = 16  # most requests decoded together by the fast path (others wait, FIFO)
     fast_dtype: torch.dtype = torch.float32  # dtype of the fast path (bfloat16 = LLM-42's low-precision path)
     eos_token_id: int | None = None  # stop a request after this token (None: never stop early)
-    pad_token_id: int = 0  # filler of the left-padded fast-path batch and of verify windows
+    pad_token_id: int = 0  # filler of verify windows and of dummy verify rows
 
 
 @dataclass
@@ -54,87 +58,125 @@ class Request:
     tokens: list[int] = field(default_factory=list)  # committed new tokens
     drafts: list[int] = field(default_factory=list)  # fast-path tokens awaiting verification
     slot: int | None = None  # row of the scheduler's SlotCache (deterministic requests only)
+    row: int | None = None  # row of the fast path's KV pool while active (None: not on the fast path)
     verifies: int = 0  # verify passes run
     accepted: int = 0  # fast-path tokens accepted by the verifier
     drafted: int = 0  # fast-path tokens proposed to the verifier
+    eos: int | None = None  # the scheduler's eos_token_id (set by run)
 
     @property
     def done(self) -> bool:
         return len(self.tokens) >= self.max_new_tokens or (self.eos is not None and self.tokens[-1:] == [self.eos])
 
-    eos: int | None = None
-
 
 class Scheduler:
-    """Runs requests to completion; ``run(requests)`` returns their new tokens in input order."""
+    """Runs requests to completion; ``run(requests)`` returns their new tokens in input order.
 
-    def __init__(self, target, cfg: SchedulerConfig | None = None):
+    ``fast`` (optional) replaces the fast path's model (default: the target, cast to
+    ``cfg.fast_dtype``), e.g. a perturbed copy in tests; verification always uses ``target``.
+    After a run, ``rounds`` counts scheduler rounds and ``batch_sizes`` counts fast-path decode
+    forwards by batch size.
+    """
+
+    def __init__(self, target, cfg: SchedulerConfig | None = None, fast=None):
         self.cfg = cfg or SchedulerConfig()
-        if self.cfg.window < 1:
-            raise ValueError(f"window={self.cfg.window} must be >= 1")
-        if self.cfg.verify_slots < 1:
-            raise ValueError(f"verify_slots={self.cfg.verify_slots} must be >= 1")
+        for name in ("window", "verify_slots", "max_batch", "slot_capacity"):
+            if getattr(self.cfg, name) < 1:
+                raise ValueError(f"SchedulerConfig.{name}={getattr(self.cfg, name)} must be >= 1")
         self.target = target
         hf = hf_model(target)
-        self.fast = hf if self.cfg.fast_dtype == next(hf.parameters()).dtype else \
-            copy.deepcopy(hf).to(self.cfg.fast_dtype).eval()
-        self.rounds = 0  # fast-path forwards of the last run
+        if fast is not None:
+            self.fast = hf_model(fast)
+        elif self.cfg.fast_dtype == next(hf.parameters()).dtype:
+            self.fast = hf
+        else:
+            self.fast = copy.deepcopy(hf).to(self.cfg.fast_dtype).eval()
+        self.rounds = 0  # scheduler rounds of the last run
+        self.batch_sizes: Counter = Counter()  # fast-path decode forwards of the last run, by batch size
+        self.verify_forwards = 0  # fixed-shape verify forwards of the last run
+
+    def _check(self, requests: list[Request]) -> None:
+        cfg = self.cfg
+        if not requests:
+            raise ValueError("the workload is empty: give Scheduler.run at least one Request")
+        for r in requests:
+            check_prompt(self.target, r.prompt)
+            r.tokens, r.drafts, r.eos, r.verifies, r.accepted, r.drafted = [], [], cfg.eos_token_id, 0, 0, 0
+            r.slot = r.row = None
+            r.max_new_tokens = token_budget(self.target, len(r.prompt), r.max_new_tokens, cfg.window)
+            need = len(r.prompt) + r.max_new_tokens + cfg.window
+            if need > cfg.slot_capacity:
+                kind = "deterministic request" if r.deterministic else "request (fast-path pool row)"
+                raise ValueError(f"a {kind} needs {len(r.prompt)} prompt + {r.max_new_tokens} new + "
+                                 f"{cfg.window} window tokens but slot_capacity={cfg.slot_capacity}: raise "
+                                 "SchedulerConfig.slot_capacity (the same value for every run you compare)")
 
     @torch.no_grad()
     def run(self, requests: list[Request]) -> list[list[int]]:
         cfg = self.cfg
-        spec = SpecConfig(gamma=max(1, cfg.window - 1), max_new_tokens=1, stop_at_eos=False)
+        self._check(requests)
         waiting = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, i))
         active: list[Request] = []
-        self.rounds = 0
+        self.rounds, self.batch_sizes, self.verify_forwards = 0, Counter(), 0
         self.slots = SlotCache.for_model(self.target, cfg.verify_slots, cfg.slot_capacity)
+        self.pool = SlotCache.for_model(self.fast, cfg.max_batch, cfg.slot_capacity)  # fast-path KV, row per request
+        self.rows: list[Request] = []  # rows[i] owns pool row i (compacted as requests finish)
         free = list(range(cfg.verify_slots))
-        for r in requests:
-            check_prompt(self.target, r.prompt)
-            r.tokens, r.drafts, r.eos, r.verifies, r.accepted, r.drafted = [], [], cfg.eos_token_id, 0, 0, 0
-            r.slot = None
-            r.max_new_tokens = token_budget(self.target, len(r.prompt), r.max_new_tokens, cfg.window)
-            if r.deterministic and len(r.prompt) + r.max_new_tokens + cfg.window > cfg.slot_capacity:
-                raise ValueError(f"a deterministic request needs {len(r.prompt)} prompt + {r.max_new_tokens} new + "
-                                 f"{cfg.window} window tokens but slot_capacity={cfg.slot_capacity}: raise "
-                                 "SchedulerConfig.slot_capacity (the same value for every run you compare)")
         while waiting or active:
-            while waiting and len(active) < cfg.max_batch and requests[waiting[0]].arrival <= self.rounds:
-                r = requests[waiting[0]]
+            for i in [i for i in waiting if requests[i].arrival <= self.rounds]:  # FIFO among arrivals
+                r = requests[i]
+                if len(active) >= cfg.max_batch:
+                    break
                 if r.deterministic:
-                    if not free:  # every verify slot is taken: wait (FIFO) for one to free up
-                        break
+                    if not free:  # every verify slot is taken: wait for one (later requests may pass)
+                        continue
                     r.slot = free.pop(0)
-                    self._prefill(r, spec)
-                waiting.pop(0)
+                    self._prefill(r)
+                if not (r.deterministic and cfg.window == 1):
+                    self._fast_prefill(r)
+                waiting.remove(i)
                 active.append(r)
             if not active:  # nothing has arrived yet: time passes
                 self.rounds += 1
                 continue
-            self._fast_round(active)
-            due = []
-            for r in active:
-                want = min(cfg.window - 1, r.max_new_tokens - len(r.tokens) - 1)
-                if r.deterministic and (len(r.drafts) >= want or self._stopped(r.drafts)):
-                    due.append(r)
-                elif not r.deterministic:
-                    r.tokens += r.drafts
-                    r.drafts = []
-            if due:
-                self._verify(due, cfg.window)
-            for r in active:
-                if r.done and r.slot is not None:
-                    self.slots.lengths[r.slot] = 0
-                    free.append(r.slot)
-                    r.slot = None
-            active = [r for r in active if not r.done]
+            active = self._retire(active, free)
+            if self.rows:
+                self._fast_round()
+            det = [r for r in active if r.deterministic]
+            if any(len(r.drafts) >= min(cfg.window - 1, r.max_new_tokens - len(r.tokens) - 1)
+                   or self._stopped(r.drafts) for r in det):
+                # grouped verification: when one is due, every deterministic request with drafts rides
+                # along, so they fall into step and share one forward per window
+                self._verify([r for r in det if r.drafts or r.row is None
+                              or len(r.tokens) + 1 >= r.max_new_tokens], cfg.window)
+            active = self._retire(active, free)
             self.rounds += 1
         return [r.tokens for r in requests]
+
+    def _retire(self, active: list[Request], free: list[int]) -> list[Request]:
+        """Drop finished requests: free their verify slot, compact the fast pool's rows."""
+        for r in active:
+            if r.done and r.slot is not None:
+                self.slots.lengths[r.slot] = 0
+                free.append(r.slot)
+                r.slot = None
+        if any(r.done for r in self.rows):
+            kept = [r for r in self.rows if not r.done]
+            for i, r in enumerate(kept):  # ascending: a row only moves down, onto a finished or moved one
+                if r.row != i:
+                    self.pool.move(r.row, i)
+                    r.row = i
+            for r in self.rows:
+                if r.done:
+                    r.row = None
+            self.rows = kept
+            self.pool.lengths[len(kept):] = 0
+        return [r for r in active if not r.done]
 
     def _stopped(self, drafts) -> bool:
         return self.cfg.eos_token_id is not None and self.cfg.eos_token_id in drafts
 
-    def _prefill(self, r: Request, spec: SpecConfig) -> None:
+    def _prefill(self, r: Request) -> None:
         """Reference prefill ``[1, n]`` (its shape depends on the prompt only); its argmax is the first
         token, and its K/V go into the request's slot."""
         ids = torch.tensor(r.prompt)
@@ -143,27 +185,33 @@ class Scheduler:
         n_layers = len(self.slots.layers)
         self.slots.load(r.slot, [cache.keys(i) for i in range(n_layers)], [cache.values(i) for i in range(n_layers)])
 
-    def _fast_round(self, active: list[Request]) -> None:
-        """One fast-path token for every active request, in one left-padded batch (no cache)."""
-        seqs = [r.prompt + r.tokens + r.drafts for r in active]
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), self.cfg.pad_token_id, dtype=torch.long)  # [batch, pos]
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)  # [batch, pos]
-        for i, s in enumerate(seqs):
-            ids[i, width - len(s):] = torch.tensor(s)
-            mask[i, width - len(s):] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [batch, pos]
-        logits = self.fast(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]  # [batch, vocab]
-        nxt = logits.float().argmax(-1).tolist()
-        for r, t in zip(active, nxt):
-            if not r.tokens and not r.deterministic:
-                r.tokens = [t]  # an unverified request's first token comes from the fast path too
-            else:
-                r.drafts.append(t)
+    def _fast_prefill(self, r: Request) -> None:
+        """Fast-path prefill ``[1, n]`` into a new pool row; an unverified request's first token."""
+        r.row = len(self.rows)
+        self.rows.append(r)
+        self.pool.lengths[r.row] = 0
+        logits = self.pool.view(r.row, r.row + 1, len(r.prompt)).verify(self.fast, torch.tensor([r.prompt]))
+        self.pool.lengths[r.row] = len(r.prompt)
+        if not r.deterministic:
+            r.tokens = [int(logits[0, -1].argmax())]
+
+    def _fast_round(self) -> None:
+        """One fast-path token for every request in the pool: a ``[batch, 1]`` decode forward over
+        the first ``batch`` rows and as many positions as the longest of them needs."""
+        n = len(self.rows)
+        x = torch.tensor([[(r.prompt + r.tokens + r.drafts)[-1]] for r in self.rows])  # [batch, 1]
+        lengths = self.pool.lengths[:n]
+        logits = self.pool.view(0, n, int(lengths.max()) + 1).verify(self.fast, x)  # [batch, 1, vocab]
+        lengths += 1
+        self.batch_sizes[n] += 1
+        for r, t in zip(self.rows, logits[:, -1].argmax(-1).tolist()):
+            (r.drafts if r.deterministic else r.tokens).append(t)
 
     def _verify(self, due: list[Request], window: int) -> None:
         """One fixed-shape ``[verify_slots, window]`` reference forward; each due row holds
-        ``[pending, drafts..., padding]``, every other row is a dummy. Then accept and roll back per row."""
+        ``[pending, drafts..., padding]``, every other row is a dummy. Then accept and roll back per row
+        (the verify slot keeps the pending token and the accepted drafts; the fast pool row is cut back
+        to the committed tokens)."""
         pad = self.cfg.pad_token_id
         x = torch.full((self.cfg.verify_slots, window), pad, dtype=torch.long)  # [B, W]
         rows = []
@@ -173,48 +221,90 @@ class Scheduler:
             x[r.slot] = pad_window(torch.cat([torch.tensor(r.tokens[-1:]), drafts]), window, pad)
             rows.append((r, drafts, budget))
         logits = self.slots.verify(self.target, x)  # [B, W, vocab]
+        self.verify_forwards += 1
         for r, drafts, budget in rows:
             accepted, nxt = accept_greedy(logits[r.slot, : drafts.numel() + 1], drafts)
             new = [*drafts[:accepted].tolist(), nxt][:budget]
             if self.cfg.eos_token_id in new:
                 new = new[: new.index(self.cfg.eos_token_id) + 1]
+            elif r.row is not None and accepted == len(r.drafts) and len(new) < budget:
+                # every fast token accepted: the pool lacks the last draft's K/V, so the reference's
+                # extra token waits for the next window (the output is the same greedy sequence)
+                new = new[:-1]
             self.slots.lengths[r.slot] += len(new)  # keep the pending token and the accepted drafts: O(1) rollback
             r.tokens += new
             r.drafts = []
+            if r.row is not None:
+                self.pool.lengths[r.row] = len(r.prompt) + len(r.tokens) - 1
             r.verifies += 1
             r.accepted += accepted
             r.drafted += drafts.numel()
 
 
+def sweep_workload(prompts, others_prompts, k: int, order: int, max_new_tokens: int, deterministic: bool,
+                   n_others: int | None = None) -> list[Request]:
+    """One configuration of the determinism workload: the measured prompts (``max_new_tokens`` each)
+    and, when ``k > 0``, ``n_others`` other requests (default half as many; random prompts from
+    ``others_prompts``, 1/4x to 2x as many new tokens, so requests finish at different rounds), in
+    arrival order ``order`` (0 as listed, 1 reversed, 2 shuffled), arriving over time: random gaps
+    with a mean of one request per ``mean length / (k + 1)`` rounds, so a ``max_batch = k + 1`` batch
+    fills and drains and the decode batch size changes from round to round."""
+    rng = random.Random(f"{k}/{order}")
+    reqs = [Request(list(p), max_new_tokens, deterministic=deterministic) for p in prompts]
+    n_others = (len(prompts) // 2 if n_others is None else n_others) if k else 0
+    reqs += [Request(list(rng.choice(others_prompts)), rng.randint(max(1, max_new_tokens // 4), 2 * max_new_tokens))
+             for _ in range(n_others)]
+    idx = list(range(len(reqs)))
+    if order == 1:
+        idx.reverse()
+    elif order == 2:
+        rng.shuffle(idx)
+    mean_len = sum(r.max_new_tokens for r in reqs) / len(reqs)
+    t = 0.0
+    for i in idx:
+        reqs[i].arrival = int(t)
+        t += rng.expovariate((k + 1) / mean_len)
+    return reqs
+
+
 def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), orders=3, window=4,
-                      max_new_tokens=12, fast_dtype=torch.float32, deterministic=True, eos=None):
-    """Run every measured prompt (flagged ``deterministic``) among ``k`` other requests at a time for
-    every ``k`` in ``others``, in ``orders`` arrival orders (as listed, reversed, shuffled).
-    Returns ``{prompt index: set of outputs seen}``; one output per prompt means deterministic.
+                      max_new_tokens=12, fast_dtype=torch.float32, deterministic=True, eos=None,
+                      slot_capacity=None, n_others=None, progress=None, stats=None):
+    """Run every measured prompt (flagged ``deterministic`` or not) among up to ``k`` other requests
+    (``max_batch = k + 1``) for every ``k`` in ``others``, in ``orders`` arrival orders (see
+    :func:`sweep_workload`; a lone request, ``k = 0``, has one order). Returns
+    ``{prompt index: set of outputs seen}``; one output per prompt means deterministic. ``stats``
+    (a dict) receives the fast path's decode batch sizes and acceptance; ``progress()`` is called
+    after each configuration.
 
     >>> from beliefscope.cache.testing import tiny_gpt2
     >>> seen = determinism_sweep(tiny_gpt2(), [[3, 4]], [[5, 6, 7]], others=(0, 1), orders=2, max_new_tokens=3)
     >>> len(seen[0])
     1
     """
+    if not prompts:
+        raise ValueError("the workload is empty: give at least one measured prompt")
+    if k_bad := [k for k in others if k < 0]:
+        raise ValueError(f"numbers of co-batched requests must be >= 0, got {k_bad}")
+    longest = max(len(p) for p in [*prompts, *others_prompts])
+    cap = slot_capacity or longest + 2 * max_new_tokens + window
     seen = {i: set() for i in range(len(prompts))}
-    sched = Scheduler(model, SchedulerConfig(window=window, fast_dtype=fast_dtype, eos_token_id=eos))
+    stats = {} if stats is None else stats
+    stats.setdefault("batch_sizes", Counter())
+    for key in ("accepted", "drafted", "configurations"):
+        stats.setdefault(key, 0)
     for k in others:
-        for order in range(orders):
-            reqs = [Request(list(p), max_new_tokens, deterministic=deterministic) for p in prompts]
-            n_others = 0 if k == 0 else len(prompts) // 2
-            rng = random.Random(f"{k}/{order}")
-            reqs += [Request(list(rng.choice(others_prompts)), rng.randint(4, 2 * max_new_tokens))
-                     for _ in range(n_others)]
-            idx = list(range(len(reqs)))
-            if order == 1:
-                idx.reverse()
-            elif order == 2:
-                rng.shuffle(idx)
-            for rank, i in enumerate(idx):  # arrival: a few requests per round
-                reqs[i].arrival = rank // 3
-            sched.cfg.max_batch = k + 1
+        sched = Scheduler(model, SchedulerConfig(window=window, fast_dtype=fast_dtype, eos_token_id=eos,
+                                                 max_batch=k + 1, slot_capacity=cap))
+        for order in range(orders if k else 1):
+            reqs = sweep_workload(prompts, others_prompts, k, order, max_new_tokens, deterministic, n_others)
             outs = sched.run(reqs)
             for i in range(len(prompts)):
                 seen[i].add(tuple(outs[i]))
+            stats["batch_sizes"].update(sched.batch_sizes)
+            stats["accepted"] += sum(r.accepted for r in reqs)
+            stats["drafted"] += sum(r.drafted for r in reqs)
+            stats["configurations"] += 1
+            if progress:
+                progress()
     return seen

@@ -107,6 +107,24 @@ class SlotCache(Cache):
             layer.values[row, :, :n] = v
         self.lengths[row] = n
 
+    def view(self, start: int, stop: int, span: int) -> SlotCache:
+        """Rows ``start:stop`` and positions ``0:span`` as a cache of their own, sharing storage and
+        lengths: the fast path's dynamic batch over the scheduler's static pool (its shapes follow the
+        batch, so its logits may too)."""
+        v = SlotCache.__new__(SlotCache)
+        Cache.__init__(v, layers=[SlotLayer(v, layer.keys[start:stop, :, :span], layer.values[start:stop, :, :span])
+                                  for layer in self.layers])
+        v.capacity, v.slots, v.lengths, v._width = span, stop - start, self.lengths[start:stop], 0
+        return v
+
+    def move(self, src: int, dst: int) -> None:
+        """Copy row ``src``'s committed entries and length to row ``dst`` (compacting a pool)."""
+        n = int(self.lengths[src])
+        for layer in self.layers:
+            layer.keys[dst, :, :n] = layer.keys[src, :, :n]
+            layer.values[dst, :, :n] = layer.values[src, :, :n]
+        self.lengths[dst] = n
+
     @torch.no_grad()
     def verify(self, model, tokens: torch.Tensor) -> torch.Tensor:
         """One fixed-shape forward of ``tokens`` ``[B, W]``; logits ``[B, W, vocab]``. Lengths are not

@@ -1,0 +1,163 @@
+"""Benchmark: the cost of deterministic requests (LLM-42's throughput table).
+
+One workload per model: ``n_requests`` requests arriving over time (random gaps, about one
+``max_batch`` worth per mean request length), each generating a random number of new tokens,
+run by ``decoding.Scheduler`` with continuous batching. Throughput (tokens/s) of each
+configuration is a ratio to the all-fast-path run (share 0%) timed in the same process,
+interleaved, paired per repeat (median and quartiles):
+
+- deterministic shares 0 / 2 / 10 / 50 / 100 % (requests flagged deterministic, spread evenly),
+  verified in grouped fixed-shape ``[verify_slots, window]`` forwards;
+- baseline ``all verified``: every request deterministic with ``verify_slots = max_batch``
+  (global determinism through verification);
+- baseline ``fixed shape``: every request decoded at one fixed shape ``[max_batch, 1]`` over the
+  whole capacity (``window=1``, no fast path): the batch-invariant approach.
+
+Every configuration produces the same number of tokens (no early stop), so the time ratio is the
+throughput ratio. The outputs check: a request that is deterministic in several shares gives the
+same tokens in all of them. Headline: ``ratio_at_10pct`` (SmolLM2).
+
+Run ``beliefscope bench determinism [--quick]``; writes ``benchmarks/results/determinism.json``.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from dataclasses import dataclass, replace
+
+from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
+
+
+@dataclass
+class DeterminismBenchConfig:
+    """What the determinism cost benchmark runs (per model)."""
+
+    shares: tuple[float, ...] = (0.0, 0.02, 0.1, 0.5, 1.0)  # deterministic shares of the workload
+    n_requests: int = 40  # requests in the workload
+    new_tokens: tuple[int, int] = (16, 64)  # new tokens per request, uniform in [lo, hi]
+    max_batch: int = 16  # fast-path batch limit (also the baselines' fixed batch)
+    window: int = 16  # verify window W
+    verify_slots: int = 2  # B of the share runs' verify forwards
+    repeats: int = 3  # interleaved repeats (median and quartiles of the paired ratios)
+    warmup: int = 0  # untimed runs of every configuration first
+    seed: int = 0  # workload seed
+
+
+SMOLLM2 = DeterminismBenchConfig()
+TOY = DeterminismBenchConfig(n_requests=64, new_tokens=(8, 32), repeats=5, warmup=1)
+QUICK = DeterminismBenchConfig(n_requests=8, new_tokens=(4, 8), max_batch=4, window=4, repeats=1)
+
+
+def workload(prompts, cfg: DeterminismBenchConfig, share: float):
+    """``cfg.n_requests`` requests (prompts drawn from ``prompts``), ``round(share * n)`` of them (at least
+    one when ``share > 0``) deterministic and spread evenly, arrivals at random gaps."""
+    from beliefscope.decoding.scheduler import Request
+
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"deterministic share {share} is outside [0, 1]: give a fraction, e.g. 0.1 for 10%")
+    if not prompts or cfg.n_requests < 1:
+        raise ValueError(f"the workload is empty ({len(prompts)} prompts, n_requests={cfg.n_requests}): "
+                         "give at least one prompt and one request")
+    rng = random.Random(cfg.seed)
+    n = cfg.n_requests
+    n_det = 0 if share == 0 else max(1, round(share * n))
+    det = {min(n - 1, int((j + 0.5) * n / n_det)) for j in range(n_det)}
+    reqs = [Request(list(rng.choice(prompts)), rng.randint(*cfg.new_tokens), deterministic=i in det)
+            for i in range(n)]
+    mean_len = sum(cfg.new_tokens) / 2
+    t = 0.0
+    for r in reqs:
+        r.arrival = int(t)
+        t += rng.expovariate(cfg.max_batch / mean_len)
+    return reqs
+
+
+def bench_model(bridge, prompts, cfg: DeterminismBenchConfig, progress=None) -> dict:
+    """Timings of every share and both baselines; ratios to share 0%."""
+    from beliefscope.decoding.scheduler import Scheduler, SchedulerConfig
+
+    cap = max(map(len, prompts)) + cfg.new_tokens[1] + cfg.window
+    base = SchedulerConfig(window=cfg.window, verify_slots=cfg.verify_slots, max_batch=cfg.max_batch,
+                           slot_capacity=cap)
+    configs = {f"share {100 * s:g}%": (base, s) for s in cfg.shares}
+    configs["all verified"] = (replace(base, verify_slots=cfg.max_batch), 1.0)
+    configs["fixed shape"] = (replace(base, window=1, verify_slots=cfg.max_batch), 1.0)
+    scheds = {name: Scheduler(bridge, c) for name, (c, _) in configs.items()}
+    loads = {name: workload(prompts, cfg, s) for name, (_, s) in configs.items()}
+    tokens = sum(r.max_new_tokens for r in loads["share 0%"])
+
+    def run(name):
+        outs = scheds[name].run(loads[name])
+        return outs, scheds[name].rounds, dict(scheds[name].batch_sizes), scheds[name].verify_forwards
+
+    res = interleaved({name: (lambda name=name: run(name)) for name in configs}, repeats=cfg.repeats,
+                      warmup=cfg.warmup, baseline="share 0%", progress=progress)
+    rows, outputs = [], {}
+    for name, (c, s) in configs.items():
+        r = res[name]
+        outs, rounds, sizes, verifies = r["outputs"]
+        det = [i for i, q in enumerate(loads[name]) if q.deterministic]
+        if name.startswith("share"):
+            for i in det:
+                outputs.setdefault(i, set()).add(tuple(outs[i]))
+        ratio = r.get("speedup", {"median": 1.0, "q1": 1.0, "q3": 1.0, "min": 1.0, "max": 1.0, "n": cfg.repeats})
+        rows.append({"config": name, "det_share": s, "deterministic_requests": len(det), "window": c.window,
+                     "verify_slots": c.verify_slots, "ratio": ratio,
+                     "tokens_per_s": round(tokens / r["seconds"]["median"], 2), "seconds": r["seconds"],
+                     "rounds": rounds, "verify_forwards": verifies,
+                     "mean_fast_batch": round(sum(k * v for k, v in sizes.items()) / max(1, sum(sizes.values())), 2)})
+    shares = [x for x in rows if x["config"].startswith("share")]
+    return {"tokens": tokens, "n_requests": cfg.n_requests, "config": cfg.__dict__, "rows": rows,
+            "shares": shares, "baselines": {x["config"]: x for x in rows if not x["config"].startswith("share")},
+            "deterministic_outputs_identical": all(len(v) == 1 for v in outputs.values()),
+            "ratio_at_10pct": next((x["ratio"]["median"] for x in shares if abs(x["det_share"] - 0.1) < 1e-9), None)}
+
+
+def main(quick: bool = False, progress=None, models: tuple[str, ...] = ("smollm2", "target")) -> dict:
+    """Run the table on SmolLM2 (when installed) and the toy target; write ``determinism.json``."""
+    import torch
+
+    out = header("determinism", quick, threads=torch.get_num_threads(), models={})
+    for name in models:
+        if name == "smollm2":
+            if quick or not smollm2_available():
+                continue
+            from beliefscope.analyses.determinism import open_prompts
+            from beliefscope.models.load import load_model
+
+            bridge, tok = load_model("smollm2")
+            prompts, cfg = open_prompts(tok, 32, seed=500), SMOLLM2
+        else:
+            from beliefscope.tasks import get_task
+
+            bridge, tok, _ = toy_target()
+            exs = get_task("coinflip", fmt="cot").examples(32, 7, (1, 8))
+            prompts, cfg = [tok(e.prompt)["input_ids"] for e in exs], QUICK if quick else TOY
+        out["models"][name] = bench_model(bridge, prompts, cfg, progress)
+    m = out["models"]
+    out["ratio_at_10pct"] = (m.get("smollm2") or {}).get("ratio_at_10pct")
+    out["ratio_at_10pct_toy"] = (m.get("target") or {}).get("ratio_at_10pct")
+    out["outputs_identical"] = all(v["deterministic_outputs_identical"] for v in m.values())
+    write_result("determinism", out, quick)
+    return out
+
+
+def table(result: dict) -> list[list]:
+    """Rows for the CLI table."""
+    rows = [["model", "config", "det. requests", "W x B", "tokens/s", "ratio median (IQR)", "verify fwds",
+             "mean fast batch"]]
+    for model, m in result.get("models", {}).items():
+        for x in m["rows"]:
+            r = x["ratio"]
+            rows.append([model, x["config"], x["deterministic_requests"], f"{x['window']}x{x['verify_slots']}",
+                         x["tokens_per_s"], f"{r['median']:.3f} ({r['q1']:.3f}-{r['q3']:.3f})",
+                         x["verify_forwards"], x["mean_fast_batch"]])
+    return rows
+
+
+if __name__ == "__main__":
+    import json
+
+    res = main(quick="--quick" in sys.argv)
+    sys.stdout.write(json.dumps({k: res[k] for k in ("ratio_at_10pct", "outputs_identical")}, indent=1) + "\n")

@@ -1,0 +1,158 @@
+"""Deterministic requests made visible: a fast path whose tokens follow the batch, verified tokens that do not.
+
+The constructed case: a tiny model whose fast path adds a batch-size-dependent perturbation to its
+logits (standing in for kernels that round differently at each batch size). Its unverified tokens
+then change with the batch composition, which the sweep must detect, while the verified tokens of
+the same prompts stay identical and equal to the fixed-shape reference. The real-model case
+(slow): SmolLM2's fast-path decode logits for one row differ between batch sizes, while its
+verified rows are bit-identical whatever the other slots hold.
+"""
+
+import copy
+
+import pytest
+import torch
+from beliefscope.cache.testing import tiny_gpt2, tiny_llama
+from beliefscope.decoding import SpecConfig, generate
+from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig, determinism_sweep
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def batch_dependent(model, scale: float):
+    """A copy of ``model``'s HF net whose logits get ``scale`` x a fixed random vector that depends only
+    on the batch size (the same for every row of a batch)."""
+    from beliefscope.decoding.core import hf_model
+
+    fast = copy.deepcopy(hf_model(model)).eval()
+
+    def hook(module, args, kwargs, out):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        g = torch.Generator().manual_seed(int(ids.shape[0]))
+        out.logits = out.logits + scale * torch.randn(out.logits.shape[-1], generator=g)
+        return out
+
+    fast.register_forward_hook(hook, with_kwargs=True)
+    return fast
+
+
+def _prompts(n, seed=0, vocab=48):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(2, vocab, (int(torch.randint(3, 9, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(n)]
+
+
+def _sweep(model, fast, prompts, pool, deterministic, window=4):
+    import beliefscope.decoding.scheduler as sch
+
+    real = sch.Scheduler
+    sch.Scheduler = lambda target, cfg: real(target, cfg, fast=fast)
+    try:
+        return determinism_sweep(model, prompts, pool, others=(0, 1, 3, 7), orders=3, window=window,
+                                 max_new_tokens=16, deterministic=deterministic)
+    finally:
+        sch.Scheduler = real
+
+
+@pytest.mark.parametrize("builder", [tiny_gpt2, tiny_llama])
+def test_fast_path_diverges_verified_does_not(builder):
+    model = builder()
+    prompts, pool = _prompts(8), _prompts(8, seed=1)
+    with torch.no_grad():
+        logits = getattr(model, "original_model", model)(torch.tensor([prompts[0]])).logits
+    fast = batch_dependent(model, scale=0.3 * float(logits.std()))
+    fast_seen = _sweep(model, fast, prompts, pool, deterministic=False)
+    assert max(map(len, fast_seen.values())) > 1  # the sweep sees the batch-dependent fast path
+    verified = _sweep(model, fast, prompts, pool, deterministic=True)
+    ref = SpecConfig(gamma=3, max_new_tokens=16, stop_at_eos=False)
+    for i, p in enumerate(prompts):  # one output per prompt, and it is the fixed-shape reference's
+        assert verified[i] == {tuple(generate(model, p, ref, window=4).tokens)}, i
+
+
+@pytest.mark.parametrize("builder", [tiny_gpt2, tiny_llama])
+def test_unperturbed_fast_path_is_plain_greedy(builder):
+    """The fast path's KV pool (ragged rows, arrivals, compaction as requests finish) decodes what an
+    uncached forward of the whole sequence would: token-exact on tiny models."""
+    model = builder()
+    hf = getattr(model, "original_model", model)
+    prompts = _prompts(6, seed=3)
+    reqs = [Request(p, 3 + 2 * i, arrival=i // 2) for i, p in enumerate(prompts)]
+    outs = Scheduler(model, SchedulerConfig(max_batch=3, slot_capacity=64)).run(reqs)
+    for p, out, r in zip(prompts, outs, reqs):
+        seq = list(p)
+        for _ in range(r.max_new_tokens):
+            seq.append(int(hf(torch.tensor([seq])).logits[0, -1].argmax()))
+        assert out == seq[len(p):]
+
+
+def test_fixed_shape_mode_and_mixed_shares_agree():
+    """window=1 (no fast path, every token from [B, 1]) and the same requests deterministic among others
+    give each deterministic request the fixed-shape reference tokens."""
+    model = tiny_gpt2()
+    prompts = _prompts(5, seed=4)
+    for cfg, det in ((SchedulerConfig(window=1, verify_slots=5, max_batch=5, slot_capacity=64), [True] * 5),
+                     (SchedulerConfig(window=4, verify_slots=2, max_batch=4, slot_capacity=64), [1, 0, 1, 0, 0])):
+        reqs = [Request(p, 10, deterministic=bool(d), arrival=i) for i, (p, d) in enumerate(zip(prompts, det))]
+        outs = Scheduler(model, cfg).run(reqs)
+        ref = SpecConfig(gamma=max(1, cfg.window - 1), max_new_tokens=10, stop_at_eos=False)
+        for p, out, d in zip(prompts, outs, det):
+            if d:
+                assert out == generate(model, p, ref, window=cfg.window).tokens
+
+
+# ------------------------------------------------------------------------------ bad input
+def test_empty_workload_and_bad_values_are_refused():
+    from beliefscope.analyses.determinism import DeterminismConfig, main
+
+    model = tiny_gpt2()
+    with pytest.raises(ValueError, match="workload is empty"):
+        Scheduler(model).run([])
+    with pytest.raises(ValueError, match="workload is empty"):
+        determinism_sweep(model, [], [[3, 4]])
+    with pytest.raises(ValueError, match="max_batch=0"):
+        Scheduler(model, SchedulerConfig(max_batch=0))
+    with pytest.raises(ValueError, match="prompts=0"):
+        main(DeterminismConfig(prompts=0, out=None))
+    with pytest.raises(ValueError, match="others='1,-2'"):
+        main(DeterminismConfig(prompts=1, others="1,-2", out=None))
+
+
+def test_fast_path_request_too_long_names_slot_capacity():
+    sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=4, slot_capacity=16))
+    with pytest.raises(ValueError, match="fast-path pool row.*slot_capacity=16"):
+        sched.run([Request(list(range(1, 10)), 8)])
+
+
+# ------------------------------------------------------------------------------ the real model
+@pytest.mark.slow
+def test_smollm2_fast_logits_follow_the_batch_verified_rows_do_not(smollm2):
+    """Measured on this CPU (float32, 1 thread): one row's decode logits alone vs in batches of 2..8
+    differ (~1e-5); a verified row is bit-identical whatever the other slots hold."""
+    from beliefscope.decoding.slots import SlotCache
+
+    bridge, tok = smollm2
+    hf = bridge.original_model
+    rows = [tok(t)["input_ids"] for t in ("The capital of France is", "def add(a, b):", "Once upon a time",
+                                           "import numpy as np", "Water boils at", "The quick brown fox",
+                                           "SELECT * FROM", "In 1492,")]
+    n = max(map(len, rows))
+    step = {}
+    for b in (1, 2, 8):
+        pool = SlotCache.for_model(hf, b, n + 4)
+        for i, p in enumerate(rows[:b]):
+            pool.view(i, i + 1, len(p)).verify(hf, torch.tensor([p]))
+            pool.lengths[i] = len(p)
+        x = torch.tensor([[p[-1]] for p in rows[:b]])
+        step[b] = pool.view(0, b, int(pool.lengths.max()) + 1).verify(hf, x)[0, -1]  # row 0, [vocab]
+    assert (step[1] - step[2]).abs().max() > 0 or (step[1] - step[8]).abs().max() > 0
+    assert max((step[1] - step[b]).abs().max() for b in (2, 8)) < 1e-3
+    outs = []
+    for other in ([], rows[1:4], rows[4:7]):
+        slots = SlotCache.for_model(hf, 4, n + 8)
+        for i, p in enumerate([rows[0], *other]):
+            slots.view(i, i + 1, len(p)).verify(hf, torch.tensor([p]))
+            slots.lengths[i] = len(p)
+        x = torch.full((4, 4), 0)
+        x[0] = torch.tensor(tok(" and")["input_ids"][:1] * 4)
+        outs.append(slots.verify(hf, x)[0])
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
