@@ -1,14 +1,18 @@
-"""Forced answers at every event boundary (the Z_i of seed 004), through KV-cache forks.
+"""Forced answers at every event boundary (early answering, Lanham et al. 2023), through KV-cache forks.
 
 The story is prefilled once. At each event boundary i the cache is forked at length i + 1, the
 question is appended on the branch, the answer distribution is read, and the branch is dropped.
-Each position costs O(question length) instead of O(prefix).
+Each position costs O(question length) instead of O(prefix). A Thinking States model is run the
+way it runs (chunk by chunk, its thoughts setting the state the question sees), and its thoughts
+are read beside the forced answers and the probe.
 
->>> from beliefscope.models.load import load_model  # doctest: +SKIP
->>> bridge, tok = load_model("target")  # doctest: +SKIP
->>> ex = get_task("coinflip").example(seed=0, n_events=3)  # doctest: +SKIP
->>> forced_answers(bridge, tok, ex).p_state.shape  # doctest: +SKIP
-(3, 2)
+>>> from beliefscope.models.load import load_model
+>>> from beliefscope.tasks import get_task
+>>> bridge, tok = load_model("target")
+>>> ex = get_task("coinflip").example(seed=0, n_events=3)
+>>> fa = forced_answers(bridge, tok, ex)
+>>> fa.p_state.shape, bool(((fa.p_state[:, 0] > 0.5) == (fa.true_state == 0)).all())
+((3, 2), True)
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class ForcedAnswers:
     true_state: np.ndarray  # [n] state index after each event
     story_ids: np.ndarray  # [T] token ids of the story (prompt without the question)
     question_ids: np.ndarray  # [q] token ids of the appended question
+    thought_state: np.ndarray | None = None  # [n] state named by the thought at each boundary (-1: none)
 
 
 def split_story(ex) -> tuple[str, str]:
@@ -54,6 +59,32 @@ def _state_probs(logits: torch.Tensor, ans: list[int]) -> np.ndarray:
 
 @torch.no_grad()
 def forced_answers(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64) -> ForcedAnswers:
+    if hasattr(bridge, "thinking_config"):
+        return _forced_thinking(bridge, tok, ex)
+    return _forced_plain(bridge, tok, ex, use_fork, batch_size)
+
+
+def _forced_thinking(model, tok, ex) -> ForcedAnswers:
+    """Forced answers of a Thinking States model at the end of every event's chunk, with its thoughts."""
+    from beliefscope.models.thinking_run import thinking_readouts
+
+    story, question = split_story(ex)
+    lab = ex.labels(tok, text=story)
+    q_ids = torch.tensor(tok(question, add_special_tokens=False)["input_ids"])
+    ans = answer_token_ids(tok, ex.state_names)
+    r = thinking_readouts(model, lab.input_ids.tolist(), q_ids.tolist(), ans)
+    positions = np.nonzero(lab.is_event_boundary)[0]
+    by_end = {e - 1: k for k, e in enumerate(r.ends)}
+    if any(int(i) not in by_end for i in positions):
+        raise ValueError("the model's chunks do not end at the event boundaries; use chunking='events'")
+    rows = [by_end[int(i)] for i in positions]
+    words = [tok.convert_ids_to_tokens(r.thoughts[k][0]) if r.thoughts[k] else "" for k in rows]
+    thought = np.asarray([ex.state_names.index(w) if w in ex.state_names else -1 for w in words])
+    return ForcedAnswers(positions, r.p_answer[rows].numpy(), lab.state[positions], lab.input_ids,
+                         q_ids.numpy(), thought_state=thought)
+
+
+def _forced_plain(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64) -> ForcedAnswers:
     """Answer distribution after every event; `use_fork=False` recomputes each prefix from scratch.
 
     With a fork, ``batch_size`` > 1 reads up to that many boundaries in one forward: a batch cache
@@ -129,11 +160,17 @@ class ForcedVsProbe:
     forced: np.ndarray  # [n] forced-answer P(state 0)
     probe: np.ndarray  # [n] probe P(state 0) at the same token
     true_state: np.ndarray  # [n] true state index
+    thought: np.ndarray | None = None  # [n] state named by a Thinking States thought (-1: none); None otherwise
 
     def rates(self) -> dict:
         fp, pp = (self.forced < 0.5).astype(int), (self.probe < 0.5).astype(int)
-        return {"agreement": float(np.mean(fp == pp)), "forced_accuracy": float(np.mean(fp == self.true_state)),
-                "probe_accuracy": float(np.mean(pp == self.true_state)), "n_boundaries": len(fp)}
+        out = {"agreement": float(np.mean(fp == pp)), "forced_accuracy": float(np.mean(fp == self.true_state)),
+               "probe_accuracy": float(np.mean(pp == self.true_state)), "n_boundaries": len(fp)}
+        if self.thought is not None:
+            out.update(thought_accuracy=float(np.mean(self.thought == self.true_state)),
+                       probe_thought_agreement=float(np.mean(pp == self.thought)),
+                       forced_thought_agreement=float(np.mean(fp == self.thought)))
+        return out
 
     def by_event(self) -> dict:
         fp, pp = (self.forced < 0.5).astype(int), (self.probe < 0.5).astype(int)
@@ -149,7 +186,7 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None)
     """Forced answers (through cache forks) and the probe readout at `hook`, at every event boundary."""
     from beliefscope.analyses.common import probe_readout
 
-    cols = {k: [] for k in ("prompt", "event", "forced", "probe", "true_state")}
+    cols = {k: [] for k in ("prompt", "event", "forced", "probe", "true_state", "thought")}
     for i, ex in enumerate(examples):
         fa = forced_answers(bridge, tok, ex)
         p = probe_readout(bridge, probe, fa.story_ids, [hook])[0]  # [T]
@@ -158,9 +195,13 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None)
         cols["forced"] += fa.p_state[:, 0].tolist()
         cols["probe"] += p[fa.positions].tolist()
         cols["true_state"] += fa.true_state.tolist()
+        if fa.thought_state is not None:
+            cols["thought"] += fa.thought_state.tolist()
         if progress:
             progress(1)
-    return ForcedVsProbe(*(np.asarray(cols[k]) for k in ("prompt", "event", "forced", "probe", "true_state")))
+    arrays = {k: np.asarray(v) for k, v in cols.items()}
+    return ForcedVsProbe(arrays["prompt"], arrays["event"], arrays["forced"], arrays["probe"], arrays["true_state"],
+                         thought=arrays["thought"] if cols["thought"] else None)
 
 
 def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:

@@ -56,7 +56,36 @@ def _verify_widths(text: str, model, ids):
     return widths
 
 
+def _generate_thinking(args) -> int:
+    """A Thinking States model: chunk-by-chunk greedy decoding, its thoughts printed beside the answer."""
+    from beliefscope.models import load_model
+    from beliefscope.models.thinking_run import run_thinking
+
+    if args.drafter != "none" or args.temperature:
+        raise ValueError("a Thinking States model decodes greedily and without a drafter: drop --drafter and "
+                         "--temperature")
+    model, tok = load_model(args.model)
+    ids = tok(args.prompt)["input_ids"]
+    run = run_thinking(model, ids, max_new_tokens=args.max_new_tokens)
+    thoughts = [{"after": tok.decode(ids[max(0, e - 4): e]) if e <= len(ids) else "(generated)", "position": e,
+                 "thought": tok.decode(z)} for e, z in run.thoughts]
+    text = tok.decode(run.tokens, skip_special_tokens=True)
+    if args.json:
+        print(json.dumps({"model": args.model, "text": text, "tokens": run.tokens, "thoughts": thoughts,
+                          "context_length": run.cache.seq_len,
+                          "thought_tokens_dropped": sum(s.end - s.start for s in run.thought_cache.rejected)}))
+    else:
+        for t in thoughts:
+            print(f"  after ...{t['after']!s:<28} thinks: {t['thought']}")
+        print(f"answer: {text}")
+    return 0
+
+
 def run_generate(args) -> int:
+    from beliefscope.models.profile import model_profile
+
+    if model_profile(args.model).thinking:
+        return _generate_thinking(args)
     from beliefscope.decoding.config import SpecConfig
     from beliefscope.decoding.drafters import make_drafter
     from beliefscope.decoding.speculative import speculative_generate

@@ -9,15 +9,19 @@ from beliefscope.models.profile import model_profile
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train", help="train a toy GPT-2 on a task, with a length curriculum")
+    p = sub.add_parser("train", help="train a toy model: GPT-2 presets with a length curriculum, or the RoPE "
+                       "presets (direct-rope, cot-rope, thinking) on equal terms")
     p.add_argument("--task", default="coinflip", help="task family: coinflip or cups")
-    p.add_argument("--preset", default="target", help="architecture: target, draft or tiny")
+    p.add_argument("--preset", default="target",
+                   help="target, draft, tiny (GPT-2) or direct-rope, cot-rope, thinking (Llama with RoPE)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--steps", type=int, default=None, help="maximum optimizer steps (default: the preset's)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
     p.add_argument("--cot-fraction", type=float, default=None, help="share of chain-of-thought examples")
     p.add_argument("--max-events", type=int, default=8, help="longest story in training")
     p.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: the preset's; use 1 on a machine shared with other jobs)")
     p.set_defaults(func=_train)
 
     e = sub.add_parser("eval", help="exact match and answer accuracy of a model on a task")
@@ -32,14 +36,19 @@ def register(sub) -> None:
 
 
 def _train(args) -> int:
-    from beliefscope.models.train import PRESET_TRAINING, PRESETS, TrainConfig, train
-    from beliefscope.tasks import get_task
     from tqdm import tqdm
 
+    from beliefscope.models.train import PRESET_TRAINING, PRESETS, TrainConfig, train
+    from beliefscope.models.train_rope import ROPE_PRESETS
+    from beliefscope.tasks import get_task
+
     get_task(args.task)  # validate the name before spending time
+    if args.preset in ROPE_PRESETS:
+        return _train_rope(args)
     if args.preset not in PRESETS:
-        raise ValueError(f"preset {args.preset!r} is unknown; choose one of {sorted(PRESETS)}")
-    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "cot_fraction") if getattr(args, k) is not None}
+        raise ValueError(f"preset {args.preset!r} is unknown; choose one of {sorted(PRESETS) + list(ROPE_PRESETS)}")
+    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "cot_fraction", "threads")
+              if getattr(args, k) is not None}
     cfg = TrainConfig(task=args.task, preset=args.preset, max_events=args.max_events,
                       **{**PRESET_TRAINING[args.preset], **chosen})
     bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr)
@@ -51,6 +60,27 @@ def _train(args) -> int:
     _, _, card = train(cfg, args.out, progress=progress)
     bar.close()
     print(json.dumps({"out": args.out, "steps": card["steps"], "curriculum_reached": card["curriculum_reached"]}))
+    return 0
+
+
+def _train_rope(args) -> int:
+    from tqdm import tqdm
+
+    from beliefscope.files import check_writable_parent
+    from beliefscope.models.train_rope import RopeTrainConfig, train_rope
+
+    check_writable_parent(args.out)
+    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads") if getattr(args, k) is not None}
+    cfg = RopeTrainConfig(preset=args.preset, task=args.task, max_events=args.max_events, **chosen)
+    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr)
+
+    def progress(h):
+        bar.update(h["step"] - bar.n)
+        bar.set_postfix({k: v for k, v in h.items() if k not in ("step", "seconds")})
+
+    _, _, card = train_rope(cfg, args.out, progress=progress)
+    bar.close()
+    print(json.dumps({"out": args.out, "steps": card["steps"], "eval": card.get("eval")}))
     return 0
 
 

@@ -1,7 +1,8 @@
-"""Evaluate a model on a task: greedy exact match (chain of thought) and direct-answer accuracy.
+"""Evaluate a model on a task: greedy exact match (chain of thought) and direct-answer accuracy;
+for a Thinking States model, the answer after its own thoughts and the accuracy of the thoughts.
 
->>> res = evaluate("checkpoints/coinflip-target", "coinflip", events="1-8", n=50)  # doctest: +SKIP
->>> res["exact_match"] >= 0.99  # doctest: +SKIP
+>>> res = evaluate("target", "coinflip", events="1-4", n=40)
+>>> res["exact_match"] >= 0.95 and res["answer_accuracy"] >= 0.95
 True
 """
 
@@ -66,12 +67,15 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     `model` is a name/path (loaded with `models.load.load_hf`) or an HF model with `tokenizer`.
     """
     lo, hi = parse_events_range(events)
+    if n < 1:
+        raise ValueError(f"n must be at least 1 prompt, got {n}")
     if isinstance(model, str):
-        from beliefscope.models.load import load_hf
+        from beliefscope.models.load import load_model
 
-        hf, tok = load_hf(model)
-    else:
-        hf, tok = getattr(model, "original_model", model), tokenizer
+        model, tokenizer = load_model(model)
+    if hasattr(model, "thinking_config"):
+        return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size)
+    hf, tok = getattr(model, "original_model", model), tokenizer
     direct = get_task(task, rendering=rendering, fmt="direct").examples(n, seed, (lo, hi))
     preds = direct_answers(hf, tok, direct, batch_size)
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
@@ -88,7 +92,54 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
             by_ev[ex.n_events][0] += int(c == ex.completion.strip())
             by_ev[ex.n_events][1] += 1
         result["exact_match"] = sum(c == e.completion.strip() for c, e in zip(comps, cot)) / len(cot)
+        # the answer a chain-of-thought model gives after its own chain (last word of its completion)
+        result["cot_answer_accuracy"] = sum((c.split() or [""])[-1] == e.answer for c, e in zip(comps, cot)) / len(cot)
         result["by_events"] = {str(k): round(v[0] / v[1], 4) for k, v in sorted(by_ev.items()) if v[1]}
     result["answer_accuracy_by_events"] = {str(k): round(v[2] / v[3], 4) for k, v in sorted(by_ev.items())
                                            if v[3]}
     return result
+
+
+@torch.no_grad()
+def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
+                      batch_size: int = 64) -> dict:
+    """Answer accuracy of a Thinking States model after its own thoughts, and thought accuracy:
+    the share of chunks whose thought names the true state at the chunk's end."""
+    lo, hi = parse_events_range(events)
+    exs = get_task(task, fmt="direct").examples(n, seed, (lo, hi))
+    names = exs[0].state_names
+    ans = torch.tensor([tok.convert_tokens_to_ids(s) for s in names])
+    ok, t_ok, t_n, p_exact = [], 0, 0, 0
+    by_ev: dict[int, list] = defaultdict(lambda: [0, 0])
+    for i in range(0, len(exs), batch_size):
+        chunk = exs[i: i + batch_size]
+        labs = [e.labels(tok, e.prompt) for e in chunk]
+        lengths = [len(lb.input_ids) for lb in labs]
+        ids = torch.full((len(chunk), max(lengths)), tok.pad_token_id, dtype=torch.long)
+        for b, lb in enumerate(labs):
+            ids[b, : lengths[b]] = torch.as_tensor(lb.input_ids)
+        mask = (ids != tok.pad_token_id).long()
+        add, thoughts = model.self_states(ids, lengths)
+        logits, _ = model.backbone_forward(ids, mask, add)
+        last = logits[torch.arange(len(chunk)), torch.tensor(lengths) - 1][:, ans].argmax(-1)  # [batch]
+        for b, ex in enumerate(chunk):
+            good = names[int(last[b])] == ex.answer
+            ok.append(good)
+            by_ev[ex.n_events][0] += int(good)
+            by_ev[ex.n_events][1] += 1
+            right = [tok.convert_ids_to_tokens(z[0]) == names[int(labs[b].state[end - 1])] if z else False
+                     for end, z in thoughts[b]]
+            t_ok, t_n, p_exact = t_ok + sum(right), t_n + len(right), p_exact + int(all(right))
+    return {"answer_accuracy": sum(ok) / len(ok), "thought_accuracy": t_ok / max(1, t_n),
+            "thought_exact": p_exact / len(ok), "thoughts": t_n, "n": n, "task": task, "events": f"{lo}-{hi}",
+            "seed": seed, "answer_accuracy_by_events": {str(k): round(v[0] / v[1], 4)
+                                                         for k, v in sorted(by_ev.items())}}
+
+
+BANDS = ("1-8", "9-16", "17-32", "33-64")
+
+
+def evaluate_bands(model, tok, task: str = "coinflip", n: int = 500, fmt: str = "direct",
+                   bands=BANDS, seed: int = 12345) -> dict:
+    """`evaluate` (or `evaluate_thinking`) on each band of event counts."""
+    return {band: evaluate(model, task, band, n, seed, tokenizer=tok) for band in bands}

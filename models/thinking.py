@@ -1,0 +1,335 @@
+"""Thinking States: a model whose intermediate beliefs exist (Amos et al. 2026, arXiv 2602.08332).
+
+The input is processed in chunks. After each complete chunk a Thinking block T reads the
+backbone's hidden states at layer ``l_out`` and writes thought tokens Z_i ("tails <eos>"); a
+Compression block C turns Z_i into a state S_{i+1}, which is added to every token of the next
+chunk at ``blocks.{l_in}.hook_resid_pre``. The thoughts never enter the backbone's context.
+
+- T and C are one decoder block each, built from the backbone's config and (by default)
+  initialised from its last and first blocks. T shares the backbone's embedding and unembedding.
+- Training is teacher-forced and parallel: gold thoughts give gold states, every chunk runs in
+  one forward, and the loss is the LM loss plus the thought loss (`ThinkingStates.loss`).
+- `ThinkingStates` behaves like its backbone's TransformerBridge for hooks and captures
+  (``model.hook_dict``, ``model.cfg``...): calling it on token ids first works out its own
+  thoughts (without firing any hook), then runs the bridge once with the states injected, so
+  every capture and probe sees the model as it really runs.
+- Chunk-by-chunk inference over `cache.KVCache` is in `models.thinking_run`.
+
+>>> import torch
+>>> from beliefscope.models.thinking import ThinkingConfig, chunk_spans
+>>> chunk_spans([3, 4, 8, 5, 8, 6, 7], ThinkingConfig(), boundary_id=8)
+[(0, 3, True), (3, 5, True), (5, 7, False)]
+>>> chunk_spans([1, 2, 3, 4, 5], ThinkingConfig(chunking="fixed", chunk_size=2), boundary_id=8)
+[(0, 2, True), (2, 4, True), (4, 5, False)]
+"""
+
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class ThinkingConfig:
+    """Where Thinking States reads and writes, and how the input is chunked."""
+
+    l_in: int = 1  # S_{i+1} is added at blocks.{l_in}.hook_resid_pre (the input of block l_in)
+    l_out: int = -2  # T reads blocks.{l_out}.hook_resid_post; negative counts from the end (-2: second-to-last)
+    chunking: str = "events"  # "events": a chunk ends after each boundary token; "fixed": every chunk_size tokens
+    chunk_size: int = 8  # tokens per chunk when chunking == "fixed"
+    boundary: str = "."  # the token that ends an event in the toy grammar (chunking == "events")
+    max_thought: int = 3  # most tokens T writes per chunk, <eos> included
+    init_from_backbone: bool = True  # T starts as a copy of the backbone's last block, C of its first
+
+    def check(self, n_layers: int) -> None:
+        if self.chunking not in ("events", "fixed"):
+            raise ValueError(f"chunking {self.chunking!r} is unknown: use 'events' or 'fixed'")
+        if self.chunking == "fixed" and self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+        if not 0 <= self.l_in < n_layers:
+            raise ValueError(f"l_in={self.l_in} is outside the backbone's blocks 0..{n_layers - 1}")
+        if not -n_layers <= self.l_out < n_layers:
+            raise ValueError(f"l_out={self.l_out} is outside the backbone's blocks 0..{n_layers - 1}")
+
+
+def chunk_spans(ids, cfg: ThinkingConfig, boundary_id: int | None) -> list[tuple[int, int, bool]]:
+    """``[(start, end, complete)]`` covering `ids`; T thinks after each complete chunk."""
+    n = len(ids)
+    spans, start = [], 0
+    if cfg.chunking == "fixed":
+        for start in range(0, n, cfg.chunk_size):
+            end = min(n, start + cfg.chunk_size)
+            spans.append((start, end, end - start == cfg.chunk_size))
+        return spans
+    for i, t in enumerate(ids):
+        if int(t) == boundary_id:
+            spans.append((start, i + 1, True))
+            start = i + 1
+    if start < n:
+        spans.append((start, n, False))
+    return spans
+
+
+def decoder_layers(model) -> nn.ModuleList:
+    """The decoder blocks of a HF model (Llama-family ``model.layers`` or GPT-2 ``transformer.h``)."""
+    base = getattr(model, "model", None) or getattr(model, "transformer", None) or model
+    layers = getattr(base, "layers", None) or getattr(base, "h", None)
+    if layers is None:
+        raise ValueError(f"cannot find the decoder blocks of {type(model).__name__}")
+    return layers
+
+
+def _one_block_model(config):
+    from transformers import AutoModel
+
+    cfg = copy.deepcopy(config)
+    cfg.num_hidden_layers = 1
+    cfg.architectures = None
+    return AutoModel.from_config(cfg)
+
+
+class ThinkingStates(nn.Module):
+    """Thinking States over a HF causal LM; see the module docstring."""
+
+    def __init__(self, backbone, tokenizer, config: ThinkingConfig | None = None):
+        super().__init__()
+        config = config or ThinkingConfig()
+        n_layers = len(decoder_layers(backbone))
+        config.check(n_layers)
+        self.thinking_config = config
+        self.l_in = config.l_in
+        self.l_out = config.l_out % n_layers
+        self.backbone = backbone  # the plain HF model: training and the thought pass (fires no TL hook)
+        self.T = _one_block_model(backbone.config)  # Thinking block: reads L_out states, writes Z_i
+        self.C = _one_block_model(backbone.config)  # Compression block: Z_i -> S_{i+1}
+        d = backbone.get_input_embeddings().weight.shape[1]
+        self.out_proj = nn.Linear(d, d, bias=False)  # C's last hidden state -> S (zero at start: S = 0)
+        nn.init.zeros_(self.out_proj.weight)
+        if config.init_from_backbone:
+            decoder_layers(self.T)[0].load_state_dict(decoder_layers(backbone)[-1].state_dict())
+            decoder_layers(self.C)[0].load_state_dict(decoder_layers(backbone)[0].state_dict())
+        self.tokenizer = tokenizer
+        self.eos_id = tokenizer.eos_token_id
+        self.boundary_id = tokenizer.convert_tokens_to_ids(config.boundary) if config.chunking == "events" else None
+        self._bridge = None
+        self.name_or_path = "thinking"
+
+    # ------------------------------------------------------------------ bridge-like surface
+    @property
+    def bridge(self):
+        """The backbone as a TransformerBridge, sharing its weights (built on first use)."""
+        if self._bridge is None:
+            from beliefscope.models.load import bridge_from_hf
+
+            twin = type(self.backbone)(self.backbone.config)
+            twin.load_state_dict(self.backbone.state_dict(), assign=True)  # same tensors, no copy
+            self._bridge = bridge_from_hf(twin.eval(), self.tokenizer).eval()
+            self._bridge.name_or_path = self.name_or_path
+        return self._bridge
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("_") or name in ("backbone", "T", "C", "out_proj"):
+                raise
+            return getattr(self.bridge, name)  # cfg, hook_dict, original_model, blocks, ...
+
+    def forward(self, input_ids, return_type: str | None = "logits", **kwargs):
+        """Run the model as it really runs: its own thoughts, then one bridge forward with the
+        states injected at ``blocks.{l_in}.hook_resid_pre`` (the only pass hooks see)."""
+        ids = torch.as_tensor(input_ids)
+        ids = ids[None] if ids.dim() == 1 else ids  # [batch, pos]
+        add, _ = self.self_states(ids)
+        with self.injecting(add):
+            return self.bridge(ids, return_type=return_type, **kwargs)
+
+    @contextmanager
+    def injecting(self, add: torch.Tensor):
+        """Add ``add`` (``[batch, pos, d_model]``, aligned with the forward's tokens) at
+        ``blocks.{l_in}.hook_resid_pre`` of the bridge for the duration of the block."""
+        from beliefscope.hooks import hooked
+
+        def fn(act, *, hook):
+            return act + add[:, -act.shape[1]:].to(act.dtype)
+
+        with hooked(self.bridge, [(f"blocks.{self.l_in}.hook_resid_pre", fn)]):
+            yield
+
+    # ------------------------------------------------------------------ the blocks
+    def embed(self, ids):
+        return self.backbone.get_input_embeddings()(ids)
+
+    def compress(self, thought_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """S from thoughts: ``thought_ids [n, k]`` right-padded, ``lengths [n]`` -> ``[n, d_model]``."""
+        k = thought_ids.shape[1]
+        mask = (torch.arange(k, device=thought_ids.device)[None] < lengths[:, None]).long()  # [n, k]
+        h = self.C(inputs_embeds=self.embed(thought_ids), attention_mask=mask).last_hidden_state  # [n, k, d]
+        last = h[torch.arange(len(h)), (lengths - 1).clamp(min=0)]  # [n, d]
+        return self.out_proj(last)
+
+    def think_logits(self, states: torch.Tensor, mask: torch.Tensor, **kw) -> torch.Tensor:
+        """T over left-padded ``states [n, L, d]`` (chunk states, then embedded thought tokens)."""
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        h = self.T(inputs_embeds=states, attention_mask=mask, position_ids=pos, **kw).last_hidden_state
+        return self.backbone.get_output_embeddings()(h)  # [n, L, vocab]
+
+    @torch.no_grad()
+    def think(self, chunk_states: list[torch.Tensor]) -> list[list[int]]:
+        """Greedy thoughts for a list of chunks' L_out states (each ``[c, d]``), batched."""
+        n, width = len(chunk_states), max(len(s) for s in chunk_states)
+        d = chunk_states[0].shape[-1]
+        L = width + self.thinking_config.max_thought
+        states = chunk_states[0].new_zeros(n, L, d)  # left-padded in a buffer we extend to the right
+        mask = torch.zeros(n, L, dtype=torch.long, device=states.device)
+        for i, s in enumerate(chunk_states):
+            states[i, width - len(s): width] = s
+            mask[i, width - len(s): width] = 1
+        out = [[] for _ in range(n)]
+        done = torch.zeros(n, dtype=torch.bool)
+        for t in range(self.thinking_config.max_thought):
+            logits = self.think_logits(states[:, : width + t], mask[:, : width + t])[:, -1]  # [n, vocab]
+            nxt = logits.argmax(-1)
+            for i in range(n):
+                if not done[i]:
+                    out[i].append(int(nxt[i]))
+                    done[i] = int(nxt[i]) == self.eos_id
+            if bool(done.all()) or t + 1 == self.thinking_config.max_thought:
+                break
+            states[:, width + t] = self.embed(nxt)
+            mask[:, width + t] = 1
+        return out
+
+    def state_from_thoughts(self, thoughts: list[list[int]]) -> torch.Tensor:
+        """``[n, d_model]`` states from token lists (one per chunk)."""
+        dev = self.out_proj.weight.device
+        k = max(1, max(len(t) for t in thoughts))
+        ids = torch.full((len(thoughts), k), self.eos_id, dtype=torch.long, device=dev)
+        for i, t in enumerate(thoughts):
+            ids[i, : len(t)] = torch.tensor(t, dtype=torch.long)
+        lengths = torch.tensor([max(1, len(t)) for t in thoughts], device=dev)
+        return self.compress(ids, lengths)
+
+    # ------------------------------------------------------------------ the backbone with S
+    @contextmanager
+    def _plain_hooks(self, add: torch.Tensor | None, keep: dict):
+        """On the plain backbone: add ``add`` at the input of block l_in; keep block l_out's output."""
+        layers = decoder_layers(self.backbone)
+
+        def pre(module, args, kwargs):
+            h = args[0] if args else kwargs["hidden_states"]
+            h = h + add.to(h.dtype)
+            return ((h, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": h})
+
+        def post(module, args, output):
+            keep["h"] = output[0] if isinstance(output, tuple) else output
+
+        handles = [layers[self.l_out].register_forward_hook(post)]
+        if add is not None:
+            handles.append(layers[self.l_in].register_forward_pre_hook(pre, with_kwargs=True))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def backbone_forward(self, ids, attention_mask=None, add=None):
+        """Plain backbone forward with S injected; returns ``(logits [B, T, V], h_out [B, T, d])``."""
+        keep: dict = {}
+        with self._plain_hooks(add, keep):
+            logits = self.backbone(input_ids=ids, attention_mask=attention_mask).logits
+        return logits, keep["h"]
+
+    def spans(self, ids) -> list[tuple[int, int, bool]]:
+        return chunk_spans(ids, self.thinking_config, self.boundary_id)
+
+    @torch.no_grad()
+    def self_states(self, ids: torch.Tensor, lengths=None, intervene=None):
+        """The model's own thoughts and states for a batch, with no hook firing.
+
+        ``ids [B, T]`` right-padded (``lengths[b]`` real tokens). Chunk j's L_out states depend only
+        on S_0..S_j, so one plain forward per chunk index settles every row's S_{j+1}; the result is
+        what chunk-by-chunk inference computes. ``intervene(row, j, S) -> S`` may replace a state.
+        Returns ``(add [B, T, d], thoughts)``, thoughts[b] = ``[(chunk_end, tokens)]``."""
+        B, Tn = ids.shape
+        lengths = [Tn] * B if lengths is None else [int(x) for x in lengths]
+        spans = [self.spans(ids[b, : lengths[b]].tolist()) for b in range(B)]
+        d = self.out_proj.weight.shape[0]
+        add = torch.zeros(B, Tn, d, device=ids.device)
+        thoughts: list[list] = [[] for _ in range(B)]
+        mask = (torch.arange(Tn, device=ids.device)[None] < torch.tensor(lengths, device=ids.device)[:, None]).long()
+        for j in range(max(len(s) for s in spans)):
+            rows = [b for b in range(B) if j < len(spans[b]) and spans[b][j][2]]
+            if not rows:
+                continue
+            _, h = self.backbone_forward(ids, mask, add)
+            zs = self.think([h[b, spans[b][j][0]: spans[b][j][1]] for b in rows])
+            S = self.state_from_thoughts(zs)  # [len(rows), d]
+            for i, b in enumerate(rows):
+                thoughts[b].append((spans[b][j][1], zs[i]))
+                if j + 1 < len(spans[b]):  # S_{j+1} goes to every token of chunk j+1
+                    a, e, _ = spans[b][j + 1]
+                    add[b, a:e] = S[i] if intervene is None else intervene(b, j + 1, S[i])
+        return add, thoughts
+
+    # ------------------------------------------------------------------ teacher-forced training
+    def loss(self, batch) -> tuple[torch.Tensor, dict]:
+        """LM loss + thought loss for a `models.thinking_data.ThinkingBatch` (gold thoughts)."""
+        S = self.compress(batch.thought_ids, batch.thought_len)  # [N, d]
+        gather = S[batch.feed.clamp(min=0)] * (batch.feed >= 0)[..., None]  # [B, T, d]
+        logits, h = self.backbone_forward(batch.ids, batch.mask, gather)
+        lm = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch.labels[:, 1:].flatten(), ignore_index=-100)
+        # T: chunk states then the thought shifted right; predict the thought from the chunk's last token on
+        states = h[batch.t_row[:, None], batch.t_src.clamp(min=0)]  # [N, L, d] (chunk part)
+        emb = self.embed(batch.t_tok.clamp(min=0))  # [N, L, d] (thought part)
+        states = torch.where(batch.t_is_tok[..., None], emb, states) * batch.t_mask[..., None]
+        tl = self.think_logits(states, batch.t_mask)  # [N, L, vocab]
+        th = F.cross_entropy(tl.flatten(0, 1), batch.t_target.flatten(), ignore_index=-100)
+        return lm + th, {"lm": lm.item(), "thought": th.item()}
+
+    def teacher_forced_logits(self, batch) -> torch.Tensor:
+        """Backbone logits ``[B, T, V]`` with gold states (the parallel reference of inference)."""
+        S = self.compress(batch.thought_ids, batch.thought_len)
+        gather = S[batch.feed.clamp(min=0)] * (batch.feed >= 0)[..., None]
+        return self.backbone_forward(batch.ids, batch.mask, gather)[0]
+
+    def thinking_state_dict(self) -> dict:
+        """T, C and the output projection (the backbone is saved with save_pretrained)."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}
+
+
+def load_thinking(name_or_path: str, device=None, dtype=torch.float32):
+    """Load a Thinking States checkpoint as ``(ThinkingStates, tokenizer)``.
+
+    A plain checkpoint is refused with the loader to use instead."""
+    import json
+    import os
+
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from beliefscope.models.load import ModelLoadError, checkpoint_path, default_device
+
+    path = checkpoint_path(name_or_path)
+    card_file = os.path.join(path, "model_card.json")
+    card = json.load(open(card_file)) if os.path.isfile(card_file) else {}
+    if card.get("kind") != "thinking" or not os.path.isfile(os.path.join(path, "thinking.safetensors")):
+        raise ModelLoadError(f"{name_or_path!r} is not a Thinking States checkpoint (no thinking.safetensors / "
+                             "kind 'thinking' in its model card): load it with beliefscope.load_model")
+    device = default_device(device)
+    backbone = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    cfg = ThinkingConfig(**{**card.get("thinking_config", {}), "init_from_backbone": False})
+    model = ThinkingStates(backbone, tok, cfg)
+    missing = model.load_state_dict(load_file(os.path.join(path, "thinking.safetensors")), strict=False)
+    bad = [k for k in missing.missing_keys if not k.startswith("backbone.")] + list(missing.unexpected_keys)
+    if bad:
+        raise ModelLoadError(f"{path}/thinking.safetensors does not match the model: {bad[:4]}")
+    model.name_or_path = name_or_path
+    return model.to(device=device, dtype=dtype).eval(), tok

@@ -1,0 +1,103 @@
+"""Teacher-forced batches for Thinking States: gold thoughts from the task's per-token labels.
+
+The gold thought after a complete chunk is the state at its last token, then <eos>
+("tails <eos>"): the running belief the model is trained to write down.
+
+>>> from beliefscope.models.tokenizer import toy_tokenizer
+>>> from beliefscope.models.thinking import ThinkingConfig
+>>> from beliefscope.tasks import get_task
+>>> tok = toy_tokenizer()
+>>> ex = get_task("coinflip").example(seed=1, n_events=2)
+>>> b = make_batch([ex], tok, ThinkingConfig())
+>>> [tok.decode(t[: int(n)]) for t, n in zip(b.thought_ids, b.thought_len)] == \\
+...     [f"{s} <eos>" for s in [ex.state_names[ex.initial], *ex.states_after_events]]
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from beliefscope.models.thinking import ThinkingConfig, chunk_spans
+
+
+@dataclass
+class ThinkingBatch:
+    """Token ids, LM labels, gold thoughts and the index tensors that route them."""
+
+    ids: torch.Tensor  # [B, T] right-padded token ids (prompt + completion + <eos>)
+    mask: torch.Tensor  # [B, T] 1 on real tokens
+    labels: torch.Tensor  # [B, T] LM targets: the completion and <eos>, -100 elsewhere
+    thought_ids: torch.Tensor  # [N, K] gold thought of every complete chunk, right-padded with <eos>
+    thought_len: torch.Tensor  # [N] tokens in each thought
+    feed: torch.Tensor  # [B, T] index of the thought whose state is added to this token (-1: none)
+    t_row: torch.Tensor  # [N] batch row of each thought's chunk
+    t_src: torch.Tensor  # [N, L] T's input: position of a chunk token in its row (-1: not a chunk token)
+    t_tok: torch.Tensor  # [N, L] T's input: a thought token id (-1: not a thought token)
+    t_is_tok: torch.Tensor  # [N, L] bool, the slot holds a thought token
+    t_mask: torch.Tensor  # [N, L] 1 on real slots (left padding)
+    t_target: torch.Tensor  # [N, L] thought token predicted at each slot (-100: none)
+    spans: list  # per row: chunk_spans of its tokens
+    n_prompt: list  # per row: number of prompt tokens
+
+
+def make_batch(examples, tok, cfg: ThinkingConfig, device="cpu") -> ThinkingBatch:
+    """Build a `ThinkingBatch` from task examples (direct format)."""
+    boundary = tok.convert_tokens_to_ids(cfg.boundary) if cfg.chunking == "events" else None
+    rows, labs, spans, thoughts, owner, n_prompt = [], [], [], [], [], []
+    for ex in examples:
+        lab = ex.labels(tok)
+        ids = lab.input_ids.tolist() + [tok.eos_token_id]
+        p = len(tok(ex.prompt)["input_ids"])
+        n_prompt.append(p)
+        rows.append(ids)
+        labs.append([-100] * p + ids[p:])
+        sp = chunk_spans(ids, cfg, boundary)
+        spans.append(sp)
+        state = lab.state.tolist() + [int(lab.state[-1])]
+        for j, (a, e, complete) in enumerate(sp):
+            if complete:
+                word = ex.state_names[state[e - 1]]
+                thoughts.append([tok.convert_tokens_to_ids(word), tok.eos_token_id])
+                owner.append((len(rows) - 1, j, a, e))
+    B, T = len(rows), max(map(len, rows))
+    ids = torch.full((B, T), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    labels = torch.full((B, T), -100, dtype=torch.long)
+    for b, (r, lb) in enumerate(zip(rows, labs, strict=True)):
+        ids[b, : len(r)], mask[b, : len(r)], labels[b, : len(lb)] = torch.tensor(r), 1, torch.tensor(lb)
+    N, K = len(thoughts), max((len(t) for t in thoughts), default=1)
+    thought_ids = torch.full((max(N, 1), K), tok.eos_token_id, dtype=torch.long)
+    thought_len = torch.ones(max(N, 1), dtype=torch.long)
+    for n, t in enumerate(thoughts):
+        thought_ids[n, : len(t)], thought_len[n] = torch.tensor(t), len(t)
+    feed = torch.full((B, T), -1, dtype=torch.long)
+    by_chunk = {(b, j): n for n, (b, j, _, _) in enumerate(owner)}
+    for b, sp in enumerate(spans):
+        for j, (a, e, _) in enumerate(sp):
+            if (b, j - 1) in by_chunk:
+                feed[b, a:e] = by_chunk[(b, j - 1)]
+    L = max((e - a + len(t) - 1 for (_, _, a, e), t in zip(owner, thoughts, strict=True)), default=1)
+    t_src = torch.full((max(N, 1), L), -1, dtype=torch.long)
+    t_tok = torch.full((max(N, 1), L), -1, dtype=torch.long)
+    t_target = torch.full((max(N, 1), L), -100, dtype=torch.long)
+    t_mask = torch.zeros(max(N, 1), L, dtype=torch.long)
+    t_row = torch.zeros(max(N, 1), dtype=torch.long)
+    for n, ((b, _, a, e), t) in enumerate(zip(owner, thoughts, strict=True)):
+        c, k = e - a, len(t)
+        off = L - (c + k - 1)  # left padding
+        t_row[n] = b
+        t_src[n, off: off + c] = torch.arange(a, e)
+        t_tok[n, off + c: L] = torch.tensor(t[:-1], dtype=torch.long)
+        t_target[n, off + c - 1: L] = torch.tensor(t, dtype=torch.long)
+        t_mask[n, off:] = 1
+    out = ThinkingBatch(ids=ids, mask=mask, labels=labels, thought_ids=thought_ids, thought_len=thought_len,
+                        feed=feed, t_row=t_row, t_src=t_src, t_tok=t_tok, t_is_tok=t_tok >= 0, t_mask=t_mask,
+                        t_target=t_target, spans=spans, n_prompt=n_prompt)
+    if device != "cpu":
+        for k, v in vars(out).items():
+            if torch.is_tensor(v):
+                setattr(out, k, v.to(device))
+    return out

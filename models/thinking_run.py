@@ -1,0 +1,166 @@
+"""Thinking States inference, chunk by chunk, on `cache.KVCache` (what the model really runs).
+
+For each chunk of the prompt, the backbone (through its TransformerBridge) appends the chunk to
+the context cache with S_i added at ``blocks.{l_in}.hook_resid_pre``; when the chunk is
+complete, the Thinking block T reads its ``blocks.{l_out}.hook_resid_post`` states in its own
+`KVCache`, writes the thought tokens there tagged ``Provenance.THOUGHT``, and the span is rolled
+back (dropped, kept in ``thought_cache.rejected`` for study). C turns the thought into S_{i+1}.
+The backbone's context only ever holds the input and the answer.
+
+>>> from beliefscope.models import load_model
+>>> model, tok = load_model("thinking")
+>>> run = run_thinking(model, tok("A coin is heads . Alice flips . State ?")["input_ids"], max_new_tokens=1)
+>>> [(tok.decode(z)) for _, z in run.thoughts], tok.decode(run.tokens)
+(['heads <eos>', 'tails <eos>'], 'tails')
+>>> run.cache.seq_len, run.thought_cache.seq_len   # the context holds prompt + answer; thoughts dropped
+(9, 0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from beliefscope.cache import KVCache, Provenance
+
+
+@dataclass
+class ThinkingRun:
+    """What one chunk-by-chunk run produced."""
+
+    prompt_len: int  # tokens in the prompt
+    tokens: list[int]  # generated tokens (the answer)
+    thoughts: list[tuple[int, list[int]]]  # (chunk end position, thought tokens) per complete chunk
+    logits: torch.Tensor  # [positions, vocab] backbone logits at every prompt and generated position
+    states: list[torch.Tensor] = field(default_factory=list)  # S_{i+1} per thought, each [d_model]
+    cache: KVCache | None = None  # the backbone's context cache (chunks and answer only)
+    thought_cache: KVCache | None = None  # T's cache: thoughts written then rolled back (see .rejected)
+    chunk_steps: list[tuple[int, int]] = field(default_factory=list)  # (start, end) of each chunk forward
+
+
+def _check_room(model, n_total: int) -> None:
+    limit = model.backbone.config.max_position_embeddings
+    if n_total > limit:
+        raise ValueError(f"the prompt and answer need {n_total} positions but the model addresses {limit}; "
+                         f"shorten the prompt or lower max_new_tokens")
+
+
+@torch.no_grad()
+def _chunk_forward(model, ids: list[int], cache: KVCache, S: torch.Tensor | None):
+    """Append `ids` to the context with S added at L_in; return (logits [n, V], h_out [n, d])."""
+    from beliefscope.hooks import hooked
+
+    keep: dict = {}
+
+    def add(act, *, hook):
+        return act if S is None else act + S.to(act.dtype)
+
+    def out(act, *, hook):
+        keep["h"] = act[0].detach()
+
+    dev = next(model.backbone.parameters()).device
+    with hooked(model.bridge, [(f"blocks.{model.l_in}.hook_resid_pre", add),
+                               (f"blocks.{model.l_out}.hook_resid_post", out)]):
+        logits = model.bridge(torch.tensor([ids], device=dev), past_key_values=cache, return_type="logits")
+    return logits[0], keep["h"]
+
+
+@torch.no_grad()
+def think_cached(model, h: torch.Tensor, tcache: KVCache) -> list[int]:
+    """T writes one thought after a chunk (chunk states ``h [c, d]``) in its own cache, greedily;
+    the thought span is tagged THOUGHT, then the cache is rolled back to empty."""
+    T, head = model.T, model.backbone.get_output_embeddings()
+    base = tcache.seq_len
+    hidden = T(inputs_embeds=h[None], past_key_values=tcache).last_hidden_state  # [1, c, d]
+    z: list[int] = []
+    with tcache.tagging(Provenance.THOUGHT):
+        for _ in range(model.thinking_config.max_thought):
+            nxt = int(head(hidden[0, -1]).argmax())
+            z.append(nxt)
+            if nxt == model.eos_id or len(z) == model.thinking_config.max_thought:
+                break
+            emb = model.embed(torch.tensor([[nxt]], device=h.device))
+            hidden = T(inputs_embeds=emb, past_key_values=tcache).last_hidden_state
+    tcache.rollback(base)
+    return z
+
+
+@torch.no_grad()
+def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, keep_thoughts: bool = True,
+                 stop_at_eos: bool = True) -> ThinkingRun:
+    """Run a Thinking States model chunk by chunk on KV caches and decode greedily.
+
+    ``intervene(j, S) -> S`` may replace the state added to chunk j (the causal check).
+    ``keep_thoughts`` keeps the dropped thought spans in ``thought_cache.rejected``."""
+    ids = [int(t) for t in prompt_ids]
+    if not ids:
+        raise ValueError("the prompt is empty: give at least one token")
+    _check_room(model, len(ids) + max_new_tokens)
+    cache = KVCache.for_model(model.bridge, capacity=len(ids) + max_new_tokens + 1)
+    tcache = KVCache.for_model(model.T, capacity=64, keep_rejected=keep_thoughts)
+    run = ThinkingRun(prompt_len=len(ids), tokens=[], thoughts=[], logits=torch.empty(0), cache=cache,
+                      thought_cache=tcache)
+    logits_all, S, j = [], None, 0
+
+    def after_chunk(h, end):
+        nonlocal S, j
+        z = think_cached(model, h, tcache)
+        s = model.state_from_thoughts([z])[0]
+        run.thoughts.append((end, z))
+        run.states.append(s)
+        j += 1
+        S = s if intervene is None else intervene(j, s)
+
+    spans = model.spans(ids)
+    cur_h: list[torch.Tensor] = []  # L_out states of the chunk in progress
+    for a, e, complete in spans:
+        logits, h = _chunk_forward(model, ids[a:e], cache, S)
+        logits_all.append(logits)
+        run.chunk_steps.append((a, e))
+        if complete:
+            after_chunk(h, e)
+        else:
+            cur_h = [h]
+    # decoding continues inside the last (incomplete) chunk; a chunk completed by decoding gets its thought
+    cur_start = spans[-1][0] if spans and not spans[-1][2] else len(ids)
+    seq = list(ids)
+    for i in range(max_new_tokens):  # (max_new_tokens=0: run the prompt only)
+        nxt = int(logits_all[-1][-1].argmax())
+        run.tokens.append(nxt)
+        seq.append(nxt)
+        if (stop_at_eos and nxt == model.eos_id) or i + 1 == max_new_tokens:
+            break  # the last token is returned, not fed back
+        logits, h = _chunk_forward(model, [nxt], cache, S)
+        logits_all.append(logits)
+        cur_h.append(h)
+        if model.spans(seq[cur_start:])[0][2]:  # the current chunk just completed
+            after_chunk(torch.cat(cur_h), len(seq))
+            cur_start, cur_h = len(seq), []
+    run.logits = torch.cat(logits_all)
+    return run
+
+
+@dataclass
+class ThinkingReadout:
+    """At every complete chunk of a story: the thought, and the forced answer after it."""
+
+    ends: list[int]  # chunk end positions (the chunk's last token is ends[k] - 1)
+    thoughts: list[list[int]]  # thought tokens written after each chunk
+    p_answer: torch.Tensor  # [n_chunks, n_answers] answer distribution of the forced question
+
+
+@torch.no_grad()
+def thinking_readouts(model, story_ids, question_ids, answer_ids: list[int]) -> ThinkingReadout:
+    """Run the story chunk by chunk once; after each complete chunk, fork the context cache at
+    the chunk's end, append the question (with the state from that chunk's thought), read the
+    answer distribution and drop the fork: a forced answer, the way the model itself runs."""
+    q = [int(t) for t in question_ids]
+    run = run_thinking(model, story_ids, max_new_tokens=0)
+    probs = []
+    for (end, _), S in zip(run.thoughts, run.states, strict=True):
+        with run.cache.fork(at=end) as branch:
+            logits, _ = _chunk_forward(model, q, branch, S)
+        probs.append(torch.softmax(logits[-1, answer_ids].double(), -1))
+    return ThinkingReadout(ends=[e for e, _ in run.thoughts], thoughts=[z for _, z in run.thoughts],
+                           p_answer=torch.stack(probs) if probs else torch.empty(0, len(answer_ids)))

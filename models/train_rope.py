@@ -1,0 +1,149 @@
+"""Train the RoPE backbones: direct answer, chain of thought, and Thinking States, on equal terms.
+
+The three presets share one Llama-architecture backbone (rotary positions, so nothing in the
+architecture stops at the trained length), one data stream (the same stories, 1-8 events, drawn
+uniformly), one optimiser and one step budget. Only the format differs:
+
+- ``direct-rope``: prompt ``... State ?``, loss on the answer;
+- ``cot-rope``: prompt ``... Think :``, loss on the states after each event, then the answer;
+- ``thinking``: direct format plus gold thoughts after every chunk (LM loss + thought loss).
+
+>>> cfg = RopeTrainConfig(preset="thinking", steps=1, batch_size=2, eval_n=0, d_model=32, n_layers=2)
+>>> model, tok, card = train_rope(cfg)
+>>> card["kind"], card["steps"]
+('thinking', 1)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.models.train import make_batch as lm_batch
+from beliefscope.tasks import get_task
+
+ROPE_PRESETS = ("direct-rope", "cot-rope", "thinking")
+
+
+@dataclass
+class RopeTrainConfig:
+    """Everything that determines a trained RoPE checkpoint."""
+
+    preset: str = "thinking"  # direct-rope / cot-rope / thinking
+    task: str = "coinflip"  # task family (tasks.get_task)
+    steps: int = 1000  # optimiser steps (the same for every preset)
+    batch_size: int = 64  # stories per step
+    lr: float = 1e-3  # peak AdamW learning rate (linear warm-up, then linear decay to 10%)
+    warmup: int = 150  # warm-up steps
+    weight_decay: float = 0.01  # AdamW weight decay
+    min_events: int = 1  # shortest story in training
+    max_events: int = 8  # longest story in training (longer ones are held out)
+    n_layers: int = 4  # backbone blocks
+    d_model: int = 128  # residual width
+    n_heads: int = 4  # attention heads
+    n_ctx: int = 4096  # rotary positions the config admits (not trained: RoPE is relative)
+    l_in: int = 1  # thinking: S is added at blocks.{l_in}.hook_resid_pre
+    l_out: int = -2  # thinking: T reads blocks.{l_out}.hook_resid_post (-2: second-to-last)
+    chunking: str = "events"  # thinking: "events" (a chunk per event) or "fixed"
+    chunk_size: int = 8  # thinking: tokens per chunk when chunking is "fixed"
+    seed: int = 0  # seeds the weights and the data stream
+    threads: int = 1  # torch CPU threads (1: OpenMP threads thrash on a shared 2-core machine)
+    eval_n: int = 200  # held-out prompts per length band for the model card (0 skips it)
+    log_every: int = 25  # steps between progress reports
+
+
+def backbone_config(cfg: RopeTrainConfig, vocab_size: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=cfg.d_model, intermediate_size=4 * cfg.d_model,
+                       num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+                       num_key_value_heads=cfg.n_heads, max_position_embeddings=cfg.n_ctx, bos_token_id=1,
+                       eos_token_id=1, pad_token_id=0, tie_word_embeddings=False, attn_implementation="sdpa")
+
+
+def build(cfg: RopeTrainConfig):
+    """A fresh ``(model, tokenizer)`` for the preset: a LlamaForCausalLM, or ThinkingStates over one."""
+    from transformers import LlamaForCausalLM
+
+    from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
+
+    if cfg.preset not in ROPE_PRESETS:
+        raise ValueError(f"preset {cfg.preset!r} is not a RoPE preset; choose one of {ROPE_PRESETS}")
+    torch.manual_seed(cfg.seed)
+    tok = toy_tokenizer()
+    backbone = LlamaForCausalLM(backbone_config(cfg, len(tok)))
+    if cfg.preset != "thinking":
+        return backbone, tok
+    tcfg = ThinkingConfig(l_in=cfg.l_in, l_out=cfg.l_out, chunking=cfg.chunking, chunk_size=cfg.chunk_size)
+    return ThinkingStates(backbone, tok, tcfg), tok
+
+
+def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[[dict], None] | None = None):
+    """Train one preset; save to `out` atomically if given. Returns (model, tokenizer, card)."""
+    from beliefscope.models.thinking_data import make_batch as thinking_batch
+
+    torch.set_num_threads(cfg.threads)
+    model, tok = build(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    fmt = "cot" if cfg.preset == "cot-rope" else "direct"
+    task = get_task(cfg.task, fmt=fmt)
+    rng = random.Random(cfg.seed)
+    history, t0 = [], time.time()
+    model.train()
+    for step in range(1, cfg.steps + 1):
+        frac = min(1.0, step / cfg.warmup) * (1 - 0.9 * max(0.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)))
+        for g in opt.param_groups:
+            g["lr"] = cfg.lr * frac
+        exs = [task.example(rng.randrange(10**12), rng.randint(cfg.min_events, cfg.max_events))
+               for _ in range(cfg.batch_size)]
+        if cfg.preset == "thinking":
+            loss, parts = model.loss(thinking_batch(exs, tok, model.thinking_config))
+        else:
+            ids, lab, mask = lm_batch(tok, exs)
+            loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+            parts = {"lm": loss.item()}
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            history.append({"step": step, "loss": round(float(loss), 4), **{k: round(v, 4) for k, v in parts.items()},
+                            "seconds": round(time.time() - t0, 1)})
+            if progress:
+                progress(history[-1])
+    model.eval()
+    card = {"kind": "thinking" if cfg.preset == "thinking" else "lm", "rendering": "toy",
+            "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
+            "rebuild": f"beliefscope train --preset {cfg.preset}"}
+    if cfg.preset == "thinking":
+        card["thinking_config"] = asdict(model.thinking_config)
+    if cfg.eval_n:
+        from beliefscope.models.evaluate import evaluate_bands
+
+        card["eval"] = evaluate_bands(model, tok, cfg.task, cfg.eval_n, fmt=fmt)
+    if out:
+        save_rope(model, tok, card, out)
+    return model, tok, card
+
+
+def save_rope(model, tok, card: dict, out: str) -> None:
+    """save_pretrained (+ thinking.safetensors for Thinking States) into a folder, atomically."""
+    from safetensors.torch import save_file
+
+    from beliefscope.files import atomic_write_json, staged_output
+
+    with staged_output(out) as tmp:
+        backbone = getattr(model, "backbone", model)
+        backbone.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if card.get("kind") == "thinking":
+            save_file({k: v.contiguous() for k, v in model.thinking_state_dict().items()},
+                      os.path.join(tmp, "thinking.safetensors"))
+        atomic_write_json(os.path.join(tmp, "model_card.json"), json.loads(json.dumps(card, default=str)))

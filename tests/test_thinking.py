@@ -1,0 +1,114 @@
+"""Thinking States: chunk-by-chunk cached inference against the parallel forward, thoughts dropped
+from the context, the shipped checkpoint against its gold teacher-forced forward, bad input."""
+
+import pytest
+import torch
+
+from beliefscope.cache import Provenance
+from beliefscope.models.thinking_data import make_batch
+from beliefscope.models.thinking_run import run_thinking
+from beliefscope.models.train_rope import RopeTrainConfig, build
+from beliefscope.tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def random_thinking():
+    """A random Thinking States model whose states are not zero (so S really changes the forward)."""
+    torch.manual_seed(0)
+    model, tok = build(RopeTrainConfig(preset="thinking", d_model=32, n_layers=3, n_heads=4))
+    torch.nn.init.normal_(model.out_proj.weight, std=0.2)
+    return model.eval(), tok
+
+
+@pytest.fixture(scope="module")
+def thinking():
+    from beliefscope.models import load_model
+
+    return load_model("thinking")
+
+
+@pytest.mark.parametrize("n_events", [1, 4, 9])
+def test_cached_chunks_equal_parallel_forward_random(random_thinking, n_events):
+    """The reference: the model's own thoughts settle S chunk index by chunk index (plain HF, one
+    forward per chunk index), then one parallel forward. Cached inference through the bridge must
+    write the same thoughts and give the same logits."""
+    model, tok = random_thinking
+    ex = get_task("coinflip").example(seed=n_events, n_events=n_events)
+    ids = tok(ex.prompt)["input_ids"]
+    run = run_thinking(model, ids, max_new_tokens=3, stop_at_eos=False)
+    full = torch.tensor([ids + run.tokens[:-1]])
+    add, thoughts = model.self_states(full)
+    logits, _ = model.backbone_forward(full, None, add)
+    assert thoughts[0] == run.thoughts
+    assert len(run.thoughts) == n_events + 1  # the preamble and every event end a chunk
+    assert (logits[0] - run.logits).abs().max() <= 1e-4
+    assert float(add.abs().max()) > 0.1  # the states did change the forward
+
+
+def test_thoughts_never_enter_the_context(random_thinking):
+    model, tok = random_thinking
+    ids = tok("A coin is heads . Alice flips . Bob stays . State ?")["input_ids"]
+    run = run_thinking(model, ids, max_new_tokens=2, stop_at_eos=False)
+    assert run.cache.seq_len == len(ids) + 1  # prompt + the fed-back answer token, no thought
+    assert run.thought_cache.seq_len == 0  # every thought was rolled back
+    written = [s for s in run.thought_cache.rejected if (s.provenance == Provenance.THOUGHT).any()]
+    assert len(written) == len(run.thoughts) >= 3  # the prompt's 3 chunks (+ one if the answer ends a chunk)
+    kinds = [e.kind for e in run.thought_cache.events]
+    assert kinds.count("rollback") == len(run.thoughts) and "thought" in kinds
+    prov = run.cache.provenance_of(0)
+    assert not (prov == Provenance.THOUGHT).any()
+
+
+def test_capture_sees_the_model_as_it_runs(random_thinking):
+    """Calling the model (what harvest and probes do) injects its own states: a capture at L_in
+    equals the residual stream of chunk-by-chunk inference, and differs from the bare backbone."""
+    from beliefscope.hooks import capture
+
+    model, tok = random_thinking
+    ids = torch.tensor([tok("A coin is tails . Bob flips . Eve flips . State ?")["input_ids"]])
+    name = f"blocks.{model.l_out}.hook_resid_post"
+    with capture(model, [name]) as cap:
+        model(ids, return_type=None)
+    seen = cap.stacked(name)[0]  # [T, d]
+    add, _ = model.self_states(ids)
+    _, h = model.backbone_forward(ids, None, add)
+    _, h0 = model.backbone_forward(ids, None, None)
+    assert (seen - h[0]).abs().max() <= 1e-4
+    assert (seen - h0[0]).abs().max() > 1e-2
+
+
+def test_shipped_checkpoint_matches_gold_teacher_forcing(thinking):
+    """On the trained model, when its thoughts equal the gold ones, cached chunk-by-chunk inference
+    equals the teacher-forced parallel forward of training (gold thoughts -> gold states)."""
+    model, tok = thinking
+    checked = 0
+    for seed in range(6):
+        ex = get_task("coinflip").example(seed=seed, n_events=3 + seed)
+        batch = make_batch([ex], tok, model.thinking_config)
+        n = int(batch.n_prompt[0])
+        run = run_thinking(model, batch.ids[0, :n].tolist(), max_new_tokens=1)
+        gold = [tok.decode(t[: int(k)]) for t, k in zip(batch.thought_ids, batch.thought_len)]
+        if [tok.decode(z) for _, z in run.thoughts] != gold:
+            continue
+        ref = model.teacher_forced_logits(batch)[0, :n]
+        assert (ref - run.logits).abs().max() <= 1e-4
+        checked += 1
+    assert checked >= 5
+
+
+def test_plain_loader_refuses_a_thinking_checkpoint_and_back(thinking):
+    from beliefscope.models import ModelLoadError, load_hf
+    from beliefscope.models.thinking import load_thinking
+
+    with pytest.raises(ModelLoadError, match="Thinking States checkpoint: load it with beliefscope.load_model"):
+        load_hf("thinking")
+    with pytest.raises(ModelLoadError, match="is not a Thinking States checkpoint"):
+        load_thinking("target")
+
+
+def test_too_long_prompt_fails_before_any_forward(random_thinking, monkeypatch):
+    model, _ = random_thinking
+    monkeypatch.setattr(type(model.bridge), "forward", lambda *a, **k: pytest.fail("ran a forward"))
+    limit = model.backbone.config.max_position_embeddings
+    with pytest.raises(ValueError, match=f"model addresses {limit}"):
+        run_thinking(model, [3] * limit, max_new_tokens=4)
