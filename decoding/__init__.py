@@ -8,7 +8,7 @@
 True
 """
 
-from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.config import SpecConfig, TreeConfig
 from beliefscope.decoding.core import Generation, generate
 from beliefscope.decoding.drafters import (
                                Drafter,
@@ -21,6 +21,7 @@ from beliefscope.decoding.drafters import (
 from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig, determinism_sweep
 from beliefscope.decoding.speculative import accept_greedy, accept_sampled, speculative_generate
 from beliefscope.decoding.trace import Step, Trace
+from beliefscope.decoding.tree import TokenTree
 
 __all__ = [
                                "Drafter",
@@ -34,7 +35,9 @@ __all__ = [
                                "SchedulerConfig",
                                "SpecConfig",
                                "Step",
+                               "TokenTree",
                                "Trace",
+                               "TreeConfig",
                                "accept_greedy",
                                "accept_sampled",
                                "determinism_sweep",

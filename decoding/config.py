@@ -4,11 +4,32 @@
 5
 >>> SpecConfig(gamma="auto", gamma_max=6).window_size
 7
+>>> SpecConfig(tree=TreeConfig(nodes=12)).window_size
+13
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass
+class TreeConfig:
+    """Shape of the draft trees (``SpecConfig(tree=TreeConfig(...))``); ``decoding.tune.choose_tree_nodes``
+    picks ``nodes`` for this machine."""
+
+    nodes: int = 8  # draft tokens per tree at most; a verify forward has nodes + 1 tokens (pending token first)
+    depth: int = 7  # longest root-to-leaf path (drafts on one branch)
+    branch: int = 2  # children per node at most (the top-k continuations)
+    min_share: float = 0.05  # a continuation whose estimated probability along its path is below this is not drafted
+
+    def __post_init__(self):
+        for name in ("nodes", "depth", "branch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"TreeConfig.{name}={v!r} is invalid: use an integer >= 1")
+        if not 0 <= self.min_share < 1:
+            raise ValueError(f"TreeConfig.min_share={self.min_share} must be in [0, 1)")
 
 
 @dataclass
@@ -29,6 +50,8 @@ class SpecConfig:
     keep_rejected: bool = False  # ask the target KVCache to keep rolled-back entries (provenance REJECTED)
     trace: bool = False  # record a Trace (proposals, accepted counts, cache events) per step
     capture: tuple[str, ...] = ()  # hook names to capture into the Trace, tagged {pass, status}
+    tree: TreeConfig | None = None  # draft a token tree per step (decoding.tree) instead of one chain;
+    # its nodes + 1 is then the verify window, and gamma only bounds drafters that cannot branch
 
     def __post_init__(self):
         if self.gamma != "auto" and (isinstance(self.gamma, bool) or not isinstance(self.gamma, int)
@@ -49,7 +72,9 @@ class SpecConfig:
 
     @property
     def window_size(self) -> int:
-        """Tokens in every verify forward: the pending token plus the largest possible draft."""
+        """Tokens in every verify forward: the pending token plus the largest possible draft (or tree)."""
+        if self.tree is not None:
+            return self.tree.nodes + 1
         return (self.gamma_max if self.adaptive else int(self.gamma)) + 1
 
     @property

@@ -117,6 +117,9 @@ class Generation:
     draft_forwards: int = 0  # forwards run by the drafter (0 for prompt lookup)
     cache: KVCache | None = None  # the target cache at the end (provenance, events, rejected)
     trace: object | None = None  # a decoding.Trace when SpecConfig.trace is set
+    tree_nodes: list[int] = field(default_factory=list)  # token trees: nodes drafted per step
+    path_ranks: list[list[int]] = field(default_factory=list)  # token trees: per step, the drafter's rank of each
+    # accepted node (decoding.tune.choose_tree_nodes reads what a smaller tree would have accepted from it)
 
     @property
     def alpha(self) -> float:

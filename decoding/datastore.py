@@ -170,6 +170,12 @@ class StoreDrafter(Drafter):
         q[torch.arange(len(out)), drafts] = 1.0  # a deterministic proposal is a one-hot q
         return drafts, q
 
+    def propose_tree(self, ids, shape, cfg):
+        """Best-first tree over the store's and the request's counts (``decoding.tree_drafters.store_propose_tree``)."""
+        from beliefscope.decoding.tree_drafters import store_propose_tree
+
+        return store_propose_tree(self, ids, shape, cfg)
+
 
 def vocab_size_of(store: NGramStore, ids) -> int:
     v = store.meta.get("vocab_size")

@@ -49,6 +49,14 @@ class Drafter:
     def sync(self, n_committed: int) -> None:
         """Called after each verify: ``n_committed`` tokens are now committed (prompt included)."""
 
+    def propose_tree(self, ids: torch.Tensor, shape, cfg: SpecConfig):
+        """A ``decoding.tree.TokenTree`` of drafts within ``shape`` (a ``TreeConfig``). Drafters that
+        cannot branch give their chain, ``min(shape.depth, shape.nodes)`` long."""
+        from beliefscope.decoding.tree import TokenTree
+
+        drafts, q = self.propose(ids, min(shape.depth, shape.nodes), cfg)
+        return TokenTree.chain(drafts.tolist(), q)
+
 
 def _pick_draft(logits: torch.Tensor, cfg: SpecConfig, position: int):
     """Greedy argmax (q=None) or a seeded sample with its distribution q ``[vocab]``."""
@@ -72,6 +80,7 @@ class ModelDrafter(Drafter):
         self.model = draft_model
         self.name = name or self.name
         self.cache = None
+        self._fed: list[int] | None = None  # tokens in the draft cache (tree drafting only; None = not tracked)
 
     def start(self, target, ids, cache, cfg):
         tv, dv = vocab_size(target), vocab_size(self.model)
@@ -80,6 +89,7 @@ class ModelDrafter(Drafter):
                              "model must share the target's tokenizer (use e.g. checkpoints/coinflip-draft)")
         self.forwards = 0
         self.cache = new_cache(self.model, ids.numel() + cfg.max_new_tokens + cfg.window_size + 1)
+        self._fed = ids[:-1].tolist()
         if ids.numel() > 1:
             forward(self.model, ids[:-1], self.cache)
             self.forwards += 1
@@ -97,10 +107,30 @@ class ModelDrafter(Drafter):
             x = torch.tensor([tok])
         return torch.tensor(out, dtype=torch.long), (torch.stack(qs) if cfg.temperature > 0 else None)
 
+    def propose_tree(self, ids, shape, cfg):
+        """Chain + next-best leaves (``decoding.tree_drafters.model_propose_tree``). The accepted path may leave
+        the chain, so the draft cache is first cut back to its longest prefix equal to ``ids``."""
+        from beliefscope.decoding.tree_drafters import model_propose_tree
+
+        fed = self._fed if self._fed is not None else ids[:self.cache.seq_len].tolist()
+        ref = ids[:len(fed)].tolist()
+        common = next((i for i, (a, b) in enumerate(zip(fed, ref)) if a != b), min(len(fed), len(ref)))
+        common = min(common, ids.numel() - 1, self.cache.seq_len)
+        self.cache.rollback(common)
+        self._fed = ids[:common].tolist()
+
+        def step(x):
+            self.forwards += 1
+            self._fed += x.tolist()
+            return forward(self.model, x, self.cache)[-1]
+        return model_propose_tree(self, ids, shape, cfg, step, ids[common:])
+
     def sync(self, n_committed):
         # The draft cache holds committed tokens and unverified drafts; keep only what was committed
         # (all but the pending token). After a full accept it holds one token less: caught up next time.
         self.cache.rollback(min(self.cache.seq_len, n_committed - 1))
+        if self._fed is not None:
+            self._fed = self._fed[:self.cache.seq_len]
 
 
 class LowPrecisionDrafter(ModelDrafter):
@@ -191,6 +221,20 @@ class EarlyExitDrafter(Drafter):
             self.cache.config.keep_rejected = keep
         return torch.tensor(out, dtype=torch.long), (torch.stack(qs) if cfg.temperature > 0 else None)
 
+    def propose_tree(self, ids, shape, cfg):
+        """Chain + next-best leaves of the first k layers (``decoding.tree_drafters.model_propose_tree``)."""
+        from beliefscope.decoding.tree_drafters import model_propose_tree
+
+        if not self.share_cache:
+            return super().propose_tree(ids, shape, cfg)
+        start = self.cache.seq_len
+        tree = model_propose_tree(self, ids, shape, cfg, self._forward, ids[start:])
+        keep = self.cache.config.keep_rejected
+        self.cache.config.keep_rejected = False  # the target's cache, as it was (layers >= k never written)
+        self.cache.rollback(start)
+        self.cache.config.keep_rejected = keep
+        return tree
+
     def sync(self, n_committed):
         if not self.share_cache:
             self.cache.rollback(min(self.cache.seq_len, n_committed - 1))
@@ -228,6 +272,12 @@ class NGramDrafter(Drafter):
         q = torch.zeros(found.numel(), self.vocab, dtype=torch.float64)
         q[torch.arange(found.numel()), found] = 1.0  # a deterministic proposal is a one-hot q
         return found, q
+
+    def propose_tree(self, ids, shape, cfg):
+        """Every earlier occurrence of the suffix, merged into a trie (``decoding.tree_drafters.lookup_tree``)."""
+        from beliefscope.decoding.tree_drafters import ngram_propose_tree
+
+        return ngram_propose_tree(self, ids, shape, cfg)
 
 
 def make_drafter(spec: str, target, load=None) -> Drafter | None:

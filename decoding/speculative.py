@@ -93,6 +93,9 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
     cfg = cfg or SpecConfig()
     if drafter is None:
         return generate(model, prompt_ids, cfg, tokenizer=tokenizer)
+    if cfg.tree is not None:  # token trees: decoding.tree_generate
+        from beliefscope.decoding.tree_generate import tree_generate
+        return tree_generate(model, drafter, prompt_ids, cfg, tokenizer=tokenizer)
     t_start = time.perf_counter()
     ids0 = check_prompt(model, prompt_ids)
     n_prompt, W = ids0.numel(), cfg.window_size

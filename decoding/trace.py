@@ -27,6 +27,10 @@ class Step:
     draft_seconds: float = 0.0  # time in the drafter
     verify_seconds: float = 0.0  # time in the verify forward (+ rollback)
     events: list[tuple] = field(default_factory=list)  # target cache events of this step (kind, row, start, end, step)
+    tree_parents: list[int] | None = None  # token trees: parent of every proposal (-1 = the pending token)
+    path: list[int] | None = None  # token trees: indices of the accepted proposals, root to leaf
+    rejected_order: list[int] | None = None  # token trees: proposal index of each entry of the step's
+    # rejected span in cache.rejected (with keep_rejected), in cache order; the pending token's slot excluded
 
 
 @dataclass

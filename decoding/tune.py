@@ -55,3 +55,32 @@ def measure_verify_widths(model, prompt_ids, max_width: int = 9, repeats: int = 
     base = min(times[1])
     costs = {w: min(t) / base for w, t in times.items()}
     return efficient_widths(costs), costs
+
+
+def choose_tree_nodes(path_ranks: list[list[int]], costs: dict[int, float], max_nodes: int) -> tuple[int, dict]:
+    """The tree size (nodes) that maximises committed tokens per unit of verify cost on this machine.
+
+    ``path_ranks`` are, per verify step of a calibration run with trees of ``max_nodes`` nodes
+    (``Generation.path_ranks``), the drafter's ranks of the accepted nodes, root to leaf. A tree of
+    the drafter's best ``n`` nodes would have accepted the longest prefix of that path whose ranks
+    are all below ``n`` (the nodes' logits depend only on their own path), so one run measures every
+    size. ``costs`` maps a forward's width to its cost relative to a 1-token step (``measure_verify_widths``);
+    a tree of n nodes pays the cheapest measured width >= n + 1. Returns ``(nodes, {n: tokens per cost})``.
+
+    >>> choose_tree_nodes([[0, 1], [0], [2]], {1: 1.0, 2: 1.2, 3: 1.3, 4: 1.4}, 3)[0]
+    3
+    """
+    if not path_ranks:
+        raise ValueError("no calibration steps: run tree decoding with SpecConfig(tree=...) first and pass "
+                         "Generation.path_ranks of its steps")
+    value = {}
+    for n in range(1, max_nodes + 1):
+        fits = [c for w, c in costs.items() if w >= n + 1]
+        if not fits:
+            break
+        accepted = sum(next((j for j, r in enumerate(path) if r >= n), len(path)) for path in path_ranks)
+        value[n] = (len(path_ranks) + accepted) / len(path_ranks) / min(fits)
+    if not value:
+        raise ValueError(f"costs cover widths {sorted(costs)}; measure widths up to at least 2 (one node + the pending token)")
+    best = max(value.values())
+    return min(n for n, v in value.items() if v >= best - 1e-12), value
