@@ -40,6 +40,7 @@ class DeterminismConfig:
     dtype: str = "float32"  # fast-path precision: float32 or bfloat16
     n_others: int | None = None  # other (background) requests per configuration (None: half the prompts)
     costs: str | None = None  # benchmarks/results/determinism.json to draw the throughput-vs-share panel from
+    partial: str | None = None  # JSON file rewritten after every k with the rows so far (long runs)
 
 
 def first_divergence(outputs) -> int | None:
@@ -85,14 +86,14 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
     ks = [int(k) for k in str(cfg.others).split(",")]
     orders = 2 if cfg.quick else 3
     dtype = getattr(torch, cfg.dtype)
-    rows, every = [], {"fast_path": {}, "verified": {}}
+    every = {"fast_path": {}, "verified": {}}
     stats = {"fast_path": {}, "verified": {}}
-    for k in ks:
-        row = {"others": k, "configurations": 1 if k == 0 else orders}
-        for name, flag in (("verified", True), ("fast_path", False)):
-            seen = determinism_sweep(model, prompts, pool, others=(k,), orders=orders, window=cfg.window,
-                                     max_new_tokens=cfg.max_new_tokens, fast_dtype=dtype, deterministic=flag,
-                                     n_others=cfg.n_others, stats=stats[name])
+    rows = [{"others": k, "configurations": 1 if k == 0 else orders} for k in ks]
+    for name, flag in (("fast_path", False), ("verified", True)):  # the fast path first: it is the question
+        for row in rows:
+            seen = determinism_sweep(model, prompts, pool, others=(row["others"],), orders=orders,
+                                     window=cfg.window, max_new_tokens=cfg.max_new_tokens, fast_dtype=dtype,
+                                     deterministic=flag, n_others=cfg.n_others, stats=stats[name])
             counts = [len(v) for v in seen.values()]
             row[f"{name}_unique_max"] = max(counts)
             row[f"{name}_unique_mean"] = round(sum(counts) / len(counts), 4)
@@ -103,7 +104,11 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
                 every[name].setdefault(i, set()).update(v)
             if progress:
                 progress(1)
-        rows.append(row)
+            if cfg.partial:
+                from beliefscope.analyses.common import write_json
+
+                write_json(cfg.partial, {"by_others": rows, "outputs": {n: {i: sorted(v) for i, v in e.items()}
+                                                                        for n, e in every.items()}})
     firsts = {name: [first_divergence(v) for v in every[name].values()] for name in every}
     div = sorted(f for f in firsts["fast_path"] if f is not None)
     return {"by_others": rows, "verified_unique_max": max(r["verified_unique_max"] for r in rows),

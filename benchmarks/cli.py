@@ -35,7 +35,7 @@ def run_one(name: str, quick: bool) -> dict:
     """Run one benchmark and return its result dict (the JSON file is written by the benchmark)."""
     if name == "cache":
         return _run_cache(quick)
-    module = importlib.import_module(f"benchmarks.{name}")
+    module = importlib.import_module(f"beliefscope.benchmarks.{name}")
     return module.main(quick=quick, progress=_progress(name))
 
 
@@ -106,7 +106,7 @@ def outputs_ok(name: str, result: dict):
 
 
 def print_result(name: str, result: dict) -> None:
-    module = importlib.import_module(f"benchmarks.{name}")
+    module = importlib.import_module(f"beliefscope.benchmarks.{name}")
     print(f"\n== bench {name} ({'quick' if result.get('quick') else 'full'}) ==")
     if hasattr(module, "table"):
         for rows in _as_tables(module.table(result)):
