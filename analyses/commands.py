@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
@@ -47,6 +48,30 @@ def cmd_forced(args) -> int:
                              f"{res['layer']}) agrees with the forced answer on {res['agreement']:.1%}; forced "
                              f"accuracy {res['forced_accuracy']:.1%}, probe accuracy {res['probe_accuracy']:.1%}",
                              *[f"wrote {p}" for p in res["files"]]])
+
+
+def cmd_instrument(args) -> int:
+    from beliefscope.analyses.instrument import InstrumentConfig, main, table_lines, write
+    from beliefscope.files import check_writable_parent
+    from beliefscope.tasks import parse_events_range
+
+    for n, flag in ((args.n_train, "--n-train"), (args.n_test, "--n-test"), (args.causal_n, "--causal-n")):
+        if n < 1:
+            raise ValueError(f"{flag} must be at least 1, got {n}")
+    bands = tuple(b.strip() for b in args.bands.split(","))
+    for b in bands:
+        parse_events_range(b)
+    if args.out:
+        check_writable_parent(os.path.join(args.out, "instrument.json"))
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    cfg = InstrumentConfig(models=models, n_train=args.n_train, n_test=args.n_test, bands=bands,
+                           causal_n=args.causal_n)
+    bar = _bar(args, "prompts read", len(models) * (2 * args.n_train + args.n_test * (len(bands) + 1)))
+    res = main(cfg, progress=bar.update)
+    bar.close()
+    if args.out:
+        res["files"] = write(res, args.out)
+    return _emit(args, res, table_lines(res))
 
 
 def cmd_trace(args) -> int:
@@ -106,7 +131,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("forced", help="forced answers vs probe at every event boundary of many prompts")
     p.add_argument("--model", required=True)
     p.add_argument("--probes", required=True)
-    p.add_argument("--out", required=True, help="agreement PNG; one example goes next to it (-example)")
+    p.add_argument("--out", default="", help="agreement PNG; one example goes next to it (-example); "
+                   "default: numbers only")
     p.add_argument("--n", type=int, default=50, help="prompts")
     p.add_argument("--seed", type=int, default=4242)
     p.add_argument("--events", default="1-8")
@@ -115,6 +141,21 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_forced)
+
+    p = subparsers.add_parser(
+        "instrument", help="validate the belief instrument: probe, forced answer, thought and truth at every "
+        "event boundary, per model and length band, with controls and a causal check",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="example: beliefscope instrument --models target,thinking --n-train 200 --n-test 100 --json")
+    p.add_argument("--models", default="target,direct-rope,cot-rope,thinking", help="comma-separated model names")
+    p.add_argument("--n-train", type=int, default=400, help="prompts (1-8 events) whose boundaries fit the probes")
+    p.add_argument("--n-test", type=int, default=200, help="held-out prompts per length band")
+    p.add_argument("--bands", default="1-8,9-16,17-32", help="event-count bands of the held-out prompts")
+    p.add_argument("--causal-n", type=int, default=200, help="prompts of the causal check (thinking models)")
+    p.add_argument("--out", default="", help="write instrument.json and the agreement figure into this folder")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_instrument)
 
     p = subparsers.add_parser("trace", help="speculative-decoding trace: cache timeline, acceptance, beliefs")
     p.add_argument("--model", required=True)

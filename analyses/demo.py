@@ -147,7 +147,8 @@ def main(cfg: DemoConfig) -> dict:
     out = check_writable_parent(cfg.out)  # fail before any work if DIR's parent is not writable
     t_all = time.perf_counter()
     plan = _plan(cfg)
-    steps = ["load", "eval", "harvest", "probes", "beliefs", "forced", "trace", "determinism", "steering", "report"]
+    steps = ["load", "eval", "harvest", "probes", "beliefs", "forced", "trace", "determinism", "steering", "thinking",
+             "report"]
     outer = progress_bar("demo", total=len(steps), disable=not cfg.progress)
     bars = lambda desc, total=None: progress_bar(desc, total, disable=not cfg.progress)
     timings, summary, sections = {}, {}, []
@@ -296,6 +297,11 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
                                                      "baseline_accuracy", "n_prompts"])))
         done("steering")
 
+        step("thinking")
+        if not cfg.real:
+            _thinking(model, tok, pdir, plan, cfg, bars, tmp, figs, summary, sections)
+        done("thinking")
+
         step("report")
         summary["model"] = cfg.model
         summary["config"] = asdict(cfg)
@@ -314,6 +320,27 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         write_json(os.path.join(tmp, "summary.json"), summary)
         _fix_probe_folders(tmp, out)
     return summary
+
+
+def _thinking(model, tok, pdir, plan, cfg: DemoConfig, bars, tmp, figs, summary, sections) -> None:
+    """Thinking States beside the lazy target: harvest + probe it like the target, then the pair figure."""
+    from beliefscope.analyses import thinking_view
+    from beliefscope.models.load import load_model
+
+    thinking, ttok = load_model("thinking")
+    stores, _ = _harvest(thinking, ttok, "thinking", plan, cfg, os.path.join(tmp, "acts", "thinking"), False, bars)
+    tdir = os.path.join(tmp, "probes", "thinking")
+    summary["thinking_probe"] = _probe(stores, tdir, plan, cfg, bars)
+    th = thinking_view.demo_step(model, tok, pdir, tdir, featured_prompt(plan), figs)
+    summary["thinking"] = th
+    sections.append(_section("A model whose beliefs exist: Thinking States beside the lazy target",
+                             report.reading_thinking(th), th["files"],
+                             ["Probe P(heads) at every layer and token of the same story: the Thinking States "
+                              "model (top; diamonds: its thoughts) and the direct-answer target (bottom); "
+                              "squares: forced answers at each event boundary; bottom strip: the truth.",
+                              "The Thinking States request on its KV caches: each chunk is appended to the "
+                              "context; after it, T writes a thought (purple) in its own cache, which is "
+                              "rolled back, so the context never holds a thought."]))
 
 
 def _steering(model, tok, pdir, layer, plan, cfg: DemoConfig, bars) -> dict:

@@ -143,7 +143,7 @@ class ForcedConfig:
 
     model: str = "target"  # checkpoint folder or alias; must be the model the probe was fit on
     probes: str = ""  # folder written by `beliefscope probe --out`
-    out: str = "forced.png"  # agreement-by-event PNG; one example's bars go to OUT with suffix "-example"
+    out: str = ""  # agreement-by-event PNG; one example's bars go to OUT with suffix "-example" ("": no figures)
     n: int = 50  # prompts
     seed: int = 4242  # prompt seed (use one the probe never saw)
     events: str = "1-8"  # events per prompt, LO-HI
@@ -205,21 +205,15 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None)
 
 
 def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
-    """Run forced answers vs probe over `config.n` prompts, write two figures, return the rates."""
-    from beliefscope.analyses import plots
-    from beliefscope.analyses.common import (
-        best_probe_layer,
-        check_probe_matches,
-        check_writable_parent,
-        load_probe,
-        save_fig,
-        sibling,
-    )
+    """Run forced answers vs probe over `config.n` prompts; write two figures if `config.out`; return the rates."""
+    from beliefscope.analyses.common import best_probe_layer, check_probe_matches, check_writable_parent, load_probe
     from beliefscope.hooks import hook_name
     from beliefscope.tasks import get_task, parse_events_range
 
-    out = check_writable_parent(config.out)
+    out = check_writable_parent(config.out) if config.out else ""
     lo, hi = parse_events_range(config.events)
+    if config.n < 1:
+        raise ValueError(f"n must be at least 1 prompt, got {config.n}")
     probe = load_probe(config.probes)
     if bridge is None:
         from beliefscope.models.load import load_model
@@ -233,6 +227,18 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
         config.n, config.seed, (lo, hi))
     res = forced_vs_probe_many(bridge, tok, probe, hook, examples, progress)
     rates, by_event = res.rates(), res.by_event()
+    files = _figures(bridge, tok, res, by_event, examples, layer, out) if out else []
+    return {"model": config.model, "probes": config.probes, "layer": layer, "n_prompts": len(examples),
+            "events": f"{lo}-{hi}", "seed": config.seed, "rendering": rendering,
+            **{k: round(v, 4) if isinstance(v, float) else v for k, v in rates.items()},
+            "by_event": by_event, "files": files}
+
+
+def _figures(bridge, tok, res, by_event, examples, layer, out) -> list[str]:
+    """The agreement-by-event figure and one example's bars; returns the paths written."""
+    from beliefscope.analyses import plots
+    from beliefscope.analyses.common import save_fig, sibling
+
     s0 = examples[0].state_names[0]
     fig = plots.agreement_by_event(by_event["event"], by_event["forced_accuracy"], by_event["probe_accuracy"],
                                    by_event["agreement"], layer)
@@ -245,7 +251,4 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     ex_path = sibling(out, "-example")
     save_fig(fig, out)
     save_fig(ex_fig, ex_path)
-    return {"model": config.model, "probes": config.probes, "layer": layer, "n_prompts": len(examples),
-            "events": f"{lo}-{hi}", "seed": config.seed, "rendering": rendering,
-            **{k: round(v, 4) if isinstance(v, float) else v for k, v in rates.items()},
-            "by_event": by_event, "example_prompt": examples[ex_i].prompt, "files": [out, ex_path]}
+    return [out, ex_path]

@@ -56,6 +56,21 @@ def reading_probe(rep: dict, who: str = "the model") -> str:
     return s
 
 
+def reading_thinking(th: dict) -> str:
+    t, g = th["thinking"], th["target"]
+    s = (f"On this story the Thinking States model's probe (layer {t['best_layer']}) reads the state at "
+         f"{_pct(t['probe_accuracy_at_boundaries_by_layer'][t['best_layer']])} of event boundaries and its thoughts "
+         f"name it at {_pct(t.get('thought_accuracy', float('nan')))}; the direct-answer target's best probe reads "
+         f"{_pct(g['probe_accuracy_at_boundaries_by_layer'][g['best_layer']])} although its forced answers are "
+         f"right at {_pct(g['forced_accuracy'])}. ")
+    lazy = g["probe_accuracy_at_boundaries_by_layer"][g["best_layer"]] < 0.9 <= g["forced_accuracy"]
+    s += ("The target answers correctly when asked but keeps no running state that a linear probe can read: it "
+          "computes the state at the question." if lazy else
+          "On this story the target's running state is readable too; see the instrument table for the rates "
+          "over many prompts.")
+    return s
+
+
 def reading_beliefs(b: dict) -> str:
     import numpy as np
 

@@ -238,11 +238,11 @@ class ThinkingStates(nn.Module):
             for h in handles:
                 h.remove()
 
-    def backbone_forward(self, ids, attention_mask=None, add=None):
+    def backbone_forward(self, ids, attention_mask=None, add=None, position_ids=None):
         """Plain backbone forward with S injected; returns ``(logits [B, T, V], h_out [B, T, d])``."""
         keep: dict = {}
         with self._plain_hooks(add, keep):
-            logits = self.backbone(input_ids=ids, attention_mask=attention_mask).logits
+            logits = self.backbone(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).logits
         return logits, keep["h"]
 
     def spans(self, ids) -> list[tuple[int, int, bool]]:
@@ -267,7 +267,8 @@ class ThinkingStates(nn.Module):
             rows = [b for b in range(B) if j < len(spans[b]) and spans[b][j][2]]
             if not rows:
                 continue
-            _, h = self.backbone_forward(ids, mask, add)
+            cut = max(spans[b][j][1] for b in rows)  # causal: later positions cannot matter to chunk j
+            _, h = self.backbone_forward(ids[:, :cut], mask[:, :cut], add[:, :cut])
             zs = self.think([h[b, spans[b][j][0]: spans[b][j][1]] for b in rows])
             S = self.state_from_thoughts(zs)  # [len(rows), d]
             for i, b in enumerate(rows):
@@ -278,11 +279,12 @@ class ThinkingStates(nn.Module):
         return add, thoughts
 
     # ------------------------------------------------------------------ teacher-forced training
-    def loss(self, batch) -> tuple[torch.Tensor, dict]:
-        """LM loss + thought loss for a `models.thinking_data.ThinkingBatch` (gold thoughts)."""
+    def loss(self, batch, position_ids=None) -> tuple[torch.Tensor, dict]:
+        """LM loss + thought loss for a `models.thinking_data.ThinkingBatch` (gold thoughts).
+        ``position_ids [B, T]`` (optional): the backbone's positions, e.g. randomized in training."""
         S = self.compress(batch.thought_ids, batch.thought_len)  # [N, d]
         gather = S[batch.feed.clamp(min=0)] * (batch.feed >= 0)[..., None]  # [B, T, d]
-        logits, h = self.backbone_forward(batch.ids, batch.mask, gather)
+        logits, h = self.backbone_forward(batch.ids, batch.mask, gather, position_ids)
         lm = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch.labels[:, 1:].flatten(), ignore_index=-100)
         # T: chunk states then the thought shifted right; predict the thought from the chunk's last token on
         states = h[batch.t_row[:, None], batch.t_src.clamp(min=0)]  # [N, L, d] (chunk part)

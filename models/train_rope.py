@@ -53,6 +53,8 @@ class RopeTrainConfig:
     l_out: int = -2  # thinking: T reads blocks.{l_out}.hook_resid_post (-2: second-to-last)
     chunking: str = "events"  # thinking: "events" (a chunk per event) or "fixed"
     chunk_size: int = 8  # thinking: tokens per chunk when chunking is "fixed"
+    random_positions: int = 256  # position ids are a sorted random subset of [0, N) in training (randomized
+    #   positional encodings, Ruoss et al. 2023), so relative distances up to N are seen; 0 = plain 0..T-1
     seed: int = 0  # seeds the weights and the data stream
     threads: int = 1  # torch CPU threads (1: OpenMP threads thrash on a shared 2-core machine)
     eval_n: int = 200  # held-out prompts per length band for the model card (0 skips it)
@@ -85,6 +87,21 @@ def build(cfg: RopeTrainConfig):
     return ThinkingStates(backbone, tok, tcfg), tok
 
 
+def random_positions(shape, n: int) -> torch.Tensor | None:
+    """``[B, T]`` position ids: each row a sorted random subset of ``range(n)`` (None when n is 0).
+
+    >>> p = random_positions((2, 5), 100)
+    >>> bool((p[:, 1:] > p[:, :-1]).all()) and int(p.max()) < 100
+    True
+    """
+    B, T = shape
+    if not n:
+        return None
+    if n < T:
+        raise ValueError(f"random_positions={n} is shorter than a training sequence ({T} tokens); raise it")
+    return torch.rand(B, n).topk(T, dim=1).indices.sort(dim=1).values
+
+
 def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[[dict], None] | None = None):
     """Train one preset; save to `out` atomically if given. Returns (model, tokenizer, card)."""
     from beliefscope.models.thinking_data import make_batch as thinking_batch
@@ -104,10 +121,12 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
         exs = [task.example(rng.randrange(10**12), rng.randint(cfg.min_events, cfg.max_events))
                for _ in range(cfg.batch_size)]
         if cfg.preset == "thinking":
-            loss, parts = model.loss(thinking_batch(exs, tok, model.thinking_config))
+            batch = thinking_batch(exs, tok, model.thinking_config)
+            loss, parts = model.loss(batch, position_ids=random_positions(batch.ids.shape, cfg.random_positions))
         else:
             ids, lab, mask = lm_batch(tok, exs)
-            loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+            loss = model(input_ids=ids, attention_mask=mask, labels=lab,
+                         position_ids=random_positions(ids.shape, cfg.random_positions)).loss
             parts = {"lm": loss.item()}
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -1,0 +1,248 @@
+"""Validate the belief instrument: probe, forced answer, thought and truth at every event boundary.
+
+For each model, probes are fitted on the residual stream at event-boundary tokens of training-
+length stories (1-8 events) and read on held-out prompts at the trained lengths and longer ones.
+Beside the best-layer probe stand the forced answer (fork + question), the thought Z_i of a
+Thinking States model, and the truth; every pair gets an agreement rate. Controls: a control task
+(a random label per (token, position), Hewitt & Liang 2019, which varies along the boundaries
+probed, so it can fail there) and the same probe on a randomly initialised twin. A causal check
+swaps S_j at one chunk for the other state's and counts how often the downstream thoughts and
+the answer follow, against random vectors of equal norm.
+
+>>> cfg = InstrumentConfig(models=("thinking",), n_train=24, n_test=8, bands=("1-4",), causal_n=4)
+>>> res = main(cfg)
+>>> sorted(res["models"]["thinking"]["bands"]["1-4"])[:3]
+['forced_accuracy', 'forced_thought_agreement', 'n_boundaries']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from beliefscope.analyses.forced import forced_answers
+from beliefscope.probes.controls import control_labels
+
+
+@dataclass
+class InstrumentConfig:
+    """What `main` measures."""
+
+    models: tuple = ("target", "direct-rope", "cot-rope", "thinking")  # shipped names or checkpoint folders
+    n_train: int = 400  # prompts (1-8 events) whose boundaries fit the probes
+    n_test: int = 200  # held-out prompts per band
+    bands: tuple = ("1-8", "9-16", "17-32")  # event-count bands of the held-out prompts
+    seed: int = 20261123  # data seed (test prompts use seed + 1 + band index)
+    causal_n: int = 200  # prompts of the causal check (Thinking States models only)
+    random_init: bool = True  # also probe a randomly initialised twin of each model
+
+
+def _hooks(model) -> list[str]:
+    return ["hook_embed"] + [f"blocks.{i}.hook_resid_post" for i in range(model.cfg.n_layers)]
+
+
+@torch.no_grad()
+def collect(model, tok, examples, forced: bool = True, progress=None) -> dict:
+    """Per event boundary: activations ``[L, n, d]``, truth, control label, forced answer, thought."""
+    from beliefscope.hooks import capture
+
+    hooks = _hooks(model)
+    acts, cols = [], {k: [] for k in ("truth", "control", "forced", "thought", "prompt", "event")}
+    for i, ex in enumerate(examples):
+        fa = forced_answers(model, tok, ex) if forced else None
+        lab = ex.labels(tok, text=ex.prompt[: ex.events[-1].span[1]])
+        pos = np.nonzero(lab.is_event_boundary)[0]
+        with capture(model, hooks) as cap:
+            model(torch.as_tensor(lab.input_ids)[None], return_type=None)
+        acts.append(torch.stack([cap.stacked(h)[0, pos] for h in hooks]))  # [L, n, d]
+        cols["truth"] += lab.state[pos].tolist()
+        cols["control"] += control_labels(lab.input_ids[pos], pos, 2).tolist()
+        cols["forced"] += (fa.p_state[:, 1] > 0.5).astype(int).tolist() if fa else [-1] * len(pos)
+        th = fa.thought_state if fa is not None and fa.thought_state is not None else np.full(len(pos), -1)
+        cols["thought"] += th.tolist()
+        cols["prompt"] += [i] * len(pos)
+        cols["event"] += list(range(1, len(pos) + 1))
+        if progress:
+            progress(1)
+    return {"X": torch.cat(acts, 1).float(), **{k: np.asarray(v) for k, v in cols.items()}}
+
+
+def fit_probes(X: torch.Tensor, y: np.ndarray, prompts: np.ndarray) -> tuple:
+    """Probes for every layer on 80% of the prompts; the best layer is the one most accurate on the
+    other 20%; then every layer is refitted on all rows. Returns (probe, best_layer)."""
+    from beliefscope.probes import fit_all_layers
+
+    held = prompts % 5 == 0
+    val = fit_all_layers(X[:, ~held], torch.as_tensor(y[~held]), n_classes=2)
+    acc = [float((val.predict(X[i, held], val.hooks[i]).numpy() == y[held]).mean()) for i in range(X.shape[0])]
+    return fit_all_layers(X, torch.as_tensor(y), n_classes=2), int(np.argmax(acc))
+
+
+def agreement(cols: dict, probe_pred: np.ndarray) -> dict:
+    """Accuracies against the truth and pairwise agreement of probe / forced / thought."""
+    t, f, th = cols["truth"], cols["forced"], cols["thought"]
+    out = {"n_boundaries": len(t), "probe_accuracy": float(np.mean(probe_pred == t))}
+    if (f >= 0).all():
+        out.update(forced_accuracy=float(np.mean(f == t)), probe_forced_agreement=float(np.mean(probe_pred == f)))
+    if (th >= 0).any():
+        out.update(thought_accuracy=float(np.mean(th == t)), probe_thought_agreement=float(np.mean(probe_pred == th)),
+                   forced_thought_agreement=float(np.mean(f == th)))
+    return out
+
+
+def verdict(name: str, bands: dict) -> str:
+    """Words computed from the numbers: does the model keep a running state at event boundaries?"""
+    probe = min(b["probe_accuracy"] for b in bands.values())
+    forced = min(b.get("forced_accuracy", float("nan")) for b in bands.values())
+    first = next(iter(bands))
+    if probe >= 0.9:
+        return (f"{name} keeps a running state: its best-layer probe reads the state at every event boundary "
+                f"with accuracy >= {probe:.2f} in every band")
+    if bands[first].get("forced_accuracy", 0) >= 0.9 and bands[first]["probe_accuracy"] < 0.8:
+        return (f"{name} computes the state lazily: asked at a boundary it answers {bands[first]['forced_accuracy']:.2f} "
+                f"correctly, but no linear probe reads the state there ({bands[first]['probe_accuracy']:.2f})")
+    return (f"{name} keeps no readable running state (probe >= {probe:.2f}, forced answers >= {forced:.2f} "
+            "across bands)")
+
+
+def causal_check(model, tok, n: int, seed: int) -> dict:
+    """Swap S_j at one middle chunk for the other state's gold S; compare with random vectors of equal norm."""
+    from beliefscope.models.thinking_run import run_thinking
+    from beliefscope.tasks import get_task
+
+    exs = get_task("coinflip", fmt="direct").examples(n, seed, (3, 8))
+    names = exs[0].state_names
+    gold = model.state_from_thoughts([[tok.convert_tokens_to_ids(s), model.eos_id] for s in names])  # [2, d]
+    g = torch.Generator().manual_seed(seed)
+    flips = {"swap": [], "random": []}
+    follow = {"swap": [], "random": []}
+    for ex in exs:
+        ids = tok(ex.prompt)["input_ids"]
+        base = run_thinking(model, ids, max_new_tokens=1)
+        j = 1 + len(base.thoughts) // 2  # the chunk whose state is replaced
+        word = tok.convert_ids_to_tokens(base.thoughts[j - 1][1][0])
+        other = gold[1 - names.index(word)] if word in names else -gold[0]
+        for kind in flips:
+            if kind == "swap":
+                vec = other
+            else:
+                r = torch.randn(other.shape, generator=g)
+                vec = base.states[j - 1] + r / r.norm() * (other - base.states[j - 1]).norm()
+            run = run_thinking(model, ids, max_new_tokens=1, intervene=lambda k, s, v=vec, jj=j: v if k == jj else s)
+            flips[kind].append(run.tokens[0] != base.tokens[0])
+            down = [a[1][:1] != b[1][:1] for a, b in zip(run.thoughts[j:], base.thoughts[j:], strict=True)]
+            follow[kind].append(bool(down) and all(down))
+    return {"n": n, "answer_flip_rate_swap": float(np.mean(flips["swap"])),
+            "answer_flip_rate_random": float(np.mean(flips["random"])),
+            "downstream_thoughts_follow_swap": float(np.mean(follow["swap"])),
+            "downstream_thoughts_follow_random": float(np.mean(follow["random"]))}
+
+
+def main(config: InstrumentConfig, progress=None) -> dict:
+    """Run the validation for every model; returns a JSON-able dict."""
+    from beliefscope.models.load import load_model
+    from beliefscope.probes.harvest import random_init_like
+    from beliefscope.tasks import get_task
+
+    task = get_task("coinflip", fmt="direct")
+    train = task.examples(config.n_train, config.seed, (1, 8))
+    tests = {b: task.examples(config.n_test, config.seed + 1 + i, b) for i, b in enumerate(config.bands)}
+    out = {"config": {k: getattr(config, k) for k in config.__dataclass_fields__}, "models": {}}
+    for name in config.models:
+        model, tok = load_model(name)
+        tr = collect(model, tok, train, forced=False, progress=progress)
+        probe, layer = fit_probes(tr["X"], tr["truth"], tr["prompt"])
+        control, c_layer = fit_probes(tr["X"], tr["control"], tr["prompt"])
+        res = {"best_layer": layer, "hook": _hooks(model)[layer], "bands": {}}
+        for band, exs in tests.items():
+            te = collect(model, tok, exs, progress=progress)
+            pred = probe.predict(te["X"][layer], probe.hooks[layer]).numpy()
+            res["bands"][band] = agreement(te, pred)
+            res["bands"][band]["control_accuracy"] = float(
+                (control.predict(te["X"][layer], control.hooks[layer]).numpy() == te["control"]).mean())
+            res["bands"][band]["selectivity"] = res["bands"][band]["probe_accuracy"] - res["bands"][band][
+                "control_accuracy"]
+        if config.random_init:
+            twin = random_init_like(model)
+            tr0 = collect(twin, tok, train, forced=False, progress=progress)
+            p0, l0 = fit_probes(tr0["X"], tr0["truth"], tr0["prompt"])
+            te0 = collect(twin, tok, tests[config.bands[0]], forced=False, progress=progress)
+            res["random_init_probe_accuracy"] = float(
+                (p0.predict(te0["X"][l0], p0.hooks[l0]).numpy() == te0["truth"]).mean())
+        if hasattr(model, "thinking_config"):
+            res["causal"] = causal_check(model, tok, config.causal_n, config.seed + 99)
+        res["verdict"] = verdict(name, res["bands"])
+        out["models"][name] = res
+    return out
+
+
+COLUMNS = (("probe_accuracy", "probe"), ("forced_accuracy", "forced"), ("thought_accuracy", "thought"),
+           ("probe_forced_agreement", "probe=forced"), ("probe_thought_agreement", "probe=thought"),
+           ("forced_thought_agreement", "forced=thought"), ("control_accuracy", "control"))
+
+
+def table_lines(res: dict) -> list[str]:
+    """A Markdown table (model x band) of accuracies against the truth and pairwise agreement."""
+    head = "| model | events | " + " | ".join(c for _, c in COLUMNS) + " | random-init |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 3)]
+    for name, r in res["models"].items():
+        for band, b in r["bands"].items():
+            cells = [f"{b[k]:.3f}" if k in b else "-" for k, _ in COLUMNS]
+            ri = r.get("random_init_probe_accuracy")
+            ri_cell = f"{ri:.3f}" if ri is not None and band == next(iter(r["bands"])) else ""
+            lines.append(f"| {name} (L{r['best_layer']}) | {band} | " + " | ".join(cells) + f" | {ri_cell} |")
+    lines.append("")
+    for name, r in res["models"].items():
+        lines.append(f"- {r['verdict']}.")
+        if "causal" in r:
+            c = r["causal"]
+            lines.append(f"- causal check on {name} ({c['n']} prompts): swapping S at one chunk flips the answer "
+                         f"{c['answer_flip_rate_swap']:.2f} and every downstream thought "
+                         f"{c['downstream_thoughts_follow_swap']:.2f}; random vectors of equal norm "
+                         f"{c['answer_flip_rate_random']:.2f} / {c['downstream_thoughts_follow_random']:.2f}.")
+    return lines
+
+
+def write(res: dict, folder: str) -> list[str]:
+    """``instrument.json``, ``instrument.md`` and ``instrument.png`` (probe / forced / thought accuracy
+    by band for each model) into `folder`, atomically."""
+    import os
+
+    from beliefscope.analyses.common import save_fig
+    from beliefscope.files import atomic_write_json, atomic_write_text
+
+    os.makedirs(folder, exist_ok=True)
+    paths = [os.path.join(folder, f) for f in ("instrument.json", "instrument.md", "instrument.png")]
+    atomic_write_json(paths[0], res, sort_keys=False)
+    atomic_write_text(paths[1], "\n".join(table_lines(res)) + "\n")
+    save_fig(figure(res), paths[2])
+    return paths
+
+
+def figure(res: dict):
+    """Grouped bars: for each model and band, probe / forced / thought accuracy and probe=forced."""
+    from matplotlib.figure import Figure
+
+    keys = [("probe_accuracy", "probe", "#5b8fd9"), ("forced_accuracy", "forced answer", "#f2994a"),
+            ("thought_accuracy", "thought", "#bb6bd9"), ("control_accuracy", "control task", "#bdbdbd")]
+    models = list(res["models"])
+    bands = list(next(iter(res["models"].values()))["bands"])
+    fig = Figure(figsize=(2.2 + 2.6 * len(models), 3.4))
+    axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
+    for ax, name in zip(axes, models, strict=True):
+        r = res["models"][name]
+        for k, (key, label, color) in enumerate(keys):
+            vals = [r["bands"][b].get(key, np.nan) for b in bands]
+            ax.bar(np.arange(len(bands)) + (k - 1.5) * 0.2, vals, 0.2, color=color, label=label)
+        ax.axhline(0.5, color="k", lw=0.6, ls=":")
+        ax.set_xticks(range(len(bands)), [f"{b} ev." for b in bands], fontsize=8)
+        ax.set_title(f"{name} (probe at L{r['best_layer']})", fontsize=9)
+        ax.set_ylim(0, 1.05)
+    axes[0].set_ylabel("accuracy at event boundaries")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle("The belief instrument: probe, forced answer and thought against the truth, by story length",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
