@@ -269,3 +269,55 @@ def determinism_costs_chart(series: dict, costs: dict) -> Figure:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         ax.set_title("Cost of determinism", fontsize=10)
     return fig
+
+
+def tree_step(tokens: list[str], parents: list[int], codes: list[int], root: str, title="One token-tree verify step"
+              ) -> Figure:
+    """A drafted token tree: the pending token at the left, each node at x = its depth, edges to its
+    parent, every node coloured by the provenance code the cache holds for it (verified = the
+    accepted path, rejected = rolled back and kept in ``cache.rejected``).
+
+    >>> fig = tree_step(["a", "b", "c"], [-1, 0, -1], [2, 3, 3], "x")
+    >>> len(fig.axes[0].patches)
+    4
+    """
+    depth, rows, next_row = [], [], [0]
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        depth.append(1 if p < 0 else depth[p] + 1)
+        kids.setdefault(p, []).append(i)
+    rows = [0] * len(tokens)
+
+    def place(node: int, row: int) -> None:  # depth-first: the first child stays on its parent's row
+        for j, c in enumerate(kids.get(node, [])):
+            if j:
+                next_row[0] += 1
+            rows[c] = row if j == 0 else next_row[0]
+            place(c, rows[c])
+    place(-1, 0)
+    n_rows = next_row[0] + 1
+    fig, ax = plt.subplots(figsize=(1.3 * (max(depth, default=0) + 1) + 2.5, 0.55 * n_rows + 1.6),
+                           constrained_layout=True)
+    xy = {-1: (0, 0)}
+    for i in range(len(tokens)):
+        xy[i] = (depth[i], rows[i])
+    for i, p in enumerate(parents):
+        (x0, y0), (x1, y1) = xy[p], xy[i]
+        ax.plot([x0 + 0.4, x1 - 0.4], [-y0, -y1], color="#999999", lw=1, zorder=0)
+    ax.add_patch(plt.Rectangle((-0.4, -0.3), 0.8, 0.6, color=PROVENANCE_COLORS[2], ec="black"))
+    ax.text(0, 0, root, ha="center", va="center", fontsize=8)
+    for i, (tok, code) in enumerate(zip(tokens, codes, strict=True)):
+        x, y = xy[i]
+        ax.add_patch(plt.Rectangle((x - 0.4, -y - 0.3), 0.8, 0.6, color=PROVENANCE_COLORS[int(code)],
+                                   hatch="//" if int(code) == 3 else None, ec="white"))
+        ax.text(x, -y, tok, ha="center", va="center", fontsize=8)
+    ax.set_xlim(-0.6, max(depth, default=0) + 0.6)
+    ax.set_ylim(-n_rows + 0.4, 0.6)
+    ax.set_yticks([])
+    ax.set_xticks(range(max(depth, default=0) + 1))
+    ax.set_xticklabels(["pending"] + [f"depth {d}" for d in range(1, max(depth, default=0) + 1)], fontsize=8)
+    shown = sorted(set(int(c) for c in codes) | {2})
+    ax.legend(handles=[Patch(color=PROVENANCE_COLORS[k], label=PROVENANCE_NAMES[k]) for k in shown],
+              ncol=len(shown), loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=10, pad=22)
+    return fig

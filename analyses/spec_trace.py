@@ -269,3 +269,55 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
                      "cache_events": [] if st is None else [list(e) for e in st.events]},
         "rejections": [asdict(r) for r in rejections], "files": files,
     }
+
+
+def tree_step_codes(gen, step_index: int) -> list[int]:
+    """Provenance code of every node of a tree step, read from the run's cache: the accepted path's
+    positions in ``gen.cache`` (VERIFIED), the other nodes' entries in the step's ``cache.rejected``
+    span (REJECTED). Needs ``SpecConfig(tree=..., trace=True, keep_rejected=True)``."""
+    st = gen.trace.steps[step_index]
+    if st.tree_parents is None or st.rejected_order is None:
+        raise ValueError("this trace has no tree steps with kept rejections: run with SpecConfig(tree=TreeConfig(), "
+                         "trace=True, keep_rejected=True)")
+    final = gen.cache.provenance_of(0).tolist()
+    codes = [None] * len(st.proposals)
+    kept = len(st.committed) - 1  # accepted nodes that stayed in the cache
+    for j, node in enumerate(st.path[:kept]):
+        codes[node] = final[st.position + 1 + j]
+    rollbacks = [(e[2], e[3], e[4]) for e in st.events if e[0] == "rollback"]
+    span = next((s for s in gen.cache.rejected if (s.start, s.end, s.step) in rollbacks), None)
+    for k, node in enumerate(st.rejected_order):
+        if node >= 0 and span is not None:
+            codes[node] = int(span.provenance[k])
+    return codes
+
+
+def tree_trace(target, tok, drafter, prompt_ids, tree=None, max_new_tokens: int = 24):
+    """Tree decoding of one prompt with every rolled-back node kept; returns ``(figure, summary)`` for
+    the first step whose accepted path leaves the drafter's first branch (else the step with most
+    rejected nodes): branches drafted, path accepted, branches rolled back, from the cache's own provenance.
+
+    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> from beliefscope.decoding import NGramDrafter
+    >>> from beliefscope.models.tokenizer import toy_tokenizer
+    >>> fig, s = tree_trace(tiny_gpt2(), toy_tokenizer(), NGramDrafter(1), [3, 4, 5, 3, 4, 6, 3, 4], max_new_tokens=6)
+    >>> s["nodes"] >= 1
+    True
+    """
+    from beliefscope.decoding import SpecConfig, TreeConfig, speculative_generate
+
+    cfg = SpecConfig(max_new_tokens=max_new_tokens, stop_at_eos=False, tree=tree or TreeConfig(nodes=8, depth=4, branch=3),
+                     trace=True, keep_rejected=True)
+    gen = speculative_generate(target, drafter, prompt_ids, cfg, tokenizer=tok)
+    steps = gen.trace.steps
+    off = [s.index for s in steps if s.path and s.path != list(range(len(s.path)))]
+    i = off[0] if off else max(range(len(steps)), key=lambda j: len(steps[j].proposals) - len(steps[j].path))
+    st = steps[i]
+    codes = tree_step_codes(gen, i)
+    ids = list(prompt_ids) + gen.tokens
+    fig = plots.tree_step(token_strings(tok, st.proposals), st.tree_parents, codes,
+                          token_strings(tok, [ids[st.position]])[0],
+                          title=f"Token tree at step {i}: {len(st.path)} of {len(st.proposals)} drafts accepted")
+    return fig, {"step": i, "nodes": len(st.proposals), "accepted": len(st.path), "path": st.path,
+                 "path_leaves_first_branch": bool(off), "codes": codes, "tokens": st.proposals,
+                 "parents": st.tree_parents}

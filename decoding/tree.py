@@ -165,8 +165,8 @@ def accept_tree_greedy(logits: torch.Tensor, tree: TokenTree) -> tuple[list[int]
     From the root, follow the child whose token is the target's argmax while there is one; commit
     the argmax at the first node without a matching child. Returns ``(path nodes, next token)``.
 
-    >>> accept_tree_greedy(torch.eye(5)[[1, 3, 4, 0]], TokenTree([2, 1, 3], [-1, -1, 1]))
-    ([1, 2], 4)
+    >>> accept_tree_greedy(torch.eye(5)[[1, 3, 4, 0]], TokenTree([2, 1, 4], [-1, -1, 1]))
+    ([1, 2], 0)
     """
     ref = logits.argmax(-1).tolist()  # [1 + n]
     kids: dict[int, dict[int, int]] = {}
