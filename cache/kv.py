@@ -18,6 +18,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from .config import CacheConfig
+from .hf import HFProtocolMixin
 from .inspect import InspectMixin
 from .layer import KVLayer
 from .masks import MaskMixin
@@ -29,7 +30,7 @@ from .validate import ValidateMixin
 _IDS = itertools.count()
 
 
-class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
+class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, Cache):
     """Inspectable layer-wise KV cache: O(1) append/rollback, zero-copy fork, provenance, snapshots.
 
     Example::
@@ -86,39 +87,6 @@ class KVCache(ValidateMixin, MaskMixin, InspectMixin, Cache):
         for k, v in overrides.items():
             setattr(cfg, k, v)
         return cls(cfg)
-
-    # ------------------------------------------------------------------ HF Cache protocol
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        """Physical length HF sees (== logical length for a clean cache; see ``seq_len``)."""
-        return self._plan[0] if self._plan is not None else self._pend
-
-    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
-        return self.get_seq_length() + query_length, 0
-
-    def get_max_length(self, layer_idx: int | None = None) -> int:
-        return -1
-
-    @property
-    def batch_size(self) -> int:
-        return len(self._lens) if self._lens else -1
-
-    def crop(self, tokens_to_remove: int) -> None:
-        """HF-style crop: negative = drop that many, non-negative = new absolute length (all rows)."""
-        if tokens_to_remove < 0:
-            self.rollback([max(0, n + tokens_to_remove) for n in self._lens])
-        else:
-            self.rollback([min(n, tokens_to_remove) for n in self._lens])
-
-    def reset(self) -> None:
-        """Empty every row (buffers are kept)."""
-        if self._lens:
-            self.rollback([0] * len(self._lens))
-
-    def _unsupported(self, *a, **k):
-        raise NotImplementedError("KVCache does not support beam reordering; fork() per beam instead.")
-
-    reorder_cache = batch_repeat_interleave = batch_select_indices = _unsupported
 
     # ------------------------------------------------------------------ writes
     def _new_storage(self, capacity: int) -> Storage:

@@ -92,6 +92,21 @@ class Storage:
         self.capacity = new_cap
         return True
 
+    def gather_rows(self, idx: torch.Tensor) -> Storage:
+        """A new storage whose row ``r`` is this storage's row ``idx[r]`` (``idx`` ``[new_batch]``), no holders."""
+        new = Storage.__new__(Storage)
+        new.n_layers, new.kv_heads, new.d_head = self.n_layers, self.kv_heads, self.d_head
+        new.batch, new.dtype, new.device, new.growth = idx.numel(), self.dtype, self.device, self.growth
+        new.capacity = self.capacity
+        dev_idx = idx.to(self.k[0].device) if self.k else idx
+        new.k = [t.index_select(0, dev_idx) for t in self.k]  # [new_batch, H, cap, D]
+        new.v = [t.index_select(0, dev_idx) for t in self.v]  # [new_batch, H, cap, D]
+        new._prov = self.prov.index_select(0, idx)  # [new_batch, cap]
+        new._stamp = self.stamp.index_select(0, idx)  # [new_batch, cap]
+        new._pending = []
+        new.holders = weakref.WeakSet()
+        return new
+
     def max_end(self) -> int:
         """One past the highest physical slot any live holder uses."""
         return max((h._pend for h in self.holders), default=0)

@@ -62,3 +62,60 @@ def tiny_cache(batch: int = 1, capacity: int = 16):
 
     return KVCache(CacheConfig(n_layers=2, kv_heads=2, d_head=8, batch=batch, capacity=capacity,
                                dtype=torch.float32, device=torch.device("cpu")))
+
+
+def compare_generate(model, input_ids: torch.Tensor, *, attention_mask: torch.Tensor | None = None, seed: int = 0,
+                     capacity: int = 64, **generate_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run HF ``model.generate`` twice, with HF's default cache and with a :class:`KVCache`, from the same
+    seed; returns ``(reference, ours)`` token tensors ``[rows, prompt + new]``.
+
+    Example::
+
+        >>> import torch
+        >>> model = tiny_llama(bridge=False)
+        >>> ref, ours = compare_generate(model, torch.tensor([[3, 4, 5, 3, 4]]), max_new_tokens=6,
+        ...                              do_sample=False, prompt_lookup_num_tokens=2)
+        >>> torch.equal(ref, ours)
+        True
+    """
+    from .kv import KVCache
+
+    expand = max(generate_kwargs.get("num_beams", 1) or 1, generate_kwargs.get("num_return_sequences", 1) or 1)
+    kw = dict(generate_kwargs)
+    if attention_mask is not None:
+        kw["attention_mask"] = attention_mask
+    kw.setdefault("pad_token_id", getattr(model.generation_config, "pad_token_id", None) or 0)
+    outs = []
+    for cache in (None, KVCache.for_model(model, batch=input_ids.shape[0] * expand, capacity=capacity)):
+        torch.manual_seed(seed)
+        extra = {} if cache is None else {"past_key_values": cache}
+        with torch.no_grad():
+            outs.append(model.generate(input_ids, **kw, **extra))  # [rows, prompt + new]
+    return outs[0], outs[1]
+
+
+def generate_modes(draft=None, *, early_exit: int | None = None) -> dict[str, dict]:
+    """``generate`` keyword arguments of every HF decoding mode a :class:`KVCache` is tested in, by name.
+
+    ``draft`` (a HF model sharing the tokenizer) adds the assisted modes; ``early_exit`` (a layer
+    count) adds assistant early exit, which HF runs only on models whose layer loop honours
+    ``config.num_hidden_layers`` (Llama-family, not GPT-2).
+
+    Example::
+
+        >>> sorted(generate_modes())
+        ['beam sampling', 'beam search', 'greedy', 'prompt lookup', 'sampling']
+    """
+    modes = {
+        "greedy": dict(do_sample=False),
+        "sampling": dict(do_sample=True, temperature=1.5, top_k=0),
+        "prompt lookup": dict(do_sample=False, prompt_lookup_num_tokens=3),
+        "beam search": dict(do_sample=False, num_beams=3),
+        "beam sampling": dict(do_sample=True, temperature=1.5, top_k=0, num_beams=3),
+    }
+    if draft is not None:
+        modes["assisted"] = dict(do_sample=False, assistant_model=draft)
+        modes["assisted sampling"] = dict(do_sample=True, temperature=1.5, top_k=0, assistant_model=draft)
+    if early_exit is not None:
+        modes["early exit"] = dict(do_sample=False, assistant_early_exit=early_exit)
+    return modes

@@ -1,0 +1,176 @@
+"""The transformers ``Cache`` protocol of :class:`cache.KVCache`, as HF's own ``generate`` uses it.
+
+What HF's decoding loops call, and what it means here:
+
+- ``get_seq_length`` / ``get_mask_sizes``: the physical length, so HF builds the right causal mask.
+- ``crop(-k)`` drops the last ``k`` positions of every row (assisted generation and prompt lookup
+  call it after every verify); ``crop(0)`` removes nothing (HF calls it when every candidate was
+  accepted); ``crop(n > 0)`` is the older spelling, "keep the first ``n``".
+- ``reorder_cache`` (beam search), ``batch_select_indices`` and ``batch_repeat_interleave`` gather
+  rows into a fresh buffer (O(length)); forks keep what they had.
+- When ``generate`` adopts a cache the caller passed, it sets ``_is_user_defined`` after choosing
+  its decoding mode and before any forward; the cache checks the mode, the number of rows the
+  mode runs, and that the rows are clean, so a wrong combination fails before the first forward
+  with the mode's name (:meth:`HFProtocolMixin.check_generate`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from .provenance import CacheEvent
+
+# Decoding modes of ``GenerationMixin.generate`` (``GenerationMode`` values) tested equal to HF's own
+# cache (tests/test_cache_generate.py). Any other mode is refused before the first forward.
+GENERATE_MODES = ("greedy_search", "sample", "assisted_generation", "beam_search", "beam_sample")
+
+
+class HFProtocolMixin:
+    """Length, crop, reset and row-gather methods HF calls, and the check of ``generate``'s mode.
+
+    Example::
+
+        >>> import torch
+        >>> from beliefscope.cache.testing import tiny_cache
+        >>> c = tiny_cache(batch=2)
+        >>> for layer in range(2):
+        ...     _ = c.update(torch.ones(2, 2, 4, 8), torch.ones(2, 2, 4, 8), layer)
+        >>> c.crop(-1); c.lengths
+        [3, 3]
+        >>> c.crop(0); c.lengths      # HF's "remove nothing"
+        [3, 3]
+        >>> c.reorder_cache(torch.tensor([1, 1])); c.lengths
+        [3, 3]
+    """
+
+    # ------------------------------------------------------------------ lengths
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Physical length HF sees (== logical length for a clean cache; see ``seq_len``)."""
+        return self._plan[0] if self._plan is not None else self._pend
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+    def get_max_length(self, layer_idx: int | None = None) -> int:
+        return -1
+
+    @property
+    def batch_size(self) -> int:
+        return len(self._lens) if self._lens else -1
+
+    # ------------------------------------------------------------------ crop / reset
+    def crop(self, tokens_to_remove: int) -> None:
+        """HF's crop: ``-k`` drops the last ``k`` positions of every row, ``0`` drops nothing,
+        ``n > 0`` keeps the first ``n`` (the older transformers spelling)."""
+        if tokens_to_remove < 0:
+            self.rollback([max(0, n + tokens_to_remove) for n in self._lens])
+        elif tokens_to_remove > 0:
+            self.rollback([min(n, tokens_to_remove) for n in self._lens])
+
+    def reset(self) -> None:
+        """Empty every row (buffers are kept)."""
+        if self._lens:
+            self.rollback([0] * len(self._lens))
+
+    def activate_past_recording(self) -> None:
+        """HF asks caches to keep what ``crop`` may need; this cache keeps every position anyway."""
+
+    # ------------------------------------------------------------------ row gathers (beam search)
+    def reorder_cache(self, beam_idx: torch.Tensor) -> None:
+        """Row ``r`` becomes old row ``beam_idx[r]`` (beam search); ``beam_idx`` has one entry per row."""
+        idx = torch.as_tensor(beam_idx, dtype=torch.long).reshape(-1).cpu()  # [batch]
+        if idx.numel() != len(self._lens):
+            raise ValueError(f"reorder_cache got {idx.numel()} indices for a cache of {len(self._lens)} rows; "
+                             "pass one source row per row (batch_select_indices changes the number of rows).")
+        self._gather_rows(idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep rows ``indices`` (in that order); the cache's batch becomes ``len(indices)``."""
+        self._gather_rows(torch.as_tensor(indices, dtype=torch.long).reshape(-1).cpu())
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times in place (row 0, row 0, ..., row 1, ...)."""
+        if repeats < 1:
+            raise ValueError(f"batch_repeat_interleave(repeats={repeats}): repeats must be >= 1.")
+        self._gather_rows(torch.arange(len(self._lens)).repeat_interleave(repeats))
+
+    def _gather_rows(self, idx: torch.Tensor) -> None:
+        """New row ``r`` = old row ``idx[r]`` (``idx`` ``[new_batch]``), in buffers of this holder alone."""
+        n_rows = len(self._lens)
+        if idx.numel() == 0 or int(idx.min()) < 0 or int(idx.max()) >= n_rows:
+            raise IndexError(f"row indices {idx.tolist()} out of range: this cache has rows 0..{n_rows - 1}.")
+        if idx.numel() == n_rows and bool((idx == torch.arange(n_rows)).all()):
+            return  # identity (most beam steps early on)
+        if idx.numel() != self.config.batch:
+            from dataclasses import replace
+
+            self.config = replace(self.config, batch=idx.numel())  # forks share the old config object
+        if self._st is not None:
+            old = self._st
+            self._st = old.gather_rows(idx)
+            old.holders.discard(self)
+            self._st.holders.add(self)
+        self._segs = [[s[:] for s in self._segs[i]] for i in idx.tolist()]
+        self._lens = [self._lens[i] for i in idx.tolist()]
+        self._pend = max((s[-1][1] for s in self._segs if s), default=0)
+        self._plan = None
+        for r, src in enumerate(idx.tolist()):
+            if src != r:
+                self.events.append(CacheEvent("relocate", r, 0, self._lens[r], self._step))
+
+    # ------------------------------------------------------------------ HF generate adopting this cache
+    @property
+    def _is_user_defined(self) -> bool:
+        return self.__dict__.get("_hf_user_defined", False)
+
+    @_is_user_defined.setter
+    def _is_user_defined(self, value: bool) -> None:
+        # `GenerationMixin._prepare_cache_for_generation(generation_config, model_kwargs, generation_mode,
+        # batch_size, ...)` sets this flag on a cache the caller passed, after choosing the mode and before
+        # any forward: the one point where the mode can be checked. Other callers are not checked.
+        self.__dict__["_hf_user_defined"] = bool(value)
+        caller = sys._getframe(1)
+        if value and caller.f_code.co_name == "_prepare_cache_for_generation":
+            loc = caller.f_locals
+            gc = loc.get("generation_config")
+            self.check_generate(loc.get("generation_mode"), batch=loc.get("batch_size"),
+                                num_beams=getattr(gc, "num_beams", 1) or 1,
+                                num_return_sequences=getattr(gc, "num_return_sequences", 1) or 1)
+
+    def check_generate(self, mode, *, batch: int | None = None, num_beams: int = 1,
+                       num_return_sequences: int = 1) -> None:
+        """Raise unless HF ``generate`` in ``mode`` (a ``GenerationMode`` or its value) can use this cache.
+
+        Run by ``generate`` itself before its first forward; callable directly.
+
+        Example::
+
+            >>> from beliefscope.cache.testing import tiny_cache
+            >>> tiny_cache().check_generate("greedy_search", batch=1)
+            >>> tiny_cache().check_generate("contrastive_search")
+            Traceback (most recent call last):
+            ...
+            ValueError: HF generate mode 'contrastive_search' is not supported by KVCache (supported: greedy_search, sample, assisted_generation, beam_search, beam_sample); run it without past_key_values (HF's DynamicCache) or with a supported mode.
+        """
+        name = str(getattr(mode, "value", mode))
+        if name not in GENERATE_MODES:
+            raise ValueError(f"HF generate mode {name!r} is not supported by KVCache (supported: "
+                             f"{', '.join(GENERATE_MODES)}); run it without past_key_values (HF's DynamicCache) "
+                             "or with a supported mode.")
+        if self._closed:
+            raise RuntimeError(f"HF generate mode {name!r} got a closed KVCache (a fork that left its `with` "
+                               "block); pass an open cache.")
+        rows = None if batch is None else batch * max(num_beams, num_return_sequences)
+        if rows is not None and self.config.batch is not None and rows != self.config.batch:
+            raise ValueError(
+                f"HF generate mode {name!r} runs {rows} rows (batch {batch} x "
+                f"{max(num_beams, num_return_sequences)} for num_beams={num_beams}, "
+                f"num_return_sequences={num_return_sequences}) but this KVCache has batch={self.config.batch}; "
+                f"build it with KVCache.for_model(model, batch={rows}).")
+        if not self.is_clean:
+            raise ValueError(
+                f"HF generate mode {name!r} builds its own attention mask from get_seq_length(), but this KVCache "
+                f"has ragged rows or holes (lengths {self._lens}, physical end {self._pend}); pass a fresh cache, "
+                "or call cache.compact() first if every row has the same length.")
