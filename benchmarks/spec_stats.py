@@ -33,7 +33,7 @@ def summarize(methods: list[Method], target, prompts, n_new: int, stop_at_eos: b
                "identical_to_plain": sum(same), "n_prompts": len(same)}
         if m.kind == "ours":
             row.update(_spec_stats(m, t_step, plain_tgt))
-            W = SpecConfig(gamma=m.gamma).window_size
+            W = SpecConfig(gamma=m.gamma).window_size if m.fixed_window else None
             bad = [i for i, s in enumerate(same) if not s]
             if not m.fixed_window:  # no fixed-shape reference applies: plain greedy is the reference
                 row["fixed_window"] = False
@@ -100,11 +100,12 @@ def verify_cost_profile(target, prompt_ids: torch.Tensor, windows=(1, 2, 5, 9), 
 
 def table(result: dict) -> list[list[list]]:
     tables = []
-    for model in ("toy", "smollm2"):
+    for model in ("toy", "smollm2", "general"):
         r = result.get(model)
         if not isinstance(r, dict):
             continue
-        rows = [[f"{model}: method", "speedup (IQR)", "alpha", "gamma", "c", "tok/step", "bound", "share", "ideal", "same/n"]]
+        rows = [[f"{model}: method", "speedup (IQR)", "alpha", "gamma", "c", "tok/step", "verify cost", "bound", "share", "ideal",
+                 "same/n"]]
         for name, m in r["methods"].items():
             if "unsupported" in m:
                 rows.append([name, "unsupported", m["unsupported"][:60]])
@@ -112,6 +113,7 @@ def table(result: dict) -> list[list[list]]:
             s = m["speedup"]
             rows.append([name, f"{s['median']:.2f} ({s['q1']:.2f}-{s['q3']:.2f})", m.get("alpha", ""),
                          m.get("gamma_mean", ""), m.get("c", ""), m.get("tokens_per_verify_step", ""),
+                         m.get("verify_cost_over_decode_step", ""),
                          m.get("leviathan_bound", ""), m.get("share_of_bound", ""),
                          m.get("ideal_at_measured_tokens_per_step", ""),
                          f"{m['identical_to_plain']}/{m['n_prompts']}"])

@@ -19,7 +19,15 @@ import time
 import torch
 from beliefscope.cache import Provenance
 from beliefscope.decoding.config import SpecConfig, TreeConfig
-from beliefscope.decoding.core import Generation, check_prompt, eos_id, hf_model, new_cache, pick, token_budget
+from beliefscope.decoding.core import (
+    Generation,
+    check_prompt,
+    eos_id,
+    hf_model,
+    new_cache,
+    pick,
+    token_budget,
+)
 from beliefscope.decoding.trace import Step, Trace
 from beliefscope.decoding.tree import (
     TokenTree,

@@ -4,11 +4,18 @@ chi-square against the exact joint of the next tokens, 20,000 seeded samples on 
 
 import itertools
 
+import numpy as np
 import pytest
 import torch
-from beliefscope.decoding import Drafter, ModelDrafter, SpecConfig, TokenTree, TreeConfig, speculative_generate
+from beliefscope.decoding import (
+    Drafter,
+    ModelDrafter,
+    SpecConfig,
+    TokenTree,
+    TreeConfig,
+    speculative_generate,
+)
 from beliefscope.decoding.tree_drafters import one_hot
-import numpy as np
 from beliefscope.tests.test_decoding_sampling import VOCAB, exact_joint, sharp_model
 from scipy.stats import chisquare
 
@@ -65,9 +72,10 @@ def test_tree_rule_matches_target_distribution(drafter):
     for seed in range(20_000):
         cfg = SpecConfig(temperature=T, seed=seed)
         if drafter == "model":
-            fed = []
-            tree = model_propose_tree(None, ids, shape, cfg, lambda x: drf[tuple(fed.extend(x.tolist()) or fed[1:])],
-                                      ids[-1:])
+            def step(x, fed=[]):  # noqa: B006 (fresh per seed: a new function each iteration)
+                fed.extend(x.tolist())
+                return drf[tuple(fed[1:])]  # the draft's logits after the tokens fed past the prompt
+            tree = model_propose_tree(None, ids, shape, cfg, step, ids[-1:])
         else:
             tree = FixedTree().propose_tree(ids, shape, cfg)
         rows = [tgt[()]] + [tgt[tuple(tree.tokens[i] for i in tree.path(j))] for j in range(len(tree))]
