@@ -3,10 +3,16 @@
 >>> from beliefscope.probes import ActivationStore, fit_all_layers  # doctest: +SKIP
 >>> probe = fit_all_layers(ActivationStore.open("acts/target"), "state", trainer="torch")  # doctest: +SKIP
 
+One hook as a scikit-learn estimator (cross-validation, grid search, pipelines):
+
+>>> X, y, groups = hook_xy(ActivationStore.open("acts/target"), "blocks.3.hook_resid_post", "state")  # doctest: +SKIP
+>>> ProbeClassifier(C=1.0).fit(X, y).score(X, y)  # doctest: +SKIP
+
 See probes/README.md for the controls (and why a per-type control alone says nothing here).
 """
 
 from beliefscope.probes.controls import control_labels, position_mask, prompt_folds
+from beliefscope.probes.estimator import ProbeClassifier, hook_xy
 from beliefscope.probes.harvest import EMBED_HOOK, HarvestConfig, harvest, random_init_like
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
 from beliefscope.probes.report import ProbeReport, ReportConfig, probe_report
@@ -19,6 +25,7 @@ __all__ = [
            "ActivationStore",
            "HarvestConfig",
            "LinearProbe",
+           "ProbeClassifier",
            "ProbeConfig",
            "ProbeReport",
            "ReportConfig",
@@ -26,6 +33,7 @@ __all__ = [
            "control_labels",
            "fit_all_layers",
            "harvest",
+           "hook_xy",
            "position_mask",
            "probe_report",
            "prompt_folds",

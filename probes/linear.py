@@ -103,7 +103,7 @@ class LinearProbe:
             raise ValueError(f"{paths[1]} does not match {paths[0]} (width or layer count differs)")
         hooks, n_classes = meta.pop("hooks"), meta.pop("n_classes")
         meta.pop("d_model")
-        return cls(hooks, t["mean"], t["std"], t["W"], t["b"], n_classes, meta)
+        return cls(hooks=hooks, mean=t["mean"], std=t["std"], W=t["W"], b=t["b"], n_classes=n_classes, meta=meta)
 
 
 def _as_chunks(X, y, groups=None):
@@ -171,11 +171,11 @@ def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int 
     if trainer == "sklearn":
         if n_groups != 1 or callable(X):
             raise ValueError("the scikit-learn trainer takes in-memory data with one position class")
-        W, b = _fit_sklearn(X0, y0, mean, std, n_classes, cfg)
-        return LinearProbe(list(hooks), mean, std, W, b, n_classes, meta)
-    W, b = _fit_torch(chunks, mean, std, n, n_classes, K, n_groups, cfg)
-    probes = [LinearProbe(list(hooks), mean, std, W[:, g].contiguous(), b[:, g].contiguous(), n_classes,
-                          dict(meta, position_class=g)) for g in range(n_groups)]
+        W, b, meta["n_iter"] = _fit_sklearn(X0, y0, mean, std, n_classes, cfg)
+        return LinearProbe(hooks=list(hooks), mean=mean, std=std, W=W, b=b, n_classes=n_classes, meta=meta)
+    W, b, meta["n_iter"] = _fit_torch(chunks, mean, std, n, n_classes, K, n_groups, cfg)
+    probes = [LinearProbe(hooks=list(hooks), mean=mean, std=std, W=W[:, g].contiguous(), b=b[:, g].contiguous(),
+                          n_classes=n_classes, meta=dict(meta, position_class=g)) for g in range(n_groups)]
     return probes[0] if n_groups == 1 else probes
 
 
@@ -218,7 +218,8 @@ def _fit_torch(chunks, mean, std, n, n_classes, K, n_groups, cfg):
         return torch.tensor(total + float(reg.detach()))
 
     opt.step(closure)
-    return W.detach(), b.detach()
+    n_iter = int(opt.state[opt.param_groups[0]["params"][0]].get("n_iter", 0))
+    return W.detach(), b.detach(), n_iter
 
 
 def _fit_sklearn(X, y, mean, std, n_classes, cfg):
@@ -228,6 +229,7 @@ def _fit_sklearn(X, y, mean, std, n_classes, cfg):
     K = 1 if n_classes == 2 else n_classes
     W, b = torch.zeros(L, d, K), torch.zeros(L, K)
     yn = y.numpy()
+    n_iter = 0
     for i in range(L):
         Z = ((X[i] - mean[i]) / std[i]).numpy().astype(np.float64)
         clf = LogisticRegression(C=cfg.C, max_iter=cfg.max_iter * 5, tol=cfg.tol).fit(Z, yn)
@@ -237,4 +239,5 @@ def _fit_sklearn(X, y, mean, std, n_classes, cfg):
         coef = torch.as_tensor(clf.coef_, dtype=torch.float32)  # [K, d]
         icpt = torch.as_tensor(clf.intercept_, dtype=torch.float32)  # [K]
         W[i], b[i] = coef.T, icpt
-    return W, b
+        n_iter = max(n_iter, int(np.max(clf.n_iter_)))
+    return W, b, n_iter
