@@ -33,6 +33,14 @@ class Capture:
     Positions: each forward starts at ``start``, which is, in order of preference, the value set
     with ``seek`` (consumed by the next forward), the ``cache``'s length before the forward, or a
     running counter. This keeps positions right during cached decoding and after rollbacks.
+
+    Across decode steps a capture keeps what a TransformerLens ``ActivationCache`` (one forward,
+    positions from 0) cannot: one `Record` per forward with the **absolute positions** of its
+    tokens (a decode step's single token sits at the cache length, not at 0), and **tags** copied
+    from ``cap.tags`` when it was recorded; speculative decoding's `Trace` sets ``pass``
+    (``draft`` / ``verify``), ``step`` and, once the verify is decided, ``status`` (``committed``
+    / ``rolled_back`` / ``partial``). `to_activation_cache` converts one forward, or the stacked
+    positions of the records a tag filter keeps, for TL's own methods.
     """
 
     def __init__(self, names, cache=None, device="cpu"):
@@ -80,6 +88,12 @@ class Capture:
         for r in recs:
             out[:, r.positions] = r.act
         return out
+
+    def to_activation_cache(self, model, *, forward: int | None = None, stacked: bool = False, where=None):
+        """A TransformerLens ``ActivationCache`` (see `hooks.activation_cache.to_activation_cache`)."""
+        from beliefscope.hooks.activation_cache import to_activation_cache
+
+        return to_activation_cache(self, model, forward=forward, stacked=stacked, where=where)
 
 
 @contextmanager
