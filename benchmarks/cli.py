@@ -13,9 +13,10 @@ import os
 import sys
 import time
 
-BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism")  # order of `all` (cheap first)
+BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking")  # order of `all` (cheap first)
 HEADLINES = {"spec": "best_speedup_smollm2", "cache": "speedup_longest", "forced": "speedup_512",
-             "harvest": "overhead", "probes": "speedup", "determinism": "ratio_at_10pct"}
+             "harvest": "overhead", "probes": "speedup", "determinism": "ratio_at_10pct",
+             "thinking": "speedup"}
 
 
 def register(subparsers) -> None:

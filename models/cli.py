@@ -31,6 +31,8 @@ def register(sub) -> None:
     e.add_argument("--n", type=int, default=500, help="prompts per format")
     e.add_argument("--seed", type=int, default=12345)
     e.add_argument("--rendering", default=None, help="toy or natural (default: natural for smollm2)")
+    e.add_argument("--format", default="both", choices=["both", "direct", "cot"],
+                   help="prompts: direct answers, chain of thought (toy models), or both")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=_eval)
 
@@ -91,7 +93,10 @@ def _eval(args) -> int:
     get_task(args.task)
     parse_events_range(args.events)
     rendering = args.rendering or model_profile(args.model).rendering
-    res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering)
+    if args.n < 1:
+        raise ValueError(f"--n must be at least 1 prompt, got {args.n}")
+    formats = ("direct", "cot") if args.format == "both" else (args.format,)
+    res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering, formats=formats)
     if args.json:
         print(json.dumps(res))
     else:

@@ -61,10 +61,11 @@ def greedy_completions(hf_model, tok, prompts, max_new_tokens, batch_size=64):
 
 
 def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
-             tokenizer=None, rendering: str = "toy", batch_size: int = 64) -> dict:
+             tokenizer=None, rendering: str = "toy", batch_size: int = 64, formats=("direct", "cot")) -> dict:
     """Exact match of full CoT + answer, and direct-answer accuracy, overall and by event count.
 
-    `model` is a name/path (loaded with `models.load.load_hf`) or an HF model with `tokenizer`.
+    `model` is a name/path (loaded with `models.load.load_model`) or an HF model with `tokenizer`.
+    ``formats`` picks the prompts: direct answers, chain of thought (toy rendering only), or both.
     """
     lo, hi = parse_events_range(events)
     if n < 1:
@@ -76,15 +77,16 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     if hasattr(model, "thinking_config"):
         return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size)
     hf, tok = getattr(model, "original_model", model), tokenizer
-    direct = get_task(task, rendering=rendering, fmt="direct").examples(n, seed, (lo, hi))
-    preds = direct_answers(hf, tok, direct, batch_size)
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
-    for ex, p in zip(direct, preds, strict=True):
-        by_ev[ex.n_events][2] += int(p == ex.answer)
-        by_ev[ex.n_events][3] += 1
-    result = {"answer_accuracy": sum(p == e.answer for p, e in zip(preds, direct)) / len(direct), "n": n,
-              "task": task, "events": f"{lo}-{hi}", "seed": seed}
-    if rendering == "toy":
+    result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats)}
+    if "direct" in formats:
+        direct = get_task(task, rendering=rendering, fmt="direct").examples(n, seed, (lo, hi))
+        preds = direct_answers(hf, tok, direct, batch_size)
+        for ex, p in zip(direct, preds, strict=True):
+            by_ev[ex.n_events][2] += int(p == ex.answer)
+            by_ev[ex.n_events][3] += 1
+        result["answer_accuracy"] = sum(p == e.answer for p, e in zip(preds, direct)) / len(direct)
+    if rendering == "toy" and "cot" in formats:
         cot = get_task(task, rendering=rendering, fmt="cot").examples(n, seed + 1, (lo, hi))
         max_new = max(len(tok(e.completion)["input_ids"]) for e in cot) + 1
         comps = greedy_completions(hf, tok, [e.prompt for e in cot], max_new, batch_size)
@@ -94,9 +96,11 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
         result["exact_match"] = sum(c == e.completion.strip() for c, e in zip(comps, cot)) / len(cot)
         # the answer a chain-of-thought model gives after its own chain (last word of its completion)
         result["cot_answer_accuracy"] = sum((c.split() or [""])[-1] == e.answer for c, e in zip(comps, cot)) / len(cot)
+        result.setdefault("answer_accuracy", result["cot_answer_accuracy"])
         result["by_events"] = {str(k): round(v[0] / v[1], 4) for k, v in sorted(by_ev.items()) if v[1]}
-    result["answer_accuracy_by_events"] = {str(k): round(v[2] / v[3], 4) for k, v in sorted(by_ev.items())
-                                           if v[3]}
+    if "direct" in formats:
+        result["answer_accuracy_by_events"] = {str(k): round(v[2] / v[3], 4) for k, v in sorted(by_ev.items())
+                                               if v[3]}
     return result
 
 
@@ -142,4 +146,4 @@ BANDS = ("1-8", "9-16", "17-32", "33-64")
 def evaluate_bands(model, tok, task: str = "coinflip", n: int = 500, fmt: str = "direct",
                    bands=BANDS, seed: int = 12345) -> dict:
     """`evaluate` (or `evaluate_thinking`) on each band of event counts."""
-    return {band: evaluate(model, task, band, n, seed, tokenizer=tok) for band in bands}
+    return {band: evaluate(model, task, band, n, seed, tokenizer=tok, formats=(fmt,)) for band in bands}
