@@ -40,6 +40,7 @@ class DeterminismConfig:
     dtype: str = "float32"  # fast-path precision: float32 or bfloat16
     n_others: int | None = None  # other (background) requests per configuration (None: half the prompts)
     costs: str | None = None  # benchmarks/results/determinism.json to draw the throughput-vs-share panel from
+    verify_slots: int = 4  # B of every verify forward, the same for every k (at most B measured requests at once)
     partial: str | None = None  # JSON file rewritten after every k with the rows so far (long runs)
 
 
@@ -93,7 +94,8 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
         for row in rows:
             seen = determinism_sweep(model, prompts, pool, others=(row["others"],), orders=orders,
                                      window=cfg.window, max_new_tokens=cfg.max_new_tokens, fast_dtype=dtype,
-                                     deterministic=flag, n_others=cfg.n_others, stats=stats[name])
+                                     deterministic=flag, n_others=cfg.n_others, stats=stats[name],
+                                     verify_slots=cfg.verify_slots)
             counts = [len(v) for v in seen.values()]
             row[f"{name}_unique_max"] = max(counts)
             row[f"{name}_unique_mean"] = round(sum(counts) / len(counts), 4)
@@ -121,6 +123,7 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
             "verified_first_divergence_position": min((f for f in firsts["verified"] if f is not None),
                                                       default=None),
             "fast_batch_sizes": dict(sorted(stats["fast_path"]["batch_sizes"].items())),
+            "fast_path_min_top2_margin": stats["fast_path"]["min_margin"],
             "verified_acceptance": round(stats["verified"]["accepted"] / max(1, stats["verified"]["drafted"]), 4),
             "n_configurations": sum(r["configurations"] for r in rows), "prompts": len(prompts)}
 
@@ -159,6 +162,7 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     if out:
         save_fig(chart(res, config.costs), out)
     return {"model": config.model, "fast_path_dtype": config.dtype, "window": config.window,
+            "verify_slots": config.verify_slots, "n_others": config.n_others,
             "max_new_tokens": config.max_new_tokens, "engine": "decoding.scheduler.determinism_sweep", **res,
             "files": [out] if out else []}
 

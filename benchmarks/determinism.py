@@ -44,8 +44,8 @@ class DeterminismBenchConfig:
     seed: int = 0  # workload seed
 
 
-SMOLLM2 = DeterminismBenchConfig(n_requests=32, new_tokens=(16, 48))
-TOY = DeterminismBenchConfig(n_requests=64, new_tokens=(8, 32), repeats=5, warmup=1)
+SMOLLM2 = DeterminismBenchConfig(n_requests=8, new_tokens=(8, 16), max_batch=4, window=8, repeats=2)
+TOY = DeterminismBenchConfig(n_requests=30, new_tokens=(8, 24), max_batch=8, window=8)
 QUICK = DeterminismBenchConfig(n_requests=8, new_tokens=(4, 8), max_batch=4, window=4, repeats=1)
 
 

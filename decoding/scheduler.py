@@ -75,7 +75,8 @@ class Scheduler:
     ``fast`` (optional) replaces the fast path's model (default: the target, cast to
     ``cfg.fast_dtype``), e.g. a perturbed copy in tests; verification always uses ``target``.
     After a run, ``rounds`` counts scheduler rounds and ``batch_sizes`` counts fast-path decode
-    forwards by batch size.
+    forwards by batch size, and ``min_margin`` is the smallest top-1 minus top-2 logit the fast
+    path decided on (how close it came to a tie).
     """
 
     def __init__(self, target, cfg: SchedulerConfig | None = None, fast=None):
@@ -94,6 +95,7 @@ class Scheduler:
         self.rounds = 0  # scheduler rounds of the last run
         self.batch_sizes: Counter = Counter()  # fast-path decode forwards of the last run, by batch size
         self.verify_forwards = 0  # fixed-shape verify forwards of the last run
+        self.min_margin = float("inf")  # smallest top-1 minus top-2 logit of any fast-path token of the last run
 
     def _check(self, requests: list[Request]) -> None:
         cfg = self.cfg
@@ -117,7 +119,7 @@ class Scheduler:
         self._check(requests)
         waiting = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, i))
         active: list[Request] = []
-        self.rounds, self.batch_sizes, self.verify_forwards = 0, Counter(), 0
+        self.rounds, self.batch_sizes, self.verify_forwards, self.min_margin = 0, Counter(), 0, float("inf")
         self.slots = SlotCache.for_model(self.target, cfg.verify_slots, cfg.slot_capacity)
         self.pool = SlotCache.for_model(self.fast, cfg.max_batch, cfg.slot_capacity)  # fast-path KV, row per request
         self.rows: list[Request] = []  # rows[i] owns pool row i (compacted as requests finish)
@@ -204,6 +206,8 @@ class Scheduler:
         logits = self.pool.view(0, n, int(lengths.max()) + 1).verify(self.fast, x)  # [batch, 1, vocab]
         lengths += 1
         self.batch_sizes[n] += 1
+        top = logits[:, -1].topk(2, dim=-1).values  # [batch, 2]
+        self.min_margin = min(self.min_margin, float((top[:, 0] - top[:, 1]).min()))
         for r, t in zip(self.rows, logits[:, -1].argmax(-1).tolist()):
             (r.drafts if r.deterministic else r.tokens).append(t)
 
@@ -269,13 +273,13 @@ def sweep_workload(prompts, others_prompts, k: int, order: int, max_new_tokens: 
 
 def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), orders=3, window=4,
                       max_new_tokens=12, fast_dtype=torch.float32, deterministic=True, eos=None,
-                      slot_capacity=None, n_others=None, progress=None, stats=None):
+                      slot_capacity=None, n_others=None, progress=None, stats=None, verify_slots=4):
     """Run every measured prompt (flagged ``deterministic`` or not) among up to ``k`` other requests
     (``max_batch = k + 1``) for every ``k`` in ``others``, in ``orders`` arrival orders (see
     :func:`sweep_workload`; a lone request, ``k = 0``, has one order). Returns
     ``{prompt index: set of outputs seen}``; one output per prompt means deterministic. ``stats``
     (a dict) receives the fast path's decode batch sizes and acceptance; ``progress()`` is called
-    after each configuration.
+    after each configuration. ``verify_slots`` is the same B for every k (it is part of the verify shape).
 
     >>> from beliefscope.cache.testing import tiny_gpt2
     >>> seen = determinism_sweep(tiny_gpt2(), [[3, 4]], [[5, 6, 7]], others=(0, 1), orders=2, max_new_tokens=3)
@@ -293,9 +297,10 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
     stats.setdefault("batch_sizes", Counter())
     for key in ("accepted", "drafted", "configurations"):
         stats.setdefault(key, 0)
+    stats.setdefault("min_margin", float("inf"))
     for k in others:
         sched = Scheduler(model, SchedulerConfig(window=window, fast_dtype=fast_dtype, eos_token_id=eos,
-                                                 max_batch=k + 1, slot_capacity=cap))
+                                                 max_batch=k + 1, slot_capacity=cap, verify_slots=verify_slots))
         for order in range(orders if k else 1):
             reqs = sweep_workload(prompts, others_prompts, k, order, max_new_tokens, deterministic, n_others)
             outs = sched.run(reqs)
@@ -305,6 +310,7 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
             stats["accepted"] += sum(r.accepted for r in reqs)
             stats["drafted"] += sum(r.drafted for r in reqs)
             stats["configurations"] += 1
+            stats["min_margin"] = min(stats["min_margin"], sched.min_margin)
             if progress:
                 progress()
     return seen
