@@ -11,8 +11,9 @@ the answer follow, against random vectors of equal norm.
 
 >>> cfg = InstrumentConfig(models=("thinking",), n_train=24, n_test=8, bands=("1-4",), causal_n=4)
 >>> res = main(cfg)
->>> sorted(res["models"]["thinking"]["bands"]["1-4"])[:3]
-['forced_accuracy', 'forced_thought_agreement', 'n_boundaries']
+>>> band = res["models"]["thinking"]["bands"]["1-4"]
+>>> band["thought_accuracy"], band["forced_accuracy"], band["forced_thought_agreement"]
+(1.0, 1.0, 1.0)
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ The backbone's context only ever holds the input and the answer.
 >>> run = run_thinking(model, tok("A coin is heads . Alice flips . State ?")["input_ids"], max_new_tokens=1)
 >>> [(tok.decode(z)) for _, z in run.thoughts], tok.decode(run.tokens)
 (['heads <eos>', 'tails <eos>'], 'tails')
->>> run.cache.seq_len, run.thought_cache.seq_len   # the context holds prompt + answer; thoughts dropped
-(9, 0)
+>>> run.cache.seq_len, run.thought_cache.seq_len   # the context holds the prompt; thoughts were dropped
+(10, 0)
 """
 
 from __future__ import annotations
