@@ -30,8 +30,8 @@ def _bar(args, desc, total):
 def cmd_beliefs(args) -> int:
     from beliefscope.analyses.beliefs import BeliefsConfig, main
 
-    res = main(BeliefsConfig(args.model, args.probes, args.prompt, args.out, args.task, args.layer,
-                             not args.no_forced))
+    res = main(BeliefsConfig(model=args.model, probes=args.probes, prompt=args.prompt, out=args.out, task=args.task,
+                             layer=args.layer, forced=not args.no_forced))
     return _emit(args, res, [f"layer {res['layer']}: probe follows the true state on {res['accuracy_at_layer']:.1%} "
                              f"of tokens after the first event; answer {res['answer']}",
                              *[f"wrote {p}" for p in res["files"]]])
@@ -41,8 +41,8 @@ def cmd_forced(args) -> int:
     from beliefscope.analyses.forced import ForcedConfig, main
 
     bar = _bar(args, "forced answers", args.n)
-    res = main(ForcedConfig(args.model, args.probes, args.out, args.n, args.seed, args.events, args.rendering,
-                            args.layer), progress=bar.update)
+    res = main(ForcedConfig(model=args.model, probes=args.probes, out=args.out, n=args.n, seed=args.seed,
+                            events=args.events, rendering=args.rendering, layer=args.layer), progress=bar.update)
     bar.close()
     return _emit(args, res, [f"{res['n_boundaries']} event boundaries of {res['n_prompts']} prompts: probe (layer "
                              f"{res['layer']}) agrees with the forced answer on {res['agreement']:.1%}; forced "
@@ -78,9 +78,10 @@ def cmd_trace(args) -> int:
     from beliefscope.analyses.spec_trace import TraceConfig, main
 
     bar = _bar(args, "speculative trace", args.n + (1 if args.prompt else 0))
-    res = main(TraceConfig(args.model, args.drafter, args.probes or "", args.draft_probes or "", args.prompt,
-                           args.n, args.seed, args.events, args.fmt, args.rendering, args.gamma,
-                           args.max_new_tokens, args.out), progress=bar.update)
+    res = main(TraceConfig(model=args.model, drafter=args.drafter, probes=args.probes or "",
+                           draft_probes=args.draft_probes or "", prompt=args.prompt, n=args.n, seed=args.seed,
+                           events=args.events, fmt=args.fmt, rendering=args.rendering, gamma=args.gamma,
+                           max_new_tokens=args.max_new_tokens, out=args.out), progress=bar.update)
     bar.close()
     return _emit(args, res, [f"acceptance {res['acceptance']}, {res['tokens_per_step']} tokens/step, "
                              f"{res['n_rejections']} rejecting steps; draft belief wrong at rejections "
@@ -93,8 +94,8 @@ def cmd_determinism(args) -> int:
 
     n = len(str(args.others).split(","))
     bar = _bar(args, "determinism", 2 * n)
-    res = main(DeterminismConfig(args.model, args.prompts, args.others, args.out, args.max_new_tokens,
-                                 dtype=args.dtype), progress=bar.update)
+    res = main(DeterminismConfig(model=args.model, prompts=args.prompts, others=args.others, out=args.out,
+                                 max_new_tokens=args.max_new_tokens, dtype=args.dtype), progress=bar.update)
     bar.close()
     return _emit(args, res, [f"verified unique max {res['verified_unique_max']}, fast path unique max "
                              f"{res['fast_path_unique_max']}", *[f"wrote {p}" for p in res["files"]]])
@@ -106,7 +107,8 @@ def cmd_demo(args) -> int:
     from beliefscope.analyses.demo import DemoConfig, main
 
     t = time.perf_counter()
-    s = main(DemoConfig(args.out, args.model, args.draft, args.quick, progress=not args.no_progress))
+    s = main(DemoConfig(out=args.out, model=args.model, draft=args.draft, quick=args.quick,
+                        progress=not args.no_progress))
     out = os.path.abspath(args.out)
     size = os.path.getsize(os.path.join(out, "report.html"))
     return _emit(args, {"out": out, "seconds": round(time.perf_counter() - t, 1), "report_bytes": size,

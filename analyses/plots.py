@@ -100,7 +100,8 @@ def forced_vs_probe(positions, forced: np.ndarray, probe: np.ndarray, true_state
 
 def cache_timeline(stages: list[tuple[str, list[str], list[int]]], title="KV cache through decode, verify, rollback",
                    start: int = 0) -> Figure:
-    """Seed 000 made real: one row per stage, one cell per cache position coloured by provenance.
+    """The KV cache through decode, verify and rollback: one row per stage, one cell per cache position
+    coloured by provenance.
 
     stages: [(stage name, tokens, provenance codes 0..3)], e.g. after prefill / decode / verify-rollback;
     cell i of every row is cache position ``start + i`` (earlier positions are not drawn).

@@ -1,4 +1,5 @@
-"""Speculative-decoding trace: seed 000 made real, acceptance per step, and beliefs where drafts fail.
+"""Speculative-decoding trace: the KV cache through draft, verify and rollback, acceptance per step, and
+beliefs where drafts fail.
 
 One featured run is drawn as the cache went through it (after prefill, after the draft proposed,
 after verify + rollback with the rejected entries kept, after the next verify), coloured by the

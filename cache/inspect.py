@@ -151,7 +151,7 @@ class InspectMixin:
             >>> tiny_cache().snapshot().lengths
             (0,)
         """
-        return Snapshot(self.id, tuple(self.lengths), tick(), self._step)
+        return Snapshot(cache_id=self.id, lengths=tuple(self.lengths), clock=tick(), step=self._step)
 
     def diff(self, snap: Snapshot) -> CacheDiff:
         """Positions added, removed or overwritten (incl. rolled back and rewritten) since ``snap``.
@@ -171,7 +171,7 @@ class InspectMixin:
             if common and self._st is not None:
                 stamps = self._st.stamp[r, self._phys(r, range(common))]
                 over = tuple((stamps > snap.clock).nonzero().flatten().tolist())
-            rows.append(RowDiff(r, range(old, max(old, new)), range(new, max(new, old)), over))
+            rows.append(RowDiff(row=r, added=range(old, max(old, new)), removed=range(new, max(new, old)), overwritten=over))
         return CacheDiff(tuple(rows))
 
     # ------------------------------------------------------------------ overwrite and write hooks
@@ -239,9 +239,9 @@ class InspectMixin:
         st = self._st
         dev = st.k[0].device
         return RejectedSpan(
-            row, start, end, self._step, st.prov[row, idx].clone(),
-            [st.k[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],
-            [st.v[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],
+            row=row, start=start, end=end, step=self._step, provenance=st.prov[row, idx].clone(),
+            keys=[st.k[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],  # [kv_heads, n, d_head]
+            values=[st.v[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],
         )
 
     # ------------------------------------------------------------------ summary

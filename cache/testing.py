@@ -107,15 +107,15 @@ def generate_modes(draft=None, *, early_exit: int | None = None) -> dict[str, di
         ['beam sampling', 'beam search', 'greedy', 'prompt lookup', 'sampling']
     """
     modes = {
-        "greedy": dict(do_sample=False),
-        "sampling": dict(do_sample=True, temperature=1.5, top_k=0),
-        "prompt lookup": dict(do_sample=False, prompt_lookup_num_tokens=3),
-        "beam search": dict(do_sample=False, num_beams=3),
-        "beam sampling": dict(do_sample=True, temperature=1.5, top_k=0, num_beams=3),
+        "greedy": {"do_sample": False},
+        "sampling": {"do_sample": True, "temperature": 1.5, "top_k": 0},
+        "prompt lookup": {"do_sample": False, "prompt_lookup_num_tokens": 3},
+        "beam search": {"do_sample": False, "num_beams": 3},
+        "beam sampling": {"do_sample": True, "temperature": 1.5, "top_k": 0, "num_beams": 3},
     }
     if draft is not None:
-        modes["assisted"] = dict(do_sample=False, assistant_model=draft)
-        modes["assisted sampling"] = dict(do_sample=True, temperature=1.5, top_k=0, assistant_model=draft)
+        modes["assisted"] = {"do_sample": False, "assistant_model": draft}
+        modes["assisted sampling"] = {"do_sample": True, "temperature": 1.5, "top_k": 0, "assistant_model": draft}
     if early_exit is not None:
-        modes["early exit"] = dict(do_sample=False, assistant_early_exit=early_exit)
+        modes["early exit"] = {"do_sample": False, "assistant_early_exit": early_exit}
     return modes

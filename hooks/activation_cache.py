@@ -52,7 +52,7 @@ def to_activation_cache(capture, model, *, forward: int | None = None, stacked: 
         raise ValueError("this capture recorded nothing: run a forward inside `with capture(model, names) as cap:`")
     if isinstance(where, dict):
         want = dict(where)
-        where = lambda tags: all(tags.get(k) == v for k, v in want.items())  # noqa: E731
+        where = lambda tags: all(tags.get(k) == v for k, v in want.items())
     if stacked:
         return ActivationCache({n: _stacked_complete(capture, n, where) for n in names}, model)
     if where is not None:

@@ -74,7 +74,7 @@ class Capture:
         kept = act.detach().to(self.device)
         if kept.data_ptr() == act.data_ptr():
             kept = kept.clone()  # same memory as the model's tensor, which later code may modify in place
-        self.records[name].append(Record(pos, kept, dict(self.tags)))
+        self.records[name].append(Record(positions=pos, act=kept, tags=dict(self.tags)))
 
     def stacked(self, name: str, where=None) -> torch.Tensor:
         """Activations by absolute position, later writes winning (rolled-back positions are

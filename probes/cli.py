@@ -39,8 +39,9 @@ def cmd_probe(args) -> int:
     store.check_label(args.label)
     rpath = args.random_init or os.path.join(args.acts, "random_init")
     random_store = ActivationStore.open(rpath) if os.path.exists(rpath) and not args.no_random_init else None
-    cfg = ReportConfig(args.label, args.positions, args.folds, args.train_events, args.trainer, args.C,
-                       args.max_iter, args.control_seed, args.layers_per_fit)
+    cfg = ReportConfig(label=args.label, positions=args.positions, folds=args.folds, train_events=args.train_events,
+                       trainer=args.trainer, C=args.C, max_iter=args.max_iter, control_seed=args.control_seed,
+                       layers_per_fit=args.layers_per_fit)
     bar = _tqdm("probe", disable=args.no_progress)
     rep = probe_report(store, cfg, random_store, out=args.out, progress=lambda m: bar.set_postfix_str(m))
     bar.close()
@@ -83,7 +84,8 @@ def cmd_steer(args) -> int:
     results = []
     for alpha in [float(a) for a in str(args.alpha).split(",")]:
         bar = _tqdm(f"steer alpha={alpha}", total=len(examples), disable=args.no_progress)
-        cfg = SteerConfig(args.layer, alpha, args.n_random, args.random_seed, not args.no_boundary, args.batch_size)
+        cfg = SteerConfig(layer=args.layer, alpha=alpha, n_random=args.n_random, random_seed=args.random_seed,
+                          include_boundary=not args.no_boundary, batch_size=args.batch_size)
         results.append(steer_experiment(model, tok, probe, examples, cfg, progress=bar.update))
         bar.close()
     out = results[0] if len(results) == 1 else {"sweep": results}
@@ -139,39 +141,3 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_steer)
-
-
-def harvest_main(argv=None) -> int:
-    """``python -m beliefscope.probes.harvest`` / ``torchrun ... -m beliefscope.probes.harvest``: harvest, print the result."""
-    import argparse
-
-    from beliefscope.probes.harvest import __doc__ as harvest_doc
-    from beliefscope.probes.harvest import add_arguments, run
-
-    p = argparse.ArgumentParser(prog="beliefscope.probes.harvest", description=harvest_doc.split("\n")[0])
-    add_arguments(p)
-    args = p.parse_args(argv)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    barrier = None
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        barrier = dist.barrier
-    factory = None
-    if not args.no_progress and rank == 0:
-        from tqdm import tqdm
-
-        factory = lambda out: tqdm(desc=f"harvest {os.path.basename(out)}", unit="tok", file=sys.stderr)
-    try:
-        result = run(args, factory, rank, world, barrier)
-    finally:
-        if world > 1:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
-    if rank == 0:
-        print(json.dumps(result, indent=1))
-    return 0
-

@@ -274,8 +274,9 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
     from beliefscope.tasks import parse_events_range
 
     lo, hi = parse_events_range(args.events)
-    cfg = HarvestConfig(args.model, args.task, args.rendering, args.fmt, args.split, args.n, args.seed,
-                        f"{lo}-{hi}", args.hooks, args.layers, args.dtype, args.random_init_seed)
+    cfg = HarvestConfig(model=args.model, task=args.task, rendering=args.rendering, fmt=args.fmt, split=args.split,
+                        n=args.n, seed=args.seed, events=f"{lo}-{hi}", hooks=args.hooks, layers=args.layers,
+                        dtype=args.dtype, random_init_seed=args.random_init_seed)
     examples = make_examples(cfg)
     model, tok = load_model(cfg.model)
     targets = [(model, args.out, "model")]
@@ -303,11 +304,38 @@ def _advance(bar, n: int, total: int) -> None:
 
 
 def main(argv=None) -> int:
-    """Entry point for ``python -m beliefscope.probes.harvest`` and ``torchrun ... -m beliefscope.probes.harvest``
-    (the command-line code, which prints the result, lives in `probes.cli.harvest_main`)."""
-    from beliefscope.probes.cli import harvest_main
+    """Command-line entry point of ``python -m beliefscope.probes.harvest`` and
+    ``torchrun ... -m beliefscope.probes.harvest``: harvest, then rank 0 writes the result as JSON
+    to stdout (``beliefscope harvest`` is the same through the ``beliefscope`` CLI)."""
+    import json
 
-    return harvest_main(argv)
+    p = argparse.ArgumentParser(prog="beliefscope.probes.harvest", description=__doc__.split("\n")[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    barrier = None
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        barrier = dist.barrier
+    factory = None
+    if not args.no_progress and rank == 0:
+        from tqdm import tqdm
+
+        factory = lambda out: tqdm(desc=f"harvest {os.path.basename(out)}", unit="tok", file=sys.stderr)
+    try:
+        result = run(args, factory, rank, world, barrier)
+    finally:
+        if world > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+    if rank == 0:
+        sys.stdout.write(json.dumps(result, indent=1) + "\n")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

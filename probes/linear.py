@@ -147,7 +147,7 @@ def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int 
     from beliefscope.probes.store import ActivationStore
 
     if isinstance(X, ActivationStore):
-        from beliefscope.probes.report import load_probe_data
+        from beliefscope.probes.data import load_probe_data
 
         data = load_probe_data(X, "after_first_event", X.hooks)
         X.check_label(y)

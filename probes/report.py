@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-from beliefscope.probes.controls import control_labels, majority_accuracy, position_mask, prompt_folds
+from beliefscope.probes.controls import control_labels, majority_accuracy, prompt_folds
+from beliefscope.probes.data import _row_selection, load_probe_data
 from beliefscope.probes.harvest import EMBED_HOOK
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
 from beliefscope.probes.store import ActivationStore
@@ -39,31 +40,6 @@ class ReportConfig:
     max_iter: int = 300  # optimiser iterations per fit
     control_seed: int = 0  # seed of the control task's random labels
     layers_per_fit: int = 8  # hooks fitted together (bounds memory: rows x d x this many floats)
-
-
-@dataclass
-class ProbeData:
-    """Selected rows of a store, sorted by (prompt id, position)."""
-
-    hooks: list[str]  # hook names, one per X layer
-    X: torch.Tensor  # [L, n, d] float32 activations
-    labels: dict  # label name -> [n] int64
-
-
-def _row_selection(store: ActivationStore, positions: str):
-    labels = store.load_labels()
-    mask = position_mask(labels, positions)
-    idx = np.nonzero(mask)[0]
-    key = labels["prompt_id"][idx] * 1_000_000 + labels["position"][idx]
-    perm = np.argsort(key, kind="stable")
-    return mask, perm, {k: v[idx][perm] for k, v in labels.items()}
-
-
-def load_probe_data(store: ActivationStore, positions: str, hooks: list[str], selection=None) -> ProbeData:
-    """Activations of `hooks` at the selected positions, shard by shard, in (prompt, position) order."""
-    mask, perm, labels = selection or _row_selection(store, positions)
-    X = torch.stack([store.load_hook(h, rows=mask)[torch.as_tensor(perm)] for h in hooks])  # [L, n, d]
-    return ProbeData(list(hooks), X, labels)
 
 
 def layer_index(hook: str) -> int:
@@ -195,13 +171,15 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     if out:
         _save_final(finals, store, cfg, out)
     return ProbeReport(
-        cfg.label, cfg.positions, store.path, store.hash, store.manifest["model"]["id"],
-        len(np.unique(lab["prompt_id"][mi])), len(mi), cfg.folds, cfg.trainer, round(float(maj), 4),
-        embed.get("accuracy"), embed.get("control_accuracy"), embed.get("random_init_accuracy"),
-        best["layer"], rows,
-        {"train_events": f"{lo}-{hi}", "test_prompts": len(np.unique(lab["prompt_id"][long_rows])),
-         "test_rows": int(long_rows.sum())},
-        {"test_prompts": len(np.unique(lab["prompt_id"][held_tpl])), "test_rows": int(held_tpl.sum())},
+        label=cfg.label, positions=cfg.positions, store=store.path, store_hash=store.hash,
+        model=store.manifest["model"]["id"], n_prompts=len(np.unique(lab["prompt_id"][mi])), n_rows=len(mi),
+        folds=cfg.folds, trainer=cfg.trainer, majority_accuracy=round(float(maj), 4),
+        embedding_accuracy=embed.get("accuracy"), embedding_control_accuracy=embed.get("control_accuracy"),
+        random_init_embedding_accuracy=embed.get("random_init_accuracy"), best_layer=best["layer"], layers=rows,
+        heldout_lengths={"train_events": f"{lo}-{hi}", "test_prompts": len(np.unique(lab["prompt_id"][long_rows])),
+                         "test_rows": int(long_rows.sum())},
+        heldout_templates={"test_prompts": len(np.unique(lab["prompt_id"][held_tpl])),
+                           "test_rows": int(held_tpl.sum())},
     )
 
 
@@ -210,9 +188,10 @@ def _save_final(finals, store, cfg: ReportConfig, out: str) -> None:
     probes = [p for p, _ in finals]
     norms = torch.cat([n for _, n in finals])
     hooks = [h for p in probes for h in p.hooks]
-    probe = LinearProbe(hooks, torch.cat([p.mean for p in probes]), torch.cat([p.std for p in probes]),
-                        torch.cat([p.W for p in probes]), torch.cat([p.b for p in probes]), probes[0].n_classes,
-                        {"label": cfg.label, "positions": cfg.positions, "store": os.path.abspath(store.path),
+    probe = LinearProbe(hooks=hooks, mean=torch.cat([p.mean for p in probes]), std=torch.cat([p.std for p in probes]),
+                        W=torch.cat([p.W for p in probes]), b=torch.cat([p.b for p in probes]),
+                        n_classes=probes[0].n_classes,
+                        meta={"label": cfg.label, "positions": cfg.positions, "store": os.path.abspath(store.path),
                          "store_hash": store.hash, "model": store.manifest["model"]["id"],
                          "harvest_config": store.manifest["config"],
                          "state_names": store.manifest.get("state_names"),

@@ -61,8 +61,8 @@ class ShardInfo:
 
     @staticmethod
     def from_json(d: dict) -> ShardInfo:
-        return ShardInfo(d["file"], d["sha256"], int(d["bytes"]), int(d["n_rows"]),
-                         tuple(tuple(p) for p in d["prompts"]), int(d["rank"]))
+        return ShardInfo(file=d["file"], sha256=d["sha256"], bytes=int(d["bytes"]), n_rows=int(d["n_rows"]),
+                         prompts=tuple(tuple(p) for p in d["prompts"]), rank=int(d["rank"]))
 
     def to_json(self) -> dict:
         return {"file": self.file, "sha256": self.sha256, "bytes": self.bytes, "n_rows": self.n_rows,
@@ -148,8 +148,8 @@ class ActivationStore:
             raise ValueError("shard arrays disagree on the number of rows")
         final = os.path.join(self.path, name)
         atomic_save(final, lambda tmp: save_file(tensors, tmp, metadata={"config_hash": self.manifest["config_hash"]}))
-        info = ShardInfo(name, sha256_file(final), os.path.getsize(final),
-                         int(tensors["label/state"].shape[0]), tuple(tuple(p) for p in prompts), rank)
+        info = ShardInfo(file=name, sha256=sha256_file(final), bytes=os.path.getsize(final),
+                         n_rows=int(tensors["label/state"].shape[0]), prompts=tuple(tuple(p) for p in prompts), rank=rank)
         atomic_write_json(os.path.join(self.path, f"journal-rank{rank}.json"),
                           {"config_hash": self.manifest["config_hash"],
                            "shards": [s.to_json() for s in [*mine, info]]}, indent=None)
