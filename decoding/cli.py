@@ -67,7 +67,8 @@ def _generate_thinking(args) -> int:
     model, tok = load_model(args.model)
     ids = tok(args.prompt)["input_ids"]
     run = run_thinking(model, ids, max_new_tokens=args.max_new_tokens)
-    thoughts = [{"after": tok.decode(ids[max(0, e - 4): e]) if e <= len(ids) else "(generated)", "position": e,
+    starts = {e: a for a, e in run.chunk_steps}
+    thoughts = [{"after": tok.decode(ids[starts[e]: e]) if e in starts else "(generated)", "position": e,
                  "thought": tok.decode(z)} for e, z in run.thoughts]
     text = tok.decode(run.tokens, skip_special_tokens=True)
     if args.json:
@@ -76,7 +77,7 @@ def _generate_thinking(args) -> int:
                           "thought_tokens_dropped": sum(s.end - s.start for s in run.thought_cache.rejected)}))
     else:
         for t in thoughts:
-            print(f"  after ...{t['after']!s:<28} thinks: {t['thought']}")
+            print(f"  after {t['after']!s:<28} thinks: {t['thought']}")
         print(f"answer: {text}")
     return 0
 
