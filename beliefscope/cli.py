@@ -22,12 +22,20 @@ import sys
 AREAS = ("beliefscope.models.cli", "beliefscope.decoding.cli", "beliefscope.probes.cli", "beliefscope.analyses.commands", "beliefscope.benchmarks.cli")
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """Every subcommand's help shows each flag's default."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="beliefscope",
         description="Inspect what a language model believes while it generates.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     for mod in AREAS:
         try:
             module = importlib.import_module(mod)
