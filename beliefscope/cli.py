@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(mod)
         except ModuleNotFoundError as e:
-            if e.name == mod:
+            if e.name and (mod == e.name or mod.startswith(e.name + ".")):  # the area itself is absent
                 continue
             raise
         module.register(sub)
