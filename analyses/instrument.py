@@ -38,6 +38,7 @@ class InstrumentConfig:
     seed: int = 20261123  # data seed (test prompts use seed + 1 + band index)
     causal_n: int = 200  # prompts of the causal check (Thinking States models only)
     random_init: bool = True  # also probe a randomly initialised twin of each model
+    threads: int = 1  # torch CPU threads (toy models gain nothing from more; threads thrash on a busy machine)
 
 
 def _hooks(model) -> list[str]:
@@ -147,6 +148,7 @@ def main(config: InstrumentConfig, progress=None) -> dict:
     from beliefscope.probes.harvest import random_init_like
     from beliefscope.tasks import get_task
 
+    torch.set_num_threads(config.threads)
     task = get_task("coinflip", fmt="direct")
     train = task.examples(config.n_train, config.seed, (1, 8))
     tests = {b: task.examples(config.n_test, config.seed + 1 + i, b) for i, b in enumerate(config.bands)}
