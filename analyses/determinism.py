@@ -186,4 +186,13 @@ def chart(res: dict | list[dict], costs: str | dict | None = None):
         r = runs[0]["by_others"]
         return plots.determinism_chart([x["others"] for x in r], [x["fast_path_unique_max"] for x in r],
                                        [x["verified_unique_max"] for x in r])
-    return plots.determinism_costs_chart(series, (costs or {}).get("models", {}))
+    return plots.determinism_costs_chart(series, actual_shares((costs or {}).get("models", {})))
+
+
+def actual_shares(models: dict) -> dict:
+    """Bench results with each row's share as run (deterministic requests / requests), not as asked."""
+    out = {}
+    for name, m in models.items():
+        fix = lambda r, m=m: {**r, "det_share": r["deterministic_requests"] / m["n_requests"]}
+        out[name] = {**m, "shares": [fix(r) for r in m["shares"]]}
+    return out
