@@ -73,8 +73,9 @@ def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, ba
     """Harvest exactly as `beliefscope harvest` would (same config hash), with an in-memory model."""
     from beliefscope.probes.harvest import HarvestConfig, harvest, make_examples, random_init_like
 
-    hc = HarvestConfig(name, "coinflip", plan["rendering"], "direct", plan["split"], cfg.size("n_harvest"),
-                       cfg.seed, plan["events"], "resid_post", plan["layers"], plan["dtype"], 0)
+    hc = HarvestConfig(model=name, task="coinflip", rendering=plan["rendering"], fmt="direct", split=plan["split"],
+                       n=cfg.size("n_harvest"), seed=cfg.seed, events=plan["events"], hooks="resid_post",
+                       layers=plan["layers"], dtype=plan["dtype"], random_init_seed=0)
     examples = make_examples(hc)
     targets = [(model, out, "model")]
     if random_init:
@@ -220,8 +221,9 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         step("beliefs")
         from beliefscope.analyses import beliefs
 
-        b = beliefs.main(beliefs.BeliefsConfig(cfg.model, pdir, featured_prompt(plan),
-                                               os.path.join(figs, "beliefs.png"), layer=best), bridge=model, tok=tok)
+        b = beliefs.main(beliefs.BeliefsConfig(model=cfg.model, probes=pdir, prompt=featured_prompt(plan),
+                                               out=os.path.join(figs, "beliefs.png"), layer=best),
+                         bridge=model, tok=tok)
         summary["beliefs"] = b
         sections.append(_section("Belief trajectory of one story", report.reading_beliefs(b), b["files"],
                                  ["Probe P(heads) at every layer and token; the strip below marks the true state.",
@@ -233,8 +235,9 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         from beliefscope.analyses import forced
 
         bar = bars("forced answers", cfg.size("n_forced"))
-        f = forced.main(forced.ForcedConfig(cfg.model, pdir, os.path.join(figs, "forced.png"), cfg.size("n_forced"),
-                                            4242, plan["events"], plan["rendering"], best),
+        f = forced.main(forced.ForcedConfig(model=cfg.model, probes=pdir, out=os.path.join(figs, "forced.png"),
+                                            n=cfg.size("n_forced"), seed=4242, events=plan["events"],
+                                            rendering=plan["rendering"], layer=best),
                         bridge=model, tok=tok, progress=bar.update)
         bar.close()
         summary["forced"] = f
@@ -248,11 +251,12 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         from beliefscope.decoding import ModelDrafter, make_drafter
 
         drafter = ModelDrafter(draft[0]) if draft is not None else make_drafter(plan["drafter"], model)
-        tcfg = spec_trace.TraceConfig(cfg.model, plan["drafter"], pdir,
-                                      os.path.join(tmp, "probes", "draft") if dstores else "", None,
-                                      cfg.size("n_trace"), 777, plan["trace_events"],
-                                      "cot" if not cfg.real else "direct", plan["rendering"],
-                                      4, 24 if not cfg.real else 12, os.path.join(figs, "trace.png"))
+        tcfg = spec_trace.TraceConfig(model=cfg.model, drafter=plan["drafter"], probes=pdir,
+                                      draft_probes=os.path.join(tmp, "probes", "draft") if dstores else "",
+                                      prompt=None, n=cfg.size("n_trace"), seed=777, events=plan["trace_events"],
+                                      fmt="cot" if not cfg.real else "direct", rendering=plan["rendering"],
+                                      gamma=4, max_new_tokens=24 if not cfg.real else 12,
+                                      out=os.path.join(figs, "trace.png"))
         bar = bars("speculative trace", cfg.size("n_trace") + (0 if tcfg.prompt is None else 1))
         t = spec_trace.main(tcfg, target=model, tok=tok, drafter=drafter, progress=bar.update)
         bar.close()

@@ -66,7 +66,7 @@ def forced_answers(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64)
 
 def _forced_thinking(model, tok, ex) -> ForcedAnswers:
     """Forced answers of a Thinking States model at the end of every event's chunk, with its thoughts."""
-    from beliefscope.models.thinking_run import thinking_readouts
+    from beliefscope.decoding.thinking import thinking_readouts
 
     story, question = split_story(ex)
     lab = ex.labels(tok, text=story)

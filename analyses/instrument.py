@@ -111,7 +111,7 @@ def verdict(name: str, bands: dict) -> str:
 
 def causal_check(model, tok, n: int, seed: int) -> dict:
     """Swap S_j at one middle chunk for the other state's gold S; compare with random vectors of equal norm."""
-    from beliefscope.models.thinking_run import run_thinking
+    from beliefscope.decoding.thinking import run_thinking
     from beliefscope.tasks import get_task
 
     exs = get_task("coinflip", fmt="direct").examples(n, seed, (3, 8))

@@ -122,8 +122,9 @@ def cache_timeline(stages: list[tuple[str, list[str], list[int]]], title="KV cac
     ticks = list(range(0, width, max(1, width // 20)))
     ax.set_xticks([t + 0.475 for t in ticks])
     ax.set_xticklabels([str(start + t) for t in ticks], fontsize=8)
-    ax.legend(handles=[Patch(color=c, label=PROVENANCE_NAMES[k]) for k, c in PROVENANCE_COLORS.items()],
-              ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
+    shown = sorted({0, 1, 2, 3} | {int(p) for _, _, codes in stages for p in codes})  # thoughts only if present
+    ax.legend(handles=[Patch(color=PROVENANCE_COLORS[k], label=PROVENANCE_NAMES[k]) for k in shown],
+              ncol=len(shown), loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
     ax.set_title(title, fontsize=10, pad=22)
     return fig
 

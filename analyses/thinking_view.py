@@ -2,7 +2,7 @@
 timeline of one request (chunks appended, thoughts written and dropped).
 
 >>> from beliefscope.models import load_model
->>> from beliefscope.models.thinking_run import run_thinking
+>>> from beliefscope.decoding.thinking import run_thinking
 >>> model, tok = load_model("thinking")
 >>> run = run_thinking(model, tok("A coin is heads . Alice flips . State ?")["input_ids"], max_new_tokens=1)
 >>> fig = cache_timeline_figure(run, tok)
@@ -108,7 +108,7 @@ def demo_step(target, target_tok, target_probes: str, thinking_probes: str, prom
     from beliefscope.analyses.common import check_probe_matches, load_probe, save_fig, token_strings
     from beliefscope.analyses.forced import forced_answers
     from beliefscope.models.load import load_model
-    from beliefscope.models.thinking_run import run_thinking
+    from beliefscope.decoding.thinking import run_thinking
     from beliefscope.tasks.parse import parse_prompt
 
     ex = parse_prompt(prompt, "coinflip")

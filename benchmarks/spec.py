@@ -8,7 +8,7 @@ times), and for our drafters alpha (accepted / drafted), gamma, c (draft cost pe
 over the cost of a plain decode step), tokens per verify step, Leviathan's bound
 (1 - a^(g+1)) / ((1 - a)(g c + 1)) and the share of it achieved. Outputs must equal plain greedy
 token for token (where they do not, we also compare with the fixed-shape reference
-``generate(window=W)``, which is what speculative decoding guarantees; see DESIGN.md §1a).
+``generate(window=W)``, which is what speculative decoding guarantees: Leviathan et al. 2023).
 
 All methods run on the same raw HF module (``models.load.load_hf``): HF's assisted generation
 cannot run through the TransformerBridge, so ours does not either, and the comparison is fair.

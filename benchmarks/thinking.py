@@ -1,7 +1,7 @@
 """Thinking States vs chain of thought: tokens per answer and wall time, measured in one run.
 
 Both models share the backbone (4x128 Llama), data and step budget. Per prompt, Thinking States
-runs chunk by chunk on its KV caches (`models.thinking_run.run_thinking`: the context holds only
+runs chunk by chunk on its KV caches (`decoding.thinking.run_thinking`: the context holds only
 the story and the answer; T writes 2 thought tokens per chunk in its own one-block cache); the
 CoT model decodes its chain of states and the answer greedily on a `KVCache` (plain cached
 greedy). Times are interleaved per prompt, so the ratio is paired. The paper reports Thinking
@@ -40,7 +40,7 @@ def _cot_answer(model, tok, prompt: str, max_new: int) -> list[int]:
 def main(quick: bool = False, progress=None, config: ThinkingBenchConfig | None = None) -> dict:
     """Run, write ``thinking.json`` and return the result."""
     from beliefscope.models import load_model
-    from beliefscope.models.thinking_run import run_thinking
+    from beliefscope.decoding.thinking import run_thinking
     from beliefscope.tasks import get_task
 
     cfg = config or (QUICK if quick else ThinkingBenchConfig())

@@ -59,7 +59,7 @@ def _verify_widths(text: str, model, ids):
 def _generate_thinking(args) -> int:
     """A Thinking States model: chunk-by-chunk greedy decoding, its thoughts printed beside the answer."""
     from beliefscope.models import load_model
-    from beliefscope.models.thinking_run import run_thinking
+    from beliefscope.decoding.thinking import run_thinking
 
     if args.drafter != "none" or args.temperature:
         raise ValueError("a Thinking States model decodes greedily and without a drafter: drop --drafter and "

@@ -13,7 +13,7 @@ chunk at ``blocks.{l_in}.hook_resid_pre``. The thoughts never enter the backbone
   (``model.hook_dict``, ``model.cfg``...): calling it on token ids first works out its own
   thoughts (without firing any hook), then runs the bridge once with the states injected, so
   every capture and probe sees the model as it really runs.
-- Chunk-by-chunk inference over `cache.KVCache` is in `models.thinking_run`.
+- Chunk-by-chunk inference over `cache.KVCache` is in `decoding.thinking`.
 
 >>> import torch
 >>> from beliefscope.models.thinking import ThinkingConfig, chunk_spans
@@ -152,14 +152,20 @@ class ThinkingStates(nn.Module):
     @contextmanager
     def injecting(self, add: torch.Tensor):
         """Add ``add`` (``[batch, pos, d_model]``, aligned with the forward's tokens) at
-        ``blocks.{l_in}.hook_resid_pre`` of the bridge for the duration of the block."""
-        from beliefscope.hooks import hooked
+        ``blocks.{l_in}.hook_resid_pre`` of the bridge for the duration of the block (a TransformerLens
+        hook point, attached and removed here so this module needs nothing above `models`)."""
 
         def fn(act, *, hook):
             return act + add[:, -act.shape[1]:].to(act.dtype)
 
-        with hooked(self.bridge, [(f"blocks.{self.l_in}.hook_resid_pre", fn)]):
+        point = self.bridge.hook_dict[f"blocks.{self.l_in}.hook_resid_pre"]
+        handle = point.add_hook(fn)
+        try:
             yield
+        finally:
+            handle.hook.remove()
+            if handle in getattr(point, "fwd_hooks", []):
+                point.fwd_hooks.remove(handle)
 
     # ------------------------------------------------------------------ the blocks
     def embed(self, ids):

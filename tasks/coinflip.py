@@ -80,7 +80,7 @@ class CoinFlip:
             raise ValueError(f"split {split!r} is unknown: use 'train', 'heldout' or 'all'")
         if fmt == "cot" and rendering == "natural":
             raise ValueError("the chain-of-thought format exists for the toy rendering only; use fmt='direct'")
-        self.cfg = CoinFlipConfig(rendering, fmt, split, p_flip)
+        self.cfg = CoinFlipConfig(rendering=rendering, fmt=fmt, split=split, p_flip=p_flip)
 
     # -- sampling ---------------------------------------------------------------------------
     def example(self, seed: int, n_events: int) -> Example:

@@ -137,7 +137,8 @@ def test_probe_from_another_model_is_refused_and_nothing_is_written(demo, tmp_pa
     out, summary = demo
     draft_probe = str(out / "probes" / "draft")  # fitted on the draft model (d_model 64)
     with pytest.raises(ValueError, match="trained on .*d_model 64"):
-        main(BeliefsConfig("target", draft_probe, summary["beliefs"]["prompt"], str(tmp_path / "b.png")))
+        main(BeliefsConfig(model="target", probes=draft_probe, prompt=summary["beliefs"]["prompt"],
+                           out=str(tmp_path / "b.png")))
     assert not os.listdir(tmp_path)
 
 

@@ -6,7 +6,7 @@ import torch
 
 from beliefscope.cache import Provenance
 from beliefscope.models.thinking_data import make_batch
-from beliefscope.models.thinking_run import run_thinking
+from beliefscope.decoding.thinking import run_thinking
 from beliefscope.models.train_rope import RopeTrainConfig, build
 from beliefscope.tasks import get_task
 
