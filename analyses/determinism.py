@@ -158,13 +158,13 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     else:  # open-ended questions: long answers with near-ties somewhere
         prompts = open_prompts(tok, config.prompts, config.seed)
         pool = open_prompts(tok, 24, config.seed + 500)
-    res = measure(bridge, prompts, pool, config, progress)
+    res = {"model": config.model, "fast_path_dtype": config.dtype, "window": config.window,
+           "verify_slots": config.verify_slots, "n_others": config.n_others,
+           "max_new_tokens": config.max_new_tokens, "engine": "decoding.scheduler.determinism_sweep",
+           **measure(bridge, prompts, pool, config, progress), "files": [out] if out else []}
     if out:
         save_fig(chart(res, config.costs), out)
-    return {"model": config.model, "fast_path_dtype": config.dtype, "window": config.window,
-            "verify_slots": config.verify_slots, "n_others": config.n_others,
-            "max_new_tokens": config.max_new_tokens, "engine": "decoding.scheduler.determinism_sweep", **res,
-            "files": [out] if out else []}
+    return res
 
 
 def chart(res: dict | list[dict], costs: str | dict | None = None):
