@@ -74,7 +74,7 @@ def trajectory_pair_figure(panels: list[dict], state_name: str = "heads") -> Fig
     and (for a thinking model) its thoughts as markers. A panel is a dict with keys ``title``,
     ``p`` ``[L, T]``, ``layers``, ``tokens``, ``truth [T]`` (1 = state_name), ``boundaries``,
     ``forced [n]`` (P(state_name) at the boundaries) and optionally ``thoughts [n]`` (1 = state_name)."""
-    fig = Figure(figsize=(max(8.0, 0.36 * len(panels[0]["tokens"]) + 2), 3.2 * len(panels)))
+    fig = Figure(figsize=(max(9.0, 0.36 * len(panels[0]["tokens"]) + 3.5), 3.6 * len(panels)), layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
     for ax, pn in zip(axes, panels, strict=True):
         p = np.asarray(pn["p"])
@@ -94,7 +94,7 @@ def trajectory_pair_figure(panels: list[dict], state_name: str = "heads") -> Fig
         ax.set_ylim(L + 1.6, -1.4)
         ax.set_title(pn["title"], fontsize=9)
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    fig.colorbar(im, ax=list(axes), label=f"P({state_name})", shrink=0.8)
+    fig.colorbar(im, ax=list(axes), label=f"P({state_name})", shrink=0.6, location="left", pad=0.08)
     return fig
 
 
@@ -130,7 +130,8 @@ def demo_step(target, target_tok, target_probes: str, thinking_probes: str, prom
         if fa.thought_state is not None:
             pn["thoughts"] = (fa.thought_state == 0).astype(float)
         kind = "Thinking States" if name == "thinking" else "direct-answer GPT-2 (the lazy target)"
-        pn["title"] = (f"{kind}: best layer L{best} reads the state at {at_b[best]:.0%} of event boundaries; "
+        where = "the embedding" if best < 0 else f"layer {best}"
+        pn["title"] = (f"{kind}: the probe at {where} reads the state at {at_b[best]:.0%} of event boundaries; "
                        f"forced answers {np.mean((fa.p_state[:, 0] < 0.5).astype(int) == fa.true_state):.0%}")
         panels.append(pn)
         summary[name] = {"probe_accuracy_at_boundaries_by_layer": at_b, "best_layer": best,
