@@ -31,6 +31,7 @@ NEEDS = {  # benchmark -> modules whose API it times
     "harvest": ["beliefscope.probes.harvest", "beliefscope.probes.store"],
     "probes": ["beliefscope.probes.linear", "beliefscope.probes.controls"],
     "cache": ["beliefscope.cache"],
+    "thinking": ["beliefscope.decoding.thinking", "beliefscope.models.thinking"],
 }
 
 
@@ -60,7 +61,7 @@ def out_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("name", ["forced", "spec", "harvest", "probes", "beliefscope.cache"])
+@pytest.mark.parametrize("name", ["forced", "spec", "harvest", "probes", "cache", "thinking"])
 def test_quick_benchmark(name, out_dir):
     assert _missing(name) is None, _missing(name)  # every benchmarked API has landed: a missing one fails
     from beliefscope.cli import main
@@ -85,6 +86,9 @@ def test_quick_benchmark(name, out_dir):
 
 def _check_outputs(name, res):
     """The checks behind `outputs ok` are real comparisons, recorded per model."""
+    if name == "thinking":  # both models answered, and Thinking States wrote fewer tokens into its context
+        assert res["answer_accuracy_thinking"] == 1.0
+        assert res["context_tokens_generated_thinking"]["max"] < res["context_tokens_generated_cot"]["min"]
     if name == "forced":
         for row in res["toy"].values():
             assert row["positions_equal"] and row["max_abs_diff_p"] < 1e-4 and row["n_boundaries"] > 0
