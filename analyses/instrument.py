@@ -195,7 +195,7 @@ def table_lines(res: dict) -> list[str]:
             cells = [f"{b[k]:.3f}" if k in b else "-" for k, _ in COLUMNS]
             ri = r.get("random_init_probe_accuracy")
             ri_cell = f"{ri:.3f}" if ri is not None and band == next(iter(r["bands"])) else ""
-            lines.append(f"| {name} (L{r['best_layer']}) | {band} | " + " | ".join(cells) + f" | {ri_cell} |")
+            lines.append(f"| {name} (`{r['hook']}`) | {band} | " + " | ".join(cells) + f" | {ri_cell} |")
     lines.append("")
     for name, r in res["models"].items():
         lines.append(f"- {r['verdict']}.")
@@ -241,7 +241,7 @@ def figure(res: dict):
             ax.bar(np.arange(len(bands)) + (k - 1.5) * 0.2, vals, 0.2, color=color, label=label)
         ax.axhline(0.5, color="k", lw=0.6, ls=":")
         ax.set_xticks(range(len(bands)), [f"{b} ev." for b in bands], fontsize=8)
-        ax.set_title(f"{name} (probe at L{r['best_layer']})", fontsize=9)
+        ax.set_title(f"{name} (probe at {r['hook']})", fontsize=9)
         ax.set_ylim(0, 1.05)
     axes[0].set_ylabel("accuracy at event boundaries")
     axes[-1].legend(fontsize=7, loc="lower right")
