@@ -121,6 +121,19 @@ class Generation:
     path_ranks: list[list[int]] = field(default_factory=list)  # token trees: per step, the drafter's rank of each
     # accepted node (decoding.tune.choose_tree_nodes reads what a smaller tree would have accepted from it)
 
+    def record_step(self, *, drafted: int, accepted: int, gamma: int, n_new: int, draft_s: float,
+                    verify_s: float) -> None:
+        """Count one verify step (speculative chains and token trees alike)."""
+        self.draft_seconds += draft_s
+        self.target_seconds += verify_s
+        self.steps += 1
+        self.target_forwards += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.gammas.append(gamma)
+        self.accepted_per_step.append(accepted)
+        self.tokens_per_step.append(n_new)
+
     @property
     def alpha(self) -> float:
         """Acceptance rate: accepted / proposed drafts (nan when nothing was drafted)."""
@@ -137,6 +150,16 @@ class Generation:
                 "drafted": self.drafted, "accepted": self.accepted, "draft_forwards": self.draft_forwards,
                 "gammas": self.gammas, "accepted_per_step": self.accepted_per_step,
                 "tokens_per_step_list": self.tokens_per_step}
+
+
+def clip_new(new: list[int], room: int, eos: int | None) -> list[int]:
+    """The tokens a step commits: at most `room` (max_new_tokens reached mid-step), and none after eos.
+
+    >>> clip_new([5, 1, 7], room=3, eos=1), clip_new([5, 6, 7], room=2, eos=None)
+    ([5, 1], [5, 6])
+    """
+    new = new[:room]
+    return new[: new.index(eos) + 1] if eos is not None and eos in new else new
 
 
 def pick(logits: torch.Tensor, cfg: SpecConfig, position: int) -> int:

@@ -20,6 +20,7 @@ from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.core import (
     Generation,
     check_prompt,
+    clip_new,
     eos_id,
     forward,
     generate,
@@ -148,9 +149,7 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
             else:
                 accepted, nxt = accept_sampled(logits, drafts, q, cfg, pos + 1)
             new = [*drafts[:accepted].tolist(), nxt]
-            new = new[: budget - (length - n_prompt)]  # max_new_tokens reached mid-window
-            if eos is not None and eos in new:
-                new = new[: new.index(eos) + 1]  # stop right after eos
+            new = clip_new(new, budget - (length - n_prompt), eos)
             # Rollback: keep the pending token and the accepted drafts (the last new token is pending).
             keep = pos + len(new)
             if cfg.keep_rejected and keep < cache.seq_len:
@@ -162,15 +161,8 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
             t = time.perf_counter()
             drafter.sync(length)
             t_draft += time.perf_counter() - t
-            res.draft_seconds += t_draft
-            res.target_seconds += t_verify
-            res.steps += 1
-            res.target_forwards += 1
-            res.drafted += drafts.numel()
-            res.accepted += accepted
-            res.gammas.append(gamma)
-            res.accepted_per_step.append(accepted)
-            res.tokens_per_step.append(len(new))
+            res.record_step(drafted=drafts.numel(), accepted=accepted, gamma=gamma, n_new=len(new),
+                            draft_s=t_draft, verify_s=t_verify)
             if trace is not None:
                 trace.steps.append(Step(res.steps - 1, pos, drafts.tolist(), accepted, new,
                                         drafts[accepted:].tolist(), gamma, t_draft, t_verify,

@@ -22,6 +22,7 @@ from beliefscope.decoding.config import SpecConfig, TreeConfig
 from beliefscope.decoding.core import (
     Generation,
     check_prompt,
+    clip_new,
     eos_id,
     hf_model,
     new_cache,
@@ -102,9 +103,7 @@ def tree_generate(model, drafter, prompt_ids, cfg: SpecConfig, *, tokenizer=None
         else:
             path, nxt = accept_tree_sampled(logits, tree, cfg.temperature, cfg.seed, pos + 1)
         new = [tree.tokens[i] for i in path] + [nxt]
-        new = new[: budget - (length - n_prompt)]  # max_new_tokens reached mid-path
-        if eos is not None and eos in new:
-            new = new[: new.index(eos) + 1]  # stop right after eos
+        new = clip_new(new, budget - (length - n_prompt), eos)
         keep = pos + len(new)  # the pending token and the accepted nodes stay; the last new token is pending
         commit_path(cache, pos, tree, path, keep, cfg.keep_rejected)
         buf[length:length + len(new)] = torch.tensor(new)
@@ -113,15 +112,8 @@ def tree_generate(model, drafter, prompt_ids, cfg: SpecConfig, *, tokenizer=None
         t = time.perf_counter()
         drafter.sync(length)
         t_draft += time.perf_counter() - t
-        res.draft_seconds += t_draft
-        res.target_seconds += t_verify
-        res.steps += 1
-        res.target_forwards += 1
-        res.drafted += len(tree)
-        res.accepted += len(path)
-        res.gammas.append(max(tree.depths(), default=0))
-        res.accepted_per_step.append(len(path))
-        res.tokens_per_step.append(len(new))
+        res.record_step(drafted=len(tree), accepted=len(path), gamma=max(tree.depths(), default=0),
+                        n_new=len(new), draft_s=t_draft, verify_s=t_verify)
         res.tree_nodes.append(len(tree))
         res.path_ranks.append([tree.rank[i] for i in path])
         if trace is not None:
