@@ -337,14 +337,7 @@ def _thinking(model, tok, pdir, plan, cfg: DemoConfig, bars, tmp, figs, summary,
     summary["thinking_probe"] = _probe(stores, tdir, plan, cfg, bars)
     th = thinking_view.demo_step(model, tok, pdir, tdir, featured_prompt(plan), figs)
     summary["thinking"] = th
-    sections.append(_section("A model whose beliefs exist: Thinking States beside the lazy target",
-                             report.reading_thinking(th), th["files"],
-                             ["Probe P(heads) at every layer and token of the same story: the Thinking States "
-                              "model (top; diamonds: its thoughts) and the direct-answer target (bottom); "
-                              "squares: forced answers at each event boundary; bottom strip: the truth.",
-                              "The Thinking States request on its KV caches: each chunk is appended to the "
-                              "context; after it, T writes a thought (purple) in its own cache, which is "
-                              "rolled back, so the context never holds a thought."]))
+    sections.append(_section(thinking_view.TITLE, report.reading_thinking(th), th["files"], thinking_view.CAPTIONS))
 
 
 def _steering(model, tok, pdir, layer, plan, cfg: DemoConfig, bars) -> dict:

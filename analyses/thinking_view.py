@@ -98,6 +98,14 @@ def trajectory_pair_figure(panels: list[dict], state_name: str = "heads") -> Fig
     return fig
 
 
+TITLE = "A model whose beliefs exist: Thinking States beside the lazy target"
+CAPTIONS = ["Probe P(heads) at every layer and token of the same story: the Thinking States model (top; diamonds: "
+            "its thoughts) and the direct-answer target (bottom); squares: forced answers at each event boundary; "
+            "bottom strip: the truth.",
+            "The Thinking States request on its KV caches: each chunk is appended to the context; after it, T "
+            "writes a thought (purple) in its own cache, which is rolled back, so the context never holds a thought."]
+
+
 def demo_step(target, target_tok, target_probes: str, thinking_probes: str, prompt: str, figs: str) -> dict:
     """The demo's Thinking States section: the thinking model's belief trajectory beside the lazy
     target's on the same prompt (probe heatmaps, forced answers, thoughts, truth), and the cache
