@@ -148,8 +148,7 @@ def main(cfg: DemoConfig) -> dict:
     out = check_writable_parent(cfg.out)  # fail before any work if DIR's parent is not writable
     t_all = time.perf_counter()
     plan = _plan(cfg)
-    steps = ["load", "eval", "harvest", "probes", "beliefs", "forced", "trace", "determinism", "steering", "thinking",
-             "report"]
+    steps = "load eval harvest probes beliefs forced trace determinism steering thinking report".split()
     outer = progress_bar("demo", total=len(steps), disable=not cfg.progress)
     bars = lambda desc, total=None: progress_bar(desc, total, disable=not cfg.progress)
     timings, summary, sections = {}, {}, []
