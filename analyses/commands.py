@@ -95,7 +95,9 @@ def cmd_determinism(args) -> int:
     n = len(str(args.others).split(","))
     bar = _bar(args, "determinism", 2 * n)
     res = main(DeterminismConfig(model=args.model, prompts=args.prompts, others=args.others, out=args.out,
-                                 max_new_tokens=args.max_new_tokens, dtype=args.dtype), progress=bar.update)
+                                 max_new_tokens=args.max_new_tokens, dtype=args.dtype, window=args.window,
+                                 verify_slots=args.verify_slots, n_others=args.n_others, seed=args.seed,
+                                 partial=args.partial, verified=not args.fast_path_only), progress=bar.update)
     bar.close()
     return _emit(args, res, [f"verified unique max {res['verified_unique_max']}, fast path unique max "
                              f"{res['fast_path_unique_max']}", *[f"wrote {p}" for p in res["files"]]])
@@ -184,7 +186,16 @@ def register(subparsers) -> None:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--others", default="0,1,3,7", help="numbers of co-batched requests")
     p.add_argument("--max-new-tokens", type=int, default=12)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="fast-path precision")
+    p.add_argument("--fast-dtype", dest="dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="precision of the unverified fast path (verification runs in the model's dtype)")
+    p.add_argument("--window", type=int, default=4, help="verify window W (pending token + W-1 fast-path drafts)")
+    p.add_argument("--verify-slots", type=int, default=4, help="rows B of every verify forward (the fixed shape)")
+    p.add_argument("--n-others", type=int, default=None, help="background requests per configuration "
+                   "(default: half the prompts)")
+    p.add_argument("--seed", type=int, default=0, help="prompt seed")
+    p.add_argument("--partial", default=None, help="JSON rewritten after every configuration (long runs)")
+    p.add_argument("--fast-path-only", action="store_true",
+                   help="measure the unverified fast path only (verified_unique_max is then null)")
     p.add_argument("--out", default=None, help="chart PNG (default: print the numbers only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")

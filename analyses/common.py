@@ -140,7 +140,7 @@ def probe_readout(bridge, probe, ids, hooks: list[str] | None = None) -> np.ndar
     x = torch.as_tensor(np.asarray(ids), dtype=torch.long).reshape(1, -1)  # [1, T]
     with capture(bridge, hooks) as cap:
         bridge(x, return_type=None)
-    out = [torch.softmax(probe.logits(cap.records[h][0].act[0].float(), h), -1)[:, 0].numpy() for h in hooks]
+    out = [torch.softmax(probe.logits(cap.records[h][0].act[0].float().cpu(), h), -1)[:, 0].numpy() for h in hooks]
     return np.stack(out)  # [L, T]
 
 

@@ -42,6 +42,7 @@ class DeterminismConfig:
     costs: str | None = None  # benchmarks/results/determinism.json to draw the throughput-vs-share panel from
     verify_slots: int = 4  # B of every verify forward, the same for every k (at most B measured requests at once)
     partial: str | None = None  # JSON file rewritten after every k with the rows so far (long runs)
+    verified: bool = True  # also run the measured prompts as verified requests (False: the fast path only)
 
 
 def first_divergence(outputs) -> int | None:
@@ -90,7 +91,8 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
     every = {"fast_path": {}, "verified": {}}
     stats = {"fast_path": {}, "verified": {}}
     rows = [{"others": k, "configurations": 1 if k == 0 else orders} for k in ks]
-    for name, flag in (("fast_path", False), ("verified", True)):  # the fast path first: it is the question
+    paths = (("fast_path", False), ("verified", True))[: 2 if cfg.verified else 1]
+    for name, flag in paths:  # the fast path first: it is the question
         for row in rows:
             seen = determinism_sweep(model, prompts, pool, others=(row["others"],), orders=orders,
                                      window=cfg.window, max_new_tokens=cfg.max_new_tokens, fast_dtype=dtype,
@@ -111,20 +113,26 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
 
                 write_json(cfg.partial, {"by_others": rows, "outputs": {n: {i: sorted(v) for i, v in e.items()}
                                                                         for n, e in every.items()}})
+    if not cfg.verified:
+        every["verified"], stats["verified"] = {0: {()}}, {"accepted": 0, "drafted": 0}
+        for r in rows:
+            r["verified_unique_max"] = None
     firsts = {name: [first_divergence(v) for v in every[name].values()] for name in every}
     div = sorted(f for f in firsts["fast_path"] if f is not None)
-    return {"by_others": rows, "verified_unique_max": max(r["verified_unique_max"] for r in rows),
+    vmax = max(r["verified_unique_max"] for r in rows) if cfg.verified else None
+    return {"by_others": rows, "verified_unique_max": vmax,
             "fast_path_unique_max": max(r["fast_path_unique_max"] for r in rows),
             # over all configurations together (k's and orders): a prompt may differ only across k
             "fast_path_unique_overall_max": max(map(len, every["fast_path"].values())),
-            "verified_unique_overall_max": max(map(len, every["verified"].values())),
+            "verified_unique_overall_max": max(map(len, every["verified"].values())) if cfg.verified else None,
             "fast_path_prompts_diverged": len(div), "first_divergence_position": div[0] if div else None,
             "fast_path_divergence_positions": div,
             "verified_first_divergence_position": min((f for f in firsts["verified"] if f is not None),
                                                       default=None),
             "fast_batch_sizes": dict(sorted(stats["fast_path"]["batch_sizes"].items())),
             "fast_path_min_top2_margin": stats["fast_path"]["min_margin"],
-            "verified_acceptance": round(stats["verified"]["accepted"] / max(1, stats["verified"]["drafted"]), 4),
+            "verified_acceptance": (round(stats["verified"]["accepted"] / max(1, stats["verified"]["drafted"]), 4)
+                                    if cfg.verified else None),
             "n_configurations": sum(r["configurations"] for r in rows), "prompts": len(prompts)}
 
 
@@ -179,10 +187,12 @@ def chart(res: dict | list[dict], costs: str | dict | None = None):
     series = {f"fast path, {r['fast_path_dtype']}": ([x["others"] for x in r["by_others"]],
                                                      [x["fast_path_unique_max"] for x in r["by_others"]])
               for r in runs}
-    series["verified"] = ([x["others"] for x in runs[0]["by_others"]],
-                          [max(r["by_others"][j]["verified_unique_max"] for r in runs)
-                           for j in range(len(runs[0]["by_others"]))])
-    if not costs and len(runs) == 1:
+    checked = [r for r in runs if r.get("verified_unique_max") is not None]  # runs with verified requests
+    if checked:
+        series["verified"] = ([x["others"] for x in checked[0]["by_others"]],
+                              [max(r["by_others"][j]["verified_unique_max"] for r in checked)
+                               for j in range(len(checked[0]["by_others"]))])
+    if not costs and len(runs) == 1 and checked:
         r = runs[0]["by_others"]
         return plots.determinism_chart([x["others"] for x in r], [x["fast_path_unique_max"] for x in r],
                                        [x["verified_unique_max"] for x in r])

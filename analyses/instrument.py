@@ -58,7 +58,7 @@ def collect(model, tok, examples, forced: bool = True, progress=None) -> dict:
         pos = np.nonzero(lab.is_event_boundary)[0]
         with capture(model, hooks) as cap:
             model(torch.as_tensor(lab.input_ids)[None], return_type=None)
-        acts.append(torch.stack([cap.stacked(h)[0, pos] for h in hooks]))  # [L, n, d]
+        acts.append(torch.stack([cap.stacked(h)[0, pos] for h in hooks]).cpu())  # [L, n, d]
         cols["truth"] += lab.state[pos].tolist()
         cols["control"] += control_labels(lab.input_ids[pos], pos, 2).tolist()
         cols["forced"] += (fa.p_state[:, 1] > 0.5).astype(int).tolist() if fa else [-1] * len(pos)

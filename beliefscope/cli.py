@@ -44,7 +44,33 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    for name, p in sub.choices.items():
+        add_common_flags(p)
     return parser
+
+
+def add_common_flags(p: argparse.ArgumentParser) -> None:
+    """`--quiet` on every command; `--device` and `--dtype` on every command that loads a model."""
+    dests = {a.dest for a in p._actions}
+    if "quiet" not in dests:
+        p.add_argument("--quiet", action="store_true",
+                       help="no progress bars or loading messages on stderr (errors still print)")
+    if dests & {"model", "models"} and "device" not in dests:
+        p.add_argument("--device", default="auto",
+                       help="where the model runs: cpu, cuda, cuda:N or mps; auto is cuda when available, else cpu")
+        p.add_argument("--dtype", dest="model_dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                       help="the model's weights and activations dtype")
+
+
+def _silence_loaders() -> None:
+    """transformers' loading bars and warnings off (they go to stderr; `--quiet` wants none)."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
 
 
 def main(argv=None) -> int:
@@ -54,8 +80,15 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if getattr(args, "quiet", False):
+        args.no_progress = True
+        _silence_loaders()
     try:
-        return int(args.func(args) or 0)
+        from beliefscope.models.load import model_defaults
+
+        device = getattr(args, "device", None)
+        with model_defaults(device=None if device == "auto" else device, dtype=getattr(args, "model_dtype", None)):
+            return int(args.func(args) or 0)
     except (ValueError, KeyError, FileNotFoundError, PermissionError, RuntimeError) as e:
         # Library errors carry the bad value and the fix; show them without a traceback.
         if os.environ.get("BELIEFSCOPE_DEBUG"):

@@ -44,7 +44,7 @@ class MaskMixin:
             p = max(p, self._st.max_end())  # jump past slots other forks use: zero-copy, leaves a hole
         self._plan = (p, n_new)
         b = max(1, len(self._lens))
-        dev = self.config.device or "cpu"
+        dev = self.config.device or torch.get_default_device()  # the keys' device once the cache has any
         if self.is_clean and p == self._pend:
             return torch.ones((b, p + n_new), dtype=torch.long, device=dev)
         mask = torch.zeros((b, p + n_new), dtype=torch.long)
@@ -64,7 +64,7 @@ class MaskMixin:
             [[0, 1]]
         """
         lens = torch.tensor(self._lens or [0], dtype=torch.long)
-        return (lens[:, None] + torch.arange(n_new)).to(self.config.device or "cpu")
+        return (lens[:, None] + torch.arange(n_new)).to(self.config.device or torch.get_default_device())
 
     def forward_kwargs(self, n_new: int) -> dict:
         """``dict(past_key_values=self, attention_mask=..., position_ids=...)`` for the next forward.

@@ -61,7 +61,7 @@ def tiny_cache(batch: int = 1, capacity: int = 16):
     from .kv import KVCache
 
     return KVCache(CacheConfig(n_layers=2, kv_heads=2, d_head=8, batch=batch, capacity=capacity,
-                               dtype=torch.float32, device=torch.device("cpu")))
+                               dtype=torch.float32, device=torch.get_default_device()))
 
 
 def compare_generate(model, input_ids: torch.Tensor, *, attention_mask: torch.Tensor | None = None, seed: int = 0,

@@ -26,6 +26,20 @@ def hf_model(model):
     return getattr(model, "original_model", model)
 
 
+def hf_logits(model, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+    """Float logits ``[B, n, vocab]`` of ``tokens`` ``[B, n]`` on the host, whatever device the model is on
+    (the decoding loops keep their bookkeeping there); inputs move to the model's device.
+
+    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> hf_logits(tiny_gpt2(), torch.tensor([[1, 2]])).shape
+    torch.Size([1, 2, 50])
+    """
+    hf = hf_model(model)
+    dev = next(hf.parameters()).device
+    kwargs = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in kwargs.items()}
+    return hf(tokens.to(dev), use_cache=True, **kwargs).logits.float().cpu()
+
+
 def context_limit(model) -> int:
     c = hf_model(model).config
     return int(getattr(c, "n_positions", None) or getattr(c, "max_position_embeddings", None) or 10**9)
@@ -73,7 +87,7 @@ def new_cache(model, n_tokens: int, keep_rejected: bool = False) -> KVCache:
 @torch.no_grad()
 def forward(model, tokens: torch.Tensor, cache) -> torch.Tensor:
     """Logits ``[n, vocab]`` of ``tokens`` ``[n]`` appended to ``cache`` (written in place)."""
-    return hf_model(model)(tokens[None], past_key_values=cache, use_cache=True).logits[0].float()
+    return hf_logits(model, tokens[None], past_key_values=cache)[0]
 
 
 def seeded_generator(seed: int, position: int, stream: str) -> torch.Generator:

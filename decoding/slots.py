@@ -20,7 +20,7 @@ torch.Size([2, 1, 3, 16])
 from __future__ import annotations
 
 import torch
-from beliefscope.decoding.core import hf_model
+from beliefscope.decoding.core import hf_logits
 from beliefscope.models.profile import model_shapes
 from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -59,7 +59,7 @@ class SlotCache(Cache):
     """``B`` static rows of capacity ``C``; ``lengths[r]`` tokens of row r are committed."""
 
     def __init__(self, n_layers: int, slots: int, kv_heads: int, capacity: int, d_head: int, dtype, device):
-        self.capacity, self.slots = capacity, slots
+        self.capacity, self.slots, self.device = capacity, slots, torch.device(device)
         self.lengths = torch.zeros(slots, dtype=torch.long)  # [B] committed tokens per row
         self._width = 0  # W of the forward in progress (set by mask())
         shape = (slots, kv_heads, capacity, d_head)
@@ -83,7 +83,7 @@ class SlotCache(Cache):
 
     def write_index(self, shape) -> torch.Tensor:
         b, h, w, d = shape
-        pos = (self.lengths[:, None] + torch.arange(w)).clamp(max=self.capacity - 1)  # [B, W]
+        pos = (self.lengths[:, None] + torch.arange(w)).clamp(max=self.capacity - 1).to(self.device)  # [B, W]
         return pos[:, None, :, None].expand(b, h, w, d)
 
     def mask(self, width: int) -> torch.Tensor:
@@ -91,11 +91,12 @@ class SlotCache(Cache):
         if int(self.lengths.max()) + width > self.capacity:
             raise ValueError(f"a slot would grow past its capacity {self.capacity}: raise the scheduler's "
                              f"slot capacity (longest row {int(self.lengths.max())} + window {width})")
-        last = self.lengths[:, None] + torch.arange(width)  # [B, W] last visible key per query
-        return (torch.arange(self.capacity)[None, None, :] <= last[:, :, None])[:, None]  # [B, 1, W, C]
+        last = (self.lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W] last visible key per query
+        keys = torch.arange(self.capacity, device=self.device)  # [C]
+        return (keys[None, None, :] <= last[:, :, None])[:, None]  # [B, 1, W, C]
 
     def position_ids(self, width: int) -> torch.Tensor:
-        return self.lengths[:, None] + torch.arange(width)  # [B, W]
+        return (self.lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W]
 
     def load(self, row: int, keys: list, values: list) -> None:
         """Put a prefilled context (per layer ``[kv_heads, n, d_head]``) into ``row``; its length becomes n."""
@@ -115,6 +116,7 @@ class SlotCache(Cache):
         Cache.__init__(v, layers=[SlotLayer(v, layer.keys[start:stop, :, :span], layer.values[start:stop, :, :span])
                                   for layer in self.layers])
         v.capacity, v.slots, v.lengths, v._width = span, stop - start, self.lengths[start:stop], 0
+        v.device = self.device
         return v
 
     def move(self, src: int, dst: int) -> None:
@@ -130,6 +132,5 @@ class SlotCache(Cache):
         """One fixed-shape forward of ``tokens`` ``[B, W]``; logits ``[B, W, vocab]``. Lengths are not
         advanced: the caller commits what it accepts with ``lengths[r] += k``."""
         w = tokens.shape[1]
-        out = hf_model(model)(tokens, past_key_values=self, attention_mask=self.mask(w),
-                              position_ids=self.position_ids(w), use_cache=True)
-        return out.logits.float()
+        return hf_logits(model, tokens, past_key_values=self, attention_mask=self.mask(w),
+                         position_ids=self.position_ids(w))

@@ -24,7 +24,7 @@ from beliefscope.decoding.core import (
     check_prompt,
     clip_new,
     eos_id,
-    hf_model,
+    hf_logits,
     new_cache,
     pick,
     token_budget,
@@ -48,8 +48,7 @@ def tree_forward(model, cache, pending: int, tree: TokenTree, width: int) -> tor
     if len(tree):
         x[1:1 + len(tree)] = torch.tensor(tree.tokens)
     kw = tree_forward_kwargs(cache, tree, width, model)
-    out = hf_model(model)(x[None], use_cache=True, **kw)
-    return out.logits[0, : 1 + len(tree)].float()
+    return hf_logits(model, x[None], **kw)[0, : 1 + len(tree)]
 
 
 @torch.no_grad()
@@ -75,7 +74,7 @@ def tree_generate(model, drafter, prompt_ids, cfg: SpecConfig, *, tokenizer=None
     trace = Trace(n_prompt) if cfg.trace else None
     res = Generation([], n_prompt, 0, 0, 0.0, trace=trace, cache=cache)
     t = time.perf_counter()
-    logits = hf_model(model)(ids0[None], past_key_values=cache, use_cache=True).logits[0, -1].float()
+    logits = hf_logits(model, ids0[None], past_key_values=cache)[0, -1]
     res.target_seconds += time.perf_counter() - t
     res.target_forwards = 1
     buf[n_prompt] = pick(logits, cfg, n_prompt)

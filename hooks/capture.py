@@ -43,7 +43,7 @@ class Capture:
     positions of the records a tag filter keeps, for TL's own methods.
     """
 
-    def __init__(self, names, cache=None, device="cpu"):
+    def __init__(self, names, cache=None, device=None):
         self.names = list(names)
         self.cache = cache
         self.device = device
@@ -71,7 +71,7 @@ class Capture:
     def _record(self, name: str, act: torch.Tensor) -> None:
         n = act.shape[1]
         pos = torch.arange(self._start, self._start + n)
-        kept = act.detach().to(self.device)
+        kept = act.detach() if self.device is None else act.detach().to(self.device)
         if kept.data_ptr() == act.data_ptr():
             kept = kept.clone()  # same memory as the model's tensor, which later code may modify in place
         self.records[name].append(Record(positions=pos, act=kept, tags=dict(self.tags)))
@@ -116,8 +116,11 @@ def hooked(model, fwd_hooks):
 
 
 @contextmanager
-def capture(model, names, cache=None, device="cpu"):
-    """Collect activations at `names` for every position of every forward in the block."""
+def capture(model, names, cache=None, device=None):
+    """Collect activations at `names` for every position of every forward in the block.
+
+    ``device``: where records are kept; None keeps them where the model computed them (pass
+    ``"cpu"`` to offload a long capture from a GPU)."""
     names = [names] if isinstance(names, str) else list(names)
     hook_dict = model.hook_dict
     for n in names:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from functools import lru_cache
 from importlib import resources
 
@@ -131,13 +132,13 @@ def _read_card(path: str) -> dict:
         return json.load(fh)
 
 
-def load_hf(name_or_path: str, device=None, dtype=torch.float32, *, allow_thinking: bool = False):
+def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool = False):
     """Load the raw Hugging Face model and tokenizer (no bridge). Returns (model, tokenizer).
 
     ``device`` defaults to CUDA when available, else the CPU."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    device = default_device(device)
+    device, dtype = default_device(device), resolve_dtype(dtype)
     if name_or_path == SMOLLM2:
         folder = smollm2_folder()
         try:
@@ -167,14 +168,63 @@ def load_hf(name_or_path: str, device=None, dtype=torch.float32, *, allow_thinki
     return model.to(device).eval(), tok
 
 
+# What `load_model` uses when its caller gives no device / dtype; set for a block with `model_defaults`
+# (the CLI's --device / --dtype). None: CUDA when available, else the CPU; float32.
+_DEFAULTS: dict = {"device": None, "dtype": None}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def default_device(device=None) -> torch.device:
-    """``device`` as given, else CUDA when available, else the CPU."""
+    """``device`` as given, else CUDA when available, else the CPU. A device this machine lacks is refused.
+
+    >>> default_device("cpu"), default_device("cpu:0").type
+    (device(type='cpu'), 'cpu')
+    """
+    device = device if device is not None else _DEFAULTS["device"]
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"device {device!r} is not a torch device; use cpu, cuda, cuda:N or mps") from e
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"device {device!r} is not available on this machine ({torch.cuda.device_count()} CUDA "
+                         "devices): use --device cpu, or cuda:N with N below the device count")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"device {device!r} is not available on this machine: use --device cpu")
+    return dev
+
+
+def resolve_dtype(dtype=None) -> torch.dtype:
+    """A torch dtype from a dtype or its name; None: the `model_defaults` one, else float32.
+
+    >>> resolve_dtype("bfloat16"), resolve_dtype(None)
+    (torch.bfloat16, torch.float32)
+    """
+    dtype = dtype if dtype is not None else (_DEFAULTS["dtype"] or torch.float32)
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r} is unknown: use one of {', '.join(DTYPES)}")
+        return DTYPES[dtype]
+    return dtype
+
+
+@contextmanager
+def model_defaults(device=None, dtype=None):
+    """Within the block, `load_model` calls that give no device / dtype use these (checked at once).
+
+    >>> with model_defaults(device="cpu", dtype="bfloat16"):
+    ...     default_device(), resolve_dtype()
+    (device(type='cpu'), torch.bfloat16)
+    """
+    new = {"device": None if device is None else default_device(device),
+           "dtype": None if dtype is None else resolve_dtype(dtype)}
+    old = dict(_DEFAULTS)
+    _DEFAULTS.update(new)
+    try:
+        yield
+    finally:
+        _DEFAULTS.update(old)
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
@@ -213,11 +263,13 @@ def bridge_from_hf(model, tok=None):
     return build_bridge_from_module(model, arch, hf_config=model.config, tokenizer=tok)
 
 
-def load_model(name_or_path: str, device=None, dtype=torch.float32):
+def load_model(name_or_path: str, device=None, dtype=None):
     """Load a model as ``(TransformerBridge, tokenizer)``; see the module docstring for names.
 
     A Thinking States checkpoint comes back as ``(ThinkingStates, tokenizer)``, whose
-    ``.bridge`` is the backbone's bridge."""
+    ``.bridge`` is the backbone's bridge. ``device``: default CUDA when available, else the CPU;
+    ``dtype`` (a torch dtype or its name): default float32 (see `model_defaults`)."""
+    device, dtype = default_device(device), resolve_dtype(dtype)
     path = checkpoint_path(name_or_path, must_exist=False) if name_or_path != SMOLLM2 else None
     if path is not None and _read_card(path).get("kind") == "thinking":
         from beliefscope.models.thinking import load_thinking
@@ -230,7 +282,11 @@ def load_model(name_or_path: str, device=None, dtype=torch.float32):
     return bridge, tok
 
 
+def load_model_cached(name_or_path: str, device=None, dtype=None):
+    """`load_model` memoised per process and per resolved device and dtype (scripts that reuse one model)."""
+    return _load_model_memo(name_or_path, default_device(device), resolve_dtype(dtype))
+
+
 @lru_cache(maxsize=4)
-def load_model_cached(name_or_path: str, device=None, dtype=torch.float32):
-    """`load_model` memoised per process (scripts that reuse one model many times)."""
+def _load_model_memo(name_or_path: str, device, dtype):
     return load_model(name_or_path, device, dtype)

@@ -311,7 +311,7 @@ class ThinkingStates(nn.Module):
         return {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}
 
 
-def load_thinking(name_or_path: str, device=None, dtype=torch.float32):
+def load_thinking(name_or_path: str, device=None, dtype=None):
     """Load a Thinking States checkpoint as ``(ThinkingStates, tokenizer)``.
 
     A plain checkpoint is refused with the loader to use instead."""
@@ -321,7 +321,7 @@ def load_thinking(name_or_path: str, device=None, dtype=torch.float32):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from beliefscope.models.load import ModelLoadError, checkpoint_path, default_device
+    from beliefscope.models.load import ModelLoadError, checkpoint_path, default_device, resolve_dtype
 
     path = checkpoint_path(name_or_path)
     card_file = os.path.join(path, "model_card.json")
@@ -329,7 +329,7 @@ def load_thinking(name_or_path: str, device=None, dtype=torch.float32):
     if card.get("kind") != "thinking" or not os.path.isfile(os.path.join(path, "thinking.safetensors")):
         raise ModelLoadError(f"{name_or_path!r} is not a Thinking States checkpoint (no thinking.safetensors / "
                              "kind 'thinking' in its model card): load it with beliefscope.load_model")
-    device = default_device(device)
+    device, dtype = default_device(device), resolve_dtype(dtype)
     backbone = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"

@@ -43,8 +43,8 @@ class ThinkingBatch:
     n_prompt: list  # per row: number of prompt tokens
 
 
-def make_batch(examples, tok, cfg: ThinkingConfig, device="cpu") -> ThinkingBatch:
-    """Build a `ThinkingBatch` from task examples (direct format)."""
+def make_batch(examples, tok, cfg: ThinkingConfig, device=None) -> ThinkingBatch:
+    """Build a `ThinkingBatch` from task examples (direct format), on ``device`` (None: torch's default)."""
     boundary = tok.convert_tokens_to_ids(cfg.boundary) if cfg.chunking == "events" else None
     rows, labs, spans, thoughts, owner, n_prompt = [], [], [], [], [], []
     for ex in examples:
@@ -96,7 +96,7 @@ def make_batch(examples, tok, cfg: ThinkingConfig, device="cpu") -> ThinkingBatc
     out = ThinkingBatch(ids=ids, mask=mask, labels=labels, thought_ids=thought_ids, thought_len=thought_len,
                         feed=feed, t_row=t_row, t_src=t_src, t_tok=t_tok, t_is_tok=t_tok >= 0, t_mask=t_mask,
                         t_target=t_target, spans=spans, n_prompt=n_prompt)
-    if device != "cpu":
+    if device is not None:
         for k, v in vars(out).items():
             if torch.is_tensor(v):
                 setattr(out, k, v.to(device))

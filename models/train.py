@@ -71,7 +71,7 @@ class TrainConfig:
                           pad_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
 
-def make_batch(tok, examples, device="cpu"):
+def make_batch(tok, examples, device=None):
     """Right-padded token batch with loss only on completion tokens and the final <eos>."""
     rows, labels = [], []
     for ex in examples:

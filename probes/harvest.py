@@ -257,7 +257,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--events", default=d.events, help="events per prompt, LO-HI (use 1-16 for held-out lengths)")
     p.add_argument("--hooks", default=d.hooks, help="comma-separated hook kinds (resid_post, ...)")
     p.add_argument("--layers", default=d.layers, help="'all' or comma-separated layer indices")
-    p.add_argument("--dtype", default=d.dtype, choices=sorted(DTYPES))
+    p.add_argument("--store-dtype", dest="dtype", default=d.dtype, choices=sorted(DTYPES),
+                   help="dtype the activations are stored in (the model's own dtype is --dtype)")
     p.add_argument("--random-init-seed", type=int, default=d.random_init_seed)
     p.add_argument("--no-random-init", action="store_true", help="skip the random-init twin store")
     p.add_argument("--out", required=True, help="store folder (resumed if it exists with the same config)")
