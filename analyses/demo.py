@@ -364,7 +364,7 @@ def _section(title, reading, files, captions, extra="") -> dict:
 
 
 def _eval_section(ev: dict) -> dict:
-    rows = [{"events": k, "answer accuracy": v, "chain-of-thought exact match": ev.get("by_events", {}).get(k)}
+    rows = [{"events": k, "answer accuracy": v, "chain-of-thought exact match": ev.get("exact_match_by_events", {}).get(k)}
             for k, v in ev["answer_accuracy_by_events"].items()]
     return {"title": "Task accuracy", "reading": report.reading_eval(ev), "figures": [],
             "html": report.table(rows, ["events", "answer accuracy", "chain-of-thought exact match"])}

@@ -123,7 +123,8 @@ def timeline_stages(tok, gen, prompt_ids, step_index: int, context: int = 10):
     drafted = token_strings(tok, [ids[pos], *st.proposals])
     rows = [
         ("after prefill", s(lo, n_prompt), [0] * (n_prompt - lo)),
-        (f"decode: step {st.index} drafts", s(lo, pos) + drafted, final[lo:pos] + [int(Provenance.DRAFT)] * (k + 1)),
+        # the pending token (the last committed one, written by the same forward) keeps its own colour
+        (f"decode: step {st.index} drafts", s(lo, pos) + drafted, final[lo:pos + 1] + [int(Provenance.DRAFT)] * k),
         ("verify + rollback", s(lo, keep) + token_strings(tok, st.rejected), final[lo:keep] + rejected_codes),
     ]
     nxt = final[lo:keep + 1]
@@ -243,7 +244,8 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
         rows, start = timeline_stages(tok, gen, prompt_ids, si)
         st = steps[si]
         title = (f"KV cache of one request through draft, verify, rollback ({config.drafter}, γ={config.gamma}):"
-                 f" step {st.index} kept {st.accepted} of {len(st.proposals)} drafts")
+                 f" step {st.index}: {len(st.proposals)} drafts after the pending token, {st.accepted} kept,"
+                 f" {len(st.proposals) - st.accepted} rolled back")
         save_fig(plots.cache_timeline(rows, title=title, start=start), out)
     else:
         save_fig(plots.cache_timeline([("after prefill", token_strings(tok, prompt_ids), [0] * len(prompt_ids))]),

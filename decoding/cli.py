@@ -102,12 +102,9 @@ def run_generate(args) -> int:
     out = speculative_generate(model, drafter, ids, cfg, tokenizer=tok)
     if args.trace and out.trace is not None:
         out.trace.save(args.trace)
-    result = {"model": args.model, "drafter": args.drafter, "gamma": args.gamma,
-              "verify_widths": "fixed" if widths is None else list(widths), "tokens": out.tokens,
-              "text": tok.decode(out.tokens), "alpha": None if out.alpha != out.alpha else out.alpha,
-              "tokens_per_step": out.mean_tokens_per_step, "steps": out.steps, "seconds": out.seconds,
-              "target_forwards": out.target_forwards, "draft_forwards": out.draft_forwards,
-              "draft_seconds": out.draft_seconds, "target_seconds": out.target_seconds}
+    result = {"model": args.model, "drafter": args.drafter, "gamma": cfg.gamma,
+              "verify_widths": "fixed" if widths is None else list(widths), "text": tok.decode(out.tokens),
+              **out.summary()}
     if args.json:
         print(json.dumps(result))
     else:

@@ -149,21 +149,32 @@ class Generation:
         self.tokens_per_step.append(n_new)
 
     @property
-    def alpha(self) -> float:
-        """Acceptance rate: accepted / proposed drafts (nan when nothing was drafted)."""
-        return self.accepted / self.drafted if self.drafted else float("nan")
+    def alpha(self) -> float | None:
+        """Acceptance rate: accepted / proposed drafts (None when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else None
 
     @property
-    def mean_tokens_per_step(self) -> float:
-        return len(self.tokens) / self.steps if self.steps else float("nan")
+    def mean_tokens_per_step(self) -> float | None:
+        """New tokens per verify step (None before any step)."""
+        return len(self.tokens) / self.steps if self.steps else None
 
     def summary(self) -> dict:
-        return {"tokens": self.tokens, "alpha": self.alpha, "tokens_per_step": self.mean_tokens_per_step,
-                "steps": self.steps, "target_forwards": self.target_forwards, "seconds": self.seconds,
+        """Every number of the run under its attribute's name, JSON-ready (the CLI's ``--json`` output):
+        lists stay lists, a missing value is None.
+
+        >>> g = Generation([5, 6, 7], prompt_len=2, steps=2, target_forwards=3, seconds=0.1)
+        >>> g.record_step(drafted=3, accepted=1, gamma=3, n_new=2, draft_s=0.0, verify_s=0.0)
+        >>> s = g.summary()
+        >>> s["alpha"], s["tokens_per_step"], s["mean_tokens_per_step"], s["gammas"]
+        (0.3333333333333333, [2], 1.0, [3])
+        """
+        return {"tokens": self.tokens, "prompt_len": self.prompt_len, "steps": self.steps,
+                "target_forwards": self.target_forwards, "seconds": self.seconds,
                 "draft_seconds": self.draft_seconds, "target_seconds": self.target_seconds,
-                "drafted": self.drafted, "accepted": self.accepted, "draft_forwards": self.draft_forwards,
+                "drafted": self.drafted, "accepted": self.accepted, "alpha": self.alpha,
                 "gammas": self.gammas, "accepted_per_step": self.accepted_per_step,
-                "tokens_per_step_list": self.tokens_per_step}
+                "tokens_per_step": self.tokens_per_step, "mean_tokens_per_step": self.mean_tokens_per_step,
+                "draft_forwards": self.draft_forwards, "tree_nodes": self.tree_nodes}
 
 
 def clip_new(new: list[int], room: int, eos: int | None) -> list[int]:

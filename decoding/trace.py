@@ -45,9 +45,10 @@ class Trace:
     steps: list[Step] = field(default_factory=list)  # one per verify
     captures: list = field(default_factory=list)  # hooks.Capture objects (target, and the draft model's)
 
-    def acceptance(self) -> float:
+    def acceptance(self) -> float | None:
+        """Accepted / drafted over every step (None when nothing was drafted)."""
         drafted = sum(len(s.proposals) for s in self.steps)
-        return sum(s.accepted for s in self.steps) / drafted if drafted else float("nan")
+        return sum(s.accepted for s in self.steps) / drafted if drafted else None
 
     def activations(self, name: str, pass_: str = "verify", status: str | None = "committed"):
         """``(positions [n], acts [n, ...])`` at hook ``name`` from the ``pass_`` forwards, keeping

@@ -102,6 +102,6 @@ def _eval(args) -> int:
     else:
         print(f"{args.model} on {args.task} {args.events}: exact match {res.get('exact_match', float('nan')):.4f}, "
               f"answer accuracy {res['answer_accuracy']:.4f} (n={res['n']})")
-        for k, v in res.get("by_events", res["answer_accuracy_by_events"]).items():
+        for k, v in res.get("exact_match_by_events", res["answer_accuracy_by_events"]).items():
             print(f"  {k:>2} events: {v:.4f}")
     return 0

@@ -87,7 +87,7 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
             by_ev[ex.n_events][3] += 1
         result["answer_accuracy"] = sum(p == e.answer for p, e in zip(preds, direct)) / len(direct)
     if rendering == "toy" and "cot" in formats:
-        cot = get_task(task, rendering=rendering, fmt="cot").examples(n, seed + 1, (lo, hi))
+        cot = get_task(task, rendering=rendering, fmt="cot").examples(n, seed, (lo, hi))  # the same stories
         max_new = max(len(tok(e.completion)["input_ids"]) for e in cot) + 1
         comps = greedy_completions(hf, tok, [e.prompt for e in cot], max_new, batch_size)
         for ex, c in zip(cot, comps, strict=True):
@@ -97,7 +97,7 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
         # the answer a chain-of-thought model gives after its own chain (last word of its completion)
         result["cot_answer_accuracy"] = sum((c.split() or [""])[-1] == e.answer for c, e in zip(comps, cot)) / len(cot)
         result.setdefault("answer_accuracy", result["cot_answer_accuracy"])
-        result["by_events"] = {str(k): round(v[0] / v[1], 4) for k, v in sorted(by_ev.items()) if v[1]}
+        result["exact_match_by_events"] = {str(k): round(v[0] / v[1], 4) for k, v in sorted(by_ev.items()) if v[1]}
     if "direct" in formats:
         result["answer_accuracy_by_events"] = {str(k): round(v[2] / v[3], 4) for k, v in sorted(by_ev.items())
                                                if v[3]}
