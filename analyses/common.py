@@ -65,10 +65,7 @@ def sibling(path: str, suffix: str) -> str:
     return f"{stem}{suffix}{ext or '.png'}"
 
 
-def progress_bar(desc: str, total: int | None = None, disable: bool = False):
-    from tqdm import tqdm
-
-    return tqdm(desc=desc, total=total, file=sys.stderr, disable=disable, dynamic_ncols=True, leave=False)
+from beliefscope.progress import progress_bar  # noqa: E402,F401  (re-exported for the analyses)
 
 
 # ----------------------------------------------------------------------------------- probes

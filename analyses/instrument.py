@@ -144,10 +144,12 @@ def causal_check(model, tok, n: int, seed: int) -> dict:
 
 def main(config: InstrumentConfig, progress=None) -> dict:
     """Run the validation for every model; returns a JSON-able dict."""
-    from beliefscope.models.load import load_model
+    from beliefscope.models.load import check_model_name, load_model
     from beliefscope.probes.harvest import random_init_like
     from beliefscope.tasks import get_task
 
+    for name in config.models:  # every name before any work
+        check_model_name(name)
     torch.set_num_threads(config.threads)
     task = get_task("coinflip", fmt="direct")
     train = task.examples(config.n_train, config.seed, (1, 8))

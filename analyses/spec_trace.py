@@ -211,6 +211,8 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
     from beliefscope.tasks.parse import parse_prompt
 
     out = check_writable_parent(config.out)
+    if drafter is None and config.drafter.strip() == "none":
+        raise ValueError("--drafter none drafts nothing: use draft:PATH, early-exit:K or ngram:N")
     lo, hi = parse_events_range(config.events)
     featured = parse_prompt(config.prompt, "coinflip") if config.prompt else None
     tprobe = load_probe(config.probes) if config.probes else None

@@ -41,6 +41,7 @@ def atomic_save(path: str, write: Callable[[str], None], *, fsync: bool = True) 
 
     The file gets the usual permissions (0666 minus the umask), not mkstemp's 0600."""
     folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.splitext(path)[1])
     os.close(fd)
     try:
@@ -88,26 +89,22 @@ def sha256_file(path: str) -> str:
 
 
 def check_writable_parent(out: str) -> str:
-    """Make sure `out`'s parent folder exists (creating it) and is writable; return abspath(out).
+    """Make sure `out` can be written: its nearest existing ancestor is a folder we may write into.
+    Creates nothing (the writers create missing folders when they write); returns abspath(out).
 
-    Fails with a ValueError naming the folder when it is a file, cannot be created or refuses writes.
+    Fails with a ValueError naming the folder when it is a file or refuses writes (example: the
+    module docstring).
     """
     out = os.path.abspath(out)
-    parent = os.path.dirname(out)
-    blocker = parent
+    blocker = os.path.dirname(out)
     while blocker and not os.path.exists(blocker):
         blocker = os.path.dirname(blocker)
     if blocker and not os.path.isdir(blocker):
         raise ValueError(f"cannot write {out}: {blocker} is a file, not a folder; choose an output path "
                          "under a writable folder")
-    try:
-        os.makedirs(parent, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".beliefscope-write-test-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise ValueError(f"cannot write into {parent} ({e.strerror or e}): choose an output path under a "
-                         "writable folder") from e
+    if blocker and not os.access(blocker, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write into {blocker} (permission denied): choose an output path under a "
+                         "writable folder")
     if os.path.exists(out) and not os.path.isdir(out) and not os.path.isfile(out):
         raise ValueError(f"cannot write {out}: it exists and is neither a file nor a folder")
     return out
@@ -120,6 +117,7 @@ def staged_output(out: str):
     out = check_writable_parent(out)
     if os.path.isfile(out):
         raise ValueError(f"output {out} is an existing file; give a folder path")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=os.path.dirname(out))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; an output folder gets the usual permissions
     previous = _raise_on_sigterm()

@@ -34,9 +34,12 @@ def _gamma(text: str):
     if text == "auto":
         return "auto"
     try:
-        return int(text)
+        gamma = int(text)
     except ValueError:
-        raise ValueError(f"--gamma {text!r} is invalid: give an integer >= 1 or 'auto'") from None
+        gamma = 0
+    if gamma < 1:
+        raise ValueError(f"--gamma {text!r} is invalid: give an integer >= 1 or 'auto'")
+    return gamma
 
 
 def _verify_widths(text: str, model, ids):
@@ -92,11 +95,12 @@ def run_generate(args) -> int:
     from beliefscope.decoding.speculative import speculative_generate
     from beliefscope.models.load import load_model
 
+    gamma = _gamma(args.gamma)  # arguments first, then the model
     model, tok = load_model(args.model)
     drafter = make_drafter(args.drafter, model)
     ids = tok(args.prompt)["input_ids"]
     widths = _verify_widths(args.verify_widths, model, ids)
-    cfg = SpecConfig(gamma=_gamma(args.gamma), temperature=args.temperature, seed=args.seed,
+    cfg = SpecConfig(gamma=gamma, temperature=args.temperature, seed=args.seed,
                      max_new_tokens=args.max_new_tokens, trace=bool(args.trace), fixed_window=widths is None,
                      verify_widths=widths or None)
     out = speculative_generate(model, drafter, ids, cfg, tokenizer=tok)

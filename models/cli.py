@@ -22,6 +22,11 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: the preset's; use 1 on a machine shared with other jobs)")
+    p.add_argument("--eval-n", type=int, default=None,
+                   help="RoPE presets: held-out prompts per length band evaluated into the model card "
+                        "(default: the preset's 200; 0 skips the evaluation)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)
 
     e = sub.add_parser("eval", help="exact match and answer accuracy of a model on a task")
@@ -53,7 +58,7 @@ def _train(args) -> int:
               if getattr(args, k) is not None}
     cfg = TrainConfig(task=args.task, preset=args.preset, max_events=args.max_events,
                       **{**PRESET_TRAINING[args.preset], **chosen})
-    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr)
+    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr, disable=args.no_progress)
 
     def progress(h):
         bar.update(cfg.check_every)
@@ -61,7 +66,16 @@ def _train(args) -> int:
 
     _, _, card = train(cfg, args.out, progress=progress)
     bar.close()
-    print(json.dumps({"out": args.out, "steps": card["steps"], "curriculum_reached": card["curriculum_reached"]}))
+    return _report_training(args, {"out": args.out, "steps": card["steps"],
+                                   "curriculum_reached": card["curriculum_reached"]})
+
+
+def _report_training(args, res: dict) -> int:
+    if args.json:
+        print(json.dumps(res))
+    else:
+        acc = {band: r["answer_accuracy"] for band, r in (res.get("eval") or {}).items()}
+        print(f"wrote {res['out']} after {res['steps']} steps" + (f"; answer accuracy by events {acc}" if acc else ""))
     return 0
 
 
@@ -72,9 +86,9 @@ def _train_rope(args) -> int:
     from beliefscope.models.train_rope import RopeTrainConfig, train_rope
 
     check_writable_parent(args.out)
-    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads") if getattr(args, k) is not None}
+    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads", "eval_n") if getattr(args, k) is not None}
     cfg = RopeTrainConfig(preset=args.preset, task=args.task, max_events=args.max_events, **chosen)
-    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr)
+    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr, disable=args.no_progress)
 
     def progress(h):
         bar.update(h["step"] - bar.n)
@@ -82,8 +96,7 @@ def _train_rope(args) -> int:
 
     _, _, card = train_rope(cfg, args.out, progress=progress)
     bar.close()
-    print(json.dumps({"out": args.out, "steps": card["steps"], "eval": card.get("eval")}))
-    return 0
+    return _report_training(args, {"out": args.out, "steps": card["steps"], "eval": card.get("eval")})
 
 
 def _eval(args) -> int:

@@ -113,6 +113,22 @@ def _looks_like_hub_name(name: str) -> bool:
     return len(parts) == 2 and all(parts) and not name.startswith((".", "~")) and not os.path.exists(name)
 
 
+def check_model_name(name: str) -> str:
+    """Fail at once, with the shipped names, when ``name`` is neither a shipped name, a local
+    checkpoint folder nor an ``org/name`` hub name (whether the hub has it is known only on loading).
+
+    >>> check_model_name("target")
+    'target'
+    >>> check_model_name("no-such-model")
+    Traceback (most recent call last):
+    ...
+    beliefscope.models.load.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2
+    """
+    if name != SMOLLM2 and checkpoint_path(name, must_exist=False) is None and not _looks_like_hub_name(name):
+        _missing(name)
+    return name
+
+
 def _missing(name: str):
     shipped = ", ".join(shipped_names())
     if os.path.exists(name):
@@ -270,6 +286,7 @@ def load_model(name_or_path: str, device=None, dtype=None):
     ``.bridge`` is the backbone's bridge. ``device``: default CUDA when available, else the CPU;
     ``dtype`` (a torch dtype or its name): default float32 (see `model_defaults`)."""
     device, dtype = default_device(device), resolve_dtype(dtype)
+    check_model_name(name_or_path)
     path = checkpoint_path(name_or_path, must_exist=False) if name_or_path != SMOLLM2 else None
     if path is not None and _read_card(path).get("kind") == "thinking":
         from beliefscope.models.thinking import load_thinking

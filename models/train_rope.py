@@ -133,7 +133,7 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % cfg.log_every == 0 or step == cfg.steps:
-            history.append({"step": step, "loss": round(float(loss), 4), **{k: round(v, 4) for k, v in parts.items()},
+            history.append({"step": step, "loss": round(loss.item(), 4), **{k: round(v, 4) for k, v in parts.items()},
                             "seconds": round(time.time() - t0, 1)})
             if progress:
                 progress(history[-1])

@@ -13,9 +13,9 @@ import sys
 
 
 def _tqdm(desc: str, total: int | None = None, disable: bool = False):
-    from tqdm import tqdm
+    from beliefscope.progress import progress_bar
 
-    return tqdm(desc=desc, total=total, file=sys.stderr, disable=disable, dynamic_ncols=True)
+    return progress_bar(desc, total, disable=disable, leave=True)
 
 
 def cmd_harvest(args) -> int:

@@ -274,7 +274,12 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
     from beliefscope.models.load import load_model
     from beliefscope.tasks import parse_events_range
 
+    from beliefscope.files import check_writable_parent
+
     lo, hi = parse_events_range(args.events)
+    if args.n < 1:
+        raise ValueError(f"--n {args.n}: harvest at least 1 prompt")
+    check_writable_parent(os.path.join(args.out, "manifest.json"))  # the store folder's place, before any work
     cfg = HarvestConfig(model=args.model, task=args.task, rendering=args.rendering, fmt=args.fmt, split=args.split,
                         n=args.n, seed=args.seed, events=f"{lo}-{hi}", hooks=args.hooks, layers=args.layers,
                         dtype=args.dtype, random_init_seed=args.random_init_seed)

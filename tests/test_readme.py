@@ -1,0 +1,99 @@
+"""Every code block of README.md runs as written, from a temporary folder outside the repository.
+
+Python blocks run in order in one interpreter (a later block uses what an earlier one defined);
+bash blocks run in order in one shared folder (the analyses use the probes the probe block
+fitted). The set-up block (`make demo` / `make test`) is what CI itself runs. Numbers the README
+quotes next to a command are checked against that command's output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+README = os.path.join(ROOT, "README.md")
+SETUP = "make demo"  # the set-up block: CI runs `make test` (.ci/run), `make demo` is the demo itself
+
+
+def readme_blocks() -> list[tuple[str, str, str]]:
+    """``(section heading, language, code)`` of every fenced block, in order (indented ones too)."""
+    blocks, heading = [], ""
+    text = open(README).read()
+    for m in re.finditer(r"^(#+ [^\n]*)$|^( *)```(\w+)\n(.*?)^\2```", text, re.M | re.S):
+        if m.group(1):
+            heading = m.group(1).lstrip("# ")
+        else:
+            code = "\n".join(line[len(m.group(2)):] for line in m.group(4).splitlines())
+            blocks.append((heading, m.group(3), code))
+    return blocks
+
+
+def _json_objects(text: str) -> list[dict]:
+    dec, out, i = json.JSONDecoder(), [], 0
+    while (i := text.find("{", i)) >= 0:
+        try:
+            obj, end = dec.raw_decode(text, i)
+            out.append(obj)
+            i = end
+        except json.JSONDecodeError:
+            i += 1
+    return out
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("readme")
+    assert not os.path.abspath(d).startswith(ROOT)
+    return d
+
+
+def _env():
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def test_readme_has_the_blocks_this_test_runs():
+    blocks = readme_blocks()
+    assert [lang for _, lang, _ in blocks].count("python") >= 3 and len(blocks) >= 10
+    assert SETUP in blocks[0][2] and "make test" in open(os.path.join(ROOT, ".ci", "run")).read()
+    assert {lang for _, lang, _ in blocks} <= {"python", "bash"}
+
+
+def test_readme_python_blocks_run_as_written(workdir):
+    code = "\n\n".join(c for _, lang, c in readme_blocks() if lang == "python")
+    r = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=_env(), capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_readme_bash_blocks_run_as_written(workdir):
+    ran = []
+    for heading, lang, code in readme_blocks():
+        if lang != "bash" or SETUP in code:
+            continue
+        r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=workdir, env=_env(), capture_output=True,
+                           text=True, timeout=900)
+        assert r.returncode == 0, f"README block under '{heading}' failed:\n{code}\n{r.stderr[-3000:]}"
+        assert "Traceback" not in r.stderr, r.stderr[-3000:]
+        ran.append((heading, code, r.stdout))
+    assert len(ran) >= 7
+    # the numbers quoted beside the commands are what the commands print
+    out = {code: _json_objects(stdout) for _, code, stdout in ran}
+    steer = next(o for objs in out.values() for o in objs if "flip_rate" in o)
+    quoted = re.search(r"flip_rate ([0-9.]+) along the probe direction; random directions of the same norm: mean "
+                       r"([0-9.]+)", open(README).read())
+    assert quoted, "the README's steering numbers moved: update this test's pattern"
+    assert abs(steer["flip_rate"] - float(quoted.group(1))) <= 0.02, steer
+    assert abs(steer["random"]["mean"] - float(quoted.group(2))) <= 0.02, steer["random"]
+    thinking = next(o for objs in out.values() for o in objs if o.get("events") == "17-32" and "answer_accuracy" in o)
+    assert thinking["answer_accuracy"] == 1.0  # quoted: "answer_accuracy 1.0"
+    det = next(o for objs in out.values() for o in objs if "fast_path_unique_max" in o)
+    assert det["verified_unique_max"] == 1
