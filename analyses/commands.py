@@ -97,7 +97,7 @@ def cmd_determinism(args) -> int:
     res = main(DeterminismConfig(model=args.model, prompts=args.prompts, others=args.others, out=args.out,
                                  max_new_tokens=args.max_new_tokens, dtype=args.dtype, window=args.window,
                                  verify_slots=args.verify_slots, n_others=args.n_others, seed=args.seed,
-                                 partial=args.partial, verified=not args.fast_path_only), progress=bar.update)
+                                 partial=args.partial, paths=args.paths), progress=bar.update)
     bar.close()
     return _emit(args, res, [f"verified unique max {res['verified_unique_max']}, fast path unique max "
                              f"{res['fast_path_unique_max']}", *[f"wrote {p}" for p in res["files"]]])
@@ -194,8 +194,9 @@ def register(subparsers) -> None:
                    "(default: half the prompts)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed")
     p.add_argument("--partial", default=None, help="JSON rewritten after every configuration (long runs)")
-    p.add_argument("--fast-path-only", action="store_true",
-                   help="measure the unverified fast path only (verified_unique_max is then null)")
+    p.add_argument("--paths", default="both", choices=["both", "fast", "verified"],
+                   help="run the measured prompts on the unverified fast path, as verified requests, or both "
+                        "(a path not run reports null)")
     p.add_argument("--out", default=None, help="chart PNG (default: print the numbers only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")

@@ -42,7 +42,7 @@ class DeterminismConfig:
     costs: str | None = None  # benchmarks/results/determinism.json to draw the throughput-vs-share panel from
     verify_slots: int = 4  # B of every verify forward, the same for every k (at most B measured requests at once)
     partial: str | None = None  # JSON file rewritten after every k with the rows so far (long runs)
-    verified: bool = True  # also run the measured prompts as verified requests (False: the fast path only)
+    paths: str = "both"  # which paths to run the measured prompts on: both, fast (unverified only) or verified
 
 
 def first_divergence(outputs) -> int | None:
@@ -91,7 +91,10 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
     every = {"fast_path": {}, "verified": {}}
     stats = {"fast_path": {}, "verified": {}}
     rows = [{"others": k, "configurations": 1 if k == 0 else orders} for k in ks]
-    paths = (("fast_path", False), ("verified", True))[: 2 if cfg.verified else 1]
+    if cfg.paths not in ("both", "fast", "verified"):
+        raise ValueError(f"paths={cfg.paths!r}: use both, fast or verified")
+    run_fast, run_verified = cfg.paths in ("both", "fast"), cfg.paths in ("both", "verified")
+    paths = [p for p, on in ((("fast_path", False), run_fast), (("verified", True), run_verified)) if on]
     for name, flag in paths:  # the fast path first: it is the question
         for row in rows:
             seen = determinism_sweep(model, prompts, pool, others=(row["others"],), orders=orders,
@@ -113,26 +116,29 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
 
                 write_json(cfg.partial, {"by_others": rows, "outputs": {n: {i: sorted(v) for i, v in e.items()}
                                                                         for n, e in every.items()}})
-    if not cfg.verified:
-        every["verified"], stats["verified"] = {0: {()}}, {"accepted": 0, "drafted": 0}
-        for r in rows:
-            r["verified_unique_max"] = None
+    for name, ran in (("fast_path", run_fast), ("verified", run_verified)):
+        if not ran:  # not measured: None, never a made-up 1
+            every[name] = {0: {()}}
+            stats[name] = {"accepted": 0, "drafted": 0, "batch_sizes": {}, "min_margin": None}
+            for r in rows:
+                r[f"{name}_unique_max"] = None
     firsts = {name: [first_divergence(v) for v in every[name].values()] for name in every}
     div = sorted(f for f in firsts["fast_path"] if f is not None)
-    vmax = max(r["verified_unique_max"] for r in rows) if cfg.verified else None
-    return {"by_others": rows, "verified_unique_max": vmax,
-            "fast_path_unique_max": max(r["fast_path_unique_max"] for r in rows),
+    vmax = max(r["verified_unique_max"] for r in rows) if run_verified else None
+    return {"by_others": rows, "verified_unique_max": vmax, "paths": cfg.paths,
+            "fast_path_unique_max": max(r["fast_path_unique_max"] for r in rows) if run_fast else None,
             # over all configurations together (k's and orders): a prompt may differ only across k
-            "fast_path_unique_overall_max": max(map(len, every["fast_path"].values())),
-            "verified_unique_overall_max": max(map(len, every["verified"].values())) if cfg.verified else None,
-            "fast_path_prompts_diverged": len(div), "first_divergence_position": div[0] if div else None,
+            "fast_path_unique_overall_max": max(map(len, every["fast_path"].values())) if run_fast else None,
+            "verified_unique_overall_max": max(map(len, every["verified"].values())) if run_verified else None,
+            "fast_path_prompts_diverged": len(div) if run_fast else None,
+            "first_divergence_position": div[0] if div else None,
             "fast_path_divergence_positions": div,
             "verified_first_divergence_position": min((f for f in firsts["verified"] if f is not None),
                                                       default=None),
             "fast_batch_sizes": dict(sorted(stats["fast_path"]["batch_sizes"].items())),
             "fast_path_min_top2_margin": stats["fast_path"]["min_margin"],
             "verified_acceptance": (round(stats["verified"]["accepted"] / max(1, stats["verified"]["drafted"]), 4)
-                                    if cfg.verified else None),
+                                    if run_verified else None),
             "n_configurations": sum(r["configurations"] for r in rows), "prompts": len(prompts)}
 
 
@@ -186,13 +192,13 @@ def chart(res: dict | list[dict], costs: str | dict | None = None):
             costs = json.load(f)
     series = {f"fast path, {r['fast_path_dtype']}": ([x["others"] for x in r["by_others"]],
                                                      [x["fast_path_unique_max"] for x in r["by_others"]])
-              for r in runs}
+              for r in runs if r.get("fast_path_unique_max") is not None}
     checked = [r for r in runs if r.get("verified_unique_max") is not None]  # runs with verified requests
     if checked:
         series["verified"] = ([x["others"] for x in checked[0]["by_others"]],
                               [max(r["by_others"][j]["verified_unique_max"] for r in checked)
                                for j in range(len(checked[0]["by_others"]))])
-    if not costs and len(runs) == 1 and checked:
+    if not costs and len(runs) == 1 and checked and runs[0].get("fast_path_unique_max") is not None:
         r = runs[0]["by_others"]
         return plots.determinism_chart([x["others"] for x in r], [x["fast_path_unique_max"] for x in r],
                                        [x["verified_unique_max"] for x in r])
