@@ -44,7 +44,7 @@ class DeterminismBenchConfig:
     seed: int = 0  # workload seed
 
 
-SMOLLM2 = DeterminismBenchConfig(n_requests=8, new_tokens=(8, 16), max_batch=4, window=8, repeats=2)
+SMOLLM2 = DeterminismBenchConfig(n_requests=40, new_tokens=(16, 64), max_batch=16, repeats=3)  # 10%: 4 of 40
 TOY = DeterminismBenchConfig(n_requests=30, new_tokens=(8, 24), max_batch=8, window=8)
 QUICK = DeterminismBenchConfig(n_requests=8, new_tokens=(4, 8), max_batch=4, window=4, repeats=1)
 

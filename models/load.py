@@ -40,7 +40,8 @@ SHIPPED = {
     "cot-rope": "coinflip-cot-rope",
 }
 # n-gram stores of the retrieval drafter (decoding.datastore), by name
-STORES = {"smollm2": "smollm2-ngram-store.json"}
+STORES = {"smollm2": "smollm2-ngram-store.json",  # coin-flip rewrites (train templates and names)
+          "smollm2-stdlib": "smollm2-stdlib-store.json"}  # stdlib docstrings, the modules of the "store" half
 
 
 class ModelLoadError(RuntimeError):
