@@ -4,10 +4,11 @@ Two figures: a layer × position heatmap with the tokens on the x axis and the t
 strip underneath, and a line plot at the best layer with the true state as a step function (and
 the forced answers at every event boundary as squares).
 
->>> res = main(BeliefsConfig(model="target", probes="runs/demo/probes/target",  # doctest: +SKIP
-...                          prompt="A coin is heads . Alice flips . Bob stays . State ?", out="beliefs.png"))
->>> res["files"]  # doctest: +SKIP
-['beliefs.png', 'beliefs-line.png']
+Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+    res = main(BeliefsConfig(model="target", probes="runs/demo/probes/target",
+                             prompt="A coin is heads . Alice flips . Bob stays . State ?", out="beliefs.png"))
+    res["files"]
 """
 
 from __future__ import annotations

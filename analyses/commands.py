@@ -1,9 +1,11 @@
 """`beliefscope beliefs | forced | trace | determinism-chart | demo` (registered by beliefscope/cli.py).
 
->>> # beliefscope demo --out runs/demo
->>> # beliefscope beliefs --model target --probes runs/demo/probes/target --prompt "A coin is heads . Alice flips . State ?" --out b.png
->>> # beliefscope forced --model target --probes runs/demo/probes/target --n 50 --out forced.png --json
->>> # beliefscope trace --model target --drafter draft:draft --probes runs/demo/probes/target --draft-probes runs/demo/probes/draft --out trace.png
+Shell::
+
+    beliefscope demo --out runs/demo
+    beliefscope beliefs --model target --probes runs/demo/probes/target --prompt "A coin is heads . Alice flips . State ?" --out b.png
+    beliefscope forced --model target --probes runs/demo/probes/target --n 50 --out forced.png --json
+    beliefscope trace --model target --drafter draft:draft --probes runs/demo/probes/target --draft-probes runs/demo/probes/draft --out trace.png
 """
 
 from __future__ import annotations

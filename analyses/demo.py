@@ -5,9 +5,10 @@ forced answers, a speculative-decoding trace, the determinism check and a steeri
 writes ``report.html`` (figures inlined), the PNGs and ``summary.json``. Everything is written to
 a temporary folder next to DIR and renamed at the end: a failed run leaves nothing behind.
 
->>> summary = main(DemoConfig(out="runs/demo"))  # doctest: +SKIP
->>> summary["probe"]["best_layer"]  # doctest: +SKIP
-3
+Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+    summary = main(DemoConfig(out="runs/demo"))
+    summary["probe"]["best_layer"]
 """
 
 from __future__ import annotations

@@ -13,10 +13,11 @@ and the target's probe readouts are compared where it matters:
 Readouts come from one forward per model over the committed sequence; with causal attention these
 are the activations of the committed positions in the verify pass.
 
->>> res = main(TraceConfig(model="target", drafter="draft:draft", probes="p/target",  # doctest: +SKIP
-...                        draft_probes="p/draft", out="trace.png"))
->>> sorted(res)[:3]  # doctest: +SKIP
-['acceptance', 'draft_belief_wrong_at_rejections', 'draft_belief_wrong_base_rate']
+Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+    res = main(TraceConfig(model="target", drafter="draft:draft", probes="p/target",
+                           draft_probes="p/draft", out="trace.png"))
+    sorted(res)[:3]
 """
 
 from __future__ import annotations

@@ -69,9 +69,13 @@ class InspectMixin:
 
         Example::
 
+            >>> import torch
             >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache().keys  # doctest: +ELLIPSIS
-            <bound method ...>
+            >>> c = tiny_cache()  # 2 layers, 2 kv heads, d_head 8
+            >>> for layer in range(2):
+            ...     _ = c.update(torch.ones(1, 2, 3, 8), torch.ones(1, 2, 3, 8), layer)
+            >>> c.keys(0).shape, c.keys(0, positions=[2]).shape
+            (torch.Size([2, 3, 8]), torch.Size([2, 1, 8]))
         """
         return self._read(self._st.k if self._st else None, layer, positions, row)
 
@@ -80,9 +84,13 @@ class InspectMixin:
 
         Example::
 
+            >>> import torch
             >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache().values  # doctest: +ELLIPSIS
-            <bound method ...>
+            >>> c = tiny_cache()
+            >>> for layer in range(2):
+            ...     _ = c.update(torch.ones(1, 2, 2, 8), 2 * torch.ones(1, 2, 2, 8), layer)
+            >>> c.values(1)[0, :, 0].tolist()
+            [2.0, 2.0]
         """
         return self._read(self._st.v if self._st else None, layer, positions, row)
 
@@ -182,9 +190,14 @@ class InspectMixin:
 
         Example::
 
+            >>> import torch
             >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache().overwrite  # doctest: +ELLIPSIS
-            <bound method ...>
+            >>> c = tiny_cache()
+            >>> for layer in range(2):
+            ...     _ = c.update(torch.ones(1, 2, 3, 8), torch.ones(1, 2, 3, 8), layer)
+            >>> c.overwrite(0, [1], torch.zeros(2, 1, 8), torch.zeros(2, 1, 8))
+            >>> c.keys(0)[0, :, 0].tolist()  # head 0, first feature, positions 0..2
+            [1.0, 0.0, 1.0]
         """
         rows = list(range(len(self._lens))) if row is None else [row]
         if k.dim() == 3:

@@ -2,11 +2,14 @@
 
 Hook functions follow TransformerLens: ``fn(act, *, hook)``. Hooks are removed in ``finally``.
 
+>>> import torch
+>>> from beliefscope.cache.testing import tiny_gpt2
 >>> from beliefscope.hooks import capture
->>> with capture(model, ["blocks.0.hook_resid_post"]) as cap:  # doctest: +SKIP
-...     model(tokens)
->>> cap.stacked("blocks.0.hook_resid_post").shape  # doctest: +SKIP
-torch.Size([1, 7, 128])
+>>> model = tiny_gpt2()  # d_model 32
+>>> with capture(model, ["blocks.0.hook_resid_post"]) as cap:
+...     _ = model(torch.tensor([[1, 2, 3, 4, 5, 6, 7]]))
+>>> cap.stacked("blocks.0.hook_resid_post").shape
+torch.Size([1, 7, 32])
 """
 
 from __future__ import annotations
@@ -153,8 +156,10 @@ def stream(model, names, sink):
     ``buffer.copy_(act)``, one copy straight into its destination) and must not modify it.
     Hooks are attached once for the whole block and removed on exit, even after an exception.
 
-    >>> with torch.no_grad(), stream(model, ["blocks.0.hook_resid_post"], sink):  # doctest: +SKIP
-    ...     model(tokens)
+    Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+        with torch.no_grad(), stream(model, ["blocks.0.hook_resid_post"], sink):
+            model(tokens)
     """
     names = [names] if isinstance(names, str) else list(names)
 

@@ -1,12 +1,16 @@
 """Activation store, linear probes with controls, and causal checks of beliefs.
 
->>> from beliefscope.probes import ActivationStore, fit_all_layers  # doctest: +SKIP
->>> probe = fit_all_layers(ActivationStore.open("acts/target"), "state", trainer="torch")  # doctest: +SKIP
+Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+    from beliefscope.probes import ActivationStore, fit_all_layers
+    probe = fit_all_layers(ActivationStore.open("acts/target"), "state", trainer="torch")
 
 One hook as a scikit-learn estimator (cross-validation, grid search, pipelines):
 
->>> X, y, groups = hook_xy(ActivationStore.open("acts/target"), "blocks.3.hook_resid_post", "state")  # doctest: +SKIP
->>> ProbeClassifier(C=1.0).fit(X, y).score(X, y)  # doctest: +SKIP
+Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+    X, y, groups = hook_xy(ActivationStore.open("acts/target"), "blocks.3.hook_resid_post", "state")
+    ProbeClassifier(C=1.0).fit(X, y).score(X, y)
 
 See probes/README.md for the controls (and why a per-type control alone says nothing here).
 """

@@ -1,8 +1,10 @@
 """`beliefscope harvest`, `beliefscope probe` and `beliefscope steer`.
 
->>> # beliefscope harvest --model target --n 1000 --events 1-16 --out acts/target
->>> # beliefscope probe --acts acts/target --label state --out probes/target --json
->>> # beliefscope steer --model target --probes probes/target --layer 2 --alpha 1 --json
+Shell::
+
+    beliefscope harvest --model target --n 1000 --events 1-16 --out acts/target
+    beliefscope probe --acts acts/target --label state --out probes/target --json
+    beliefscope steer --model target --probes probes/target --layer 2 --alpha 1 --json
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Rows of an activation store selected for probing, in (prompt, position) order.
 
->>> data = load_probe_data(ActivationStore.open("acts/target"), "after_first_event", ["hook_embed"])  # doctest: +SKIP
->>> data.X.shape  # doctest: +SKIP
-torch.Size([1, 5120, 128])
+Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+    data = load_probe_data(ActivationStore.open("acts/target"), "after_first_event", ["hook_embed"])
+    data.X.shape
 """
 
 from __future__ import annotations

@@ -113,8 +113,10 @@ def hook_xy(store, hook: str, label: str, positions: str = "after_first_event"):
 
     Example::
 
-        >>> X, y, groups = hook_xy(store, "blocks.3.hook_resid_post", "state")  # doctest: +SKIP
-        >>> cross_val_score(ProbeClassifier(), X, y, groups=groups, cv=GroupKFold(5))  # doctest: +SKIP
+        Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+            X, y, groups = hook_xy(store, "blocks.3.hook_resid_post", "state")
+            cross_val_score(ProbeClassifier(), X, y, groups=groups, cv=GroupKFold(5))
     """
     from beliefscope.probes.data import load_probe_data
 

@@ -6,9 +6,10 @@ own shards; rank 0 merges the journals into the manifest at the end::
 
     torchrun --nproc-per-node 2 -m beliefscope.probes.harvest --model target --n-prompts 400 --out acts/target
 
->>> store = harvest(bridge, tok, examples, ["resid_post"], "all", "acts/x")  # doctest: +SKIP
->>> store.manifest["n_rows"] > 0  # doctest: +SKIP
-True
+Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+    store = harvest(bridge, tok, examples, ["resid_post"], "all", "acts/x")
+    store.manifest["n_rows"] > 0
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ accuracy on held-out lengths (train on ``train_events``, test on longer prompts)
 templates and names (natural rendering). The embedding-only probe (input to block 0) and a
 majority-class baseline are reported next to them.
 
->>> rep = probe_report(ActivationStore.open("acts/target"), ReportConfig(label="state"))  # doctest: +SKIP
->>> rep.best_layer  # doctest: +SKIP
-3
+Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+    rep = probe_report(ActivationStore.open("acts/target"), ReportConfig(label="state"))
+    rep.best_layer
 """
 
 from __future__ import annotations

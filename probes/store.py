@@ -12,9 +12,11 @@ recorded (with its sha256) in its rank's journal. A run killed at any point resu
 journals: shards that were never journaled are rewritten, so no row is lost or duplicated.
 When every prompt is done, the journals are merged into the manifest (``complete: true``).
 
->>> store = ActivationStore.open("acts/target")  # doctest: +SKIP
->>> X = store.load_hook("blocks.2.hook_resid_post")  # doctest: +SKIP
->>> y = store.load_label("state")  # doctest: +SKIP
+Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+    store = ActivationStore.open("acts/target")
+    X = store.load_hook("blocks.2.hook_resid_post")
+    y = store.load_label("state")
 """
 
 from __future__ import annotations
@@ -72,9 +74,11 @@ class ShardInfo:
 class ActivationStore:
     """A store folder: create/resume for writing (one writer per rank), open for reading.
 
-    >>> store = ActivationStore.create("acts/x", header)  # doctest: +SKIP
-    >>> store.write_shard(rank=0, acts={"blocks.0.hook_resid_post": a}, labels=labels)  # doctest: +SKIP
-    >>> store.finalize()  # doctest: +SKIP
+    Usage (not run as a doctest: it needs stored activations, probes or a model)::
+
+        store = ActivationStore.create("acts/x", header)
+        store.write_shard(rank=0, acts={"blocks.0.hook_resid_post": a}, labels=labels)
+        store.finalize()
     """
 
     def __init__(self, path: str, manifest: dict):
