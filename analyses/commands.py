@@ -151,7 +151,6 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "instrument", help="validate the belief instrument: probe, forced answer, thought and truth at every "
         "event boundary, per model and length band, with controls and a causal check",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="example: beliefscope instrument --models target,thinking --n-train 200 --n-test 100 --json")
     p.add_argument("--models", default="target,direct-rope,cot-rope,thinking", help="comma-separated model names")
     p.add_argument("--n-train", type=int, default=400, help="prompts (1-8 events) whose boundaries fit the probes")

@@ -22,11 +22,20 @@ import sys
 AREAS = ("beliefscope.models.cli", "beliefscope.decoding.cli", "beliefscope.probes.cli", "beliefscope.analyses.commands", "beliefscope.benchmarks.cli")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Each flag's default; the example (epilog) as written; no line break inside a hyphenated word."""
+
+    def _split_lines(self, text, width):
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 class _CommandParser(argparse.ArgumentParser):
-    """Every subcommand's help shows each flag's default."""
+    """Every subcommand's help shows each flag's default and ends with an example."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
 
@@ -45,12 +54,73 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         module.register(sub)
     for name, p in sub.choices.items():
-        add_common_flags(p)
+        add_common_flags(p, name)
     return parser
 
 
-def add_common_flags(p: argparse.ArgumentParser) -> None:
-    """`--quiet` on every command; `--device` and `--dtype` on every command that loads a model."""
+# One sentence for the flags many commands share (a command's own help= wins).
+FLAG_HELP = {
+    "model": "model: a shipped name (target, draft, thinking, direct-rope, cot-rope, smollm2), a checkpoint "
+             "folder or an org/name hub model",
+    "probes": "probe folder written by `beliefscope probe --out` (fitted on the same model)",
+    "task": "task family: coinflip or cups",
+    "seed": "seed of the sampled prompts (a probe's own prompts use another seed)",
+    "events": "events per prompt, an inclusive range LO-HI (e.g. 1-8)",
+    "rendering": "prompt rendering: toy (word grammar) or natural (English; default for smollm2)",
+    "fmt": "prompt format: direct (answer at once) or cot (chain of thought first)",
+    "split": "templates and names: train, heldout, all or train+heldout",
+    "n": "number of prompts",
+    "layer": "layer index L of the residual stream (blocks.L.hook_resid_post)",
+    "gamma": "draft tokens per verify step: an integer >= 1 or auto",
+    "max_new_tokens": "new tokens to generate per prompt",
+    "batch_size": "prompts per forward",
+    "random_init_seed": "seed of the random-init twin model (the control)",
+    "n_random": "random directions of the same norm (the baseline flip rate)",
+    "random_seed": "seed of the random directions",
+    "prompts": "measured prompts (requests)",
+    "positions": "token rows the probe is fitted on: after_first_event (every token once the story has begun), "
+                 "boundary (the token completing each event), last (the final token, where the answer is "
+                 "computed) or all",
+    "folds": "cross-validation folds, split by prompt",
+    "trainer": "torch (batched, all layers at once) or sklearn (LogisticRegression, the reference)",
+    "max_iter": "optimiser iterations per probe",
+    "control_seed": "seed of the control task's random labels",
+    "layers_per_fit": "layers fitted together by the torch trainer (memory vs speed)",
+    "no_random_init": "skip the random-init control",
+    "json": "print one JSON object on stdout (progress stays on stderr)",
+    "no_progress": "no progress bar",
+}
+EXAMPLES = {  # one working example per command, shown at the end of its help
+    "train": "beliefscope train --preset thinking --steps 20 --eval-n 20 --out my-thinking",
+    "eval": "beliefscope eval --model thinking --events 17-32 --n 100 --json",
+    "generate": 'beliefscope generate --model target --drafter ngram:3 --prompt "A coin is heads . Alice flips . '
+                'Think :"',
+    "datastore": "beliefscope datastore --model smollm2 --out my-store.json",
+    "harvest": "beliefscope harvest --model target --n 300 --events 1-8 --out acts/target",
+    "probe": "beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json",
+    "steer": "beliefscope steer --model target --probes probes/target-last --layer 3 --alpha 3 --n 100 --json",
+    "beliefs": 'beliefscope beliefs --model target --probes probes/target --out b.png --prompt "A coin is heads . '
+               'Alice flips . State ?"',
+    "forced": "beliefscope forced --model target --probes probes/target --n 50 --out forced.png --json",
+    "instrument": "beliefscope instrument --models target,thinking --n-train 60 --n-test 30 --out runs/instrument",
+    "trace": "beliefscope trace --model target --drafter draft:draft --probes probes/target --out trace.png",
+    "determinism": "beliefscope determinism --model smollm2 --prompts 2 --others 0,3 --max-new-tokens 16 --json",
+    "determinism-chart": "beliefscope determinism-chart --model target --prompts 4 --out determinism.png",
+    "demo": "beliefscope demo --out runs/demo",
+    "bench": "beliefscope bench determinism --quick",
+}
+
+
+def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
+    """`--quiet` on every command; `--device` and `--dtype` on every command that loads a model; a sentence
+    for every shared flag without one; the command's example at the end of its help."""
+    for a in p._actions:
+        if not a.help and a.dest in FLAG_HELP:
+            a.help = FLAG_HELP[a.dest]
+        if a.help and a.default is None and "%(default)" not in a.help:
+            a.help += "%(default).0s"  # required, or the help says what None means: no "(default: None)"
+    if name in EXAMPLES and not p.epilog:
+        p.epilog = f"example: {EXAMPLES[name]}"
     dests = {a.dest for a in p._actions}
     if "quiet" not in dests:
         p.add_argument("--quiet", action="store_true",
