@@ -10,7 +10,6 @@ Shell::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
