@@ -9,7 +9,6 @@ import base64
 import io
 import json
 import os
-import sys
 
 import numpy as np
 import torch

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 
 def _tqdm(desc: str, total: int | None = None, disable: bool = False):
