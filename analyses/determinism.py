@@ -190,7 +190,7 @@ def chart(res: dict | list[dict], costs: str | dict | None = None):
     if isinstance(costs, str):
         with open(costs) as f:
             costs = json.load(f)
-    series = {f"fast path, {r['fast_path_dtype']}": ([x["others"] for x in r["by_others"]],
+    series = {f"fast path, {r['fast_path_dtype']}" + _overall(r): ([x["others"] for x in r["by_others"]],
                                                      [x["fast_path_unique_max"] for x in r["by_others"]])
               for r in runs if r.get("fast_path_unique_max") is not None}
     checked = [r for r in runs if r.get("verified_unique_max") is not None]  # runs with verified requests
@@ -203,6 +203,12 @@ def chart(res: dict | list[dict], costs: str | dict | None = None):
         return plots.determinism_chart([x["others"] for x in r], [x["fast_path_unique_max"] for x in r],
                                        [x["verified_unique_max"] for x in r])
     return plots.determinism_costs_chart(series, actual_shares((costs or {}).get("models", {})))
+
+
+def _overall(r: dict) -> str:
+    """Legend note: what the configurations give together (a prompt may differ only across k)."""
+    n, div = r.get("fast_path_unique_overall_max"), r.get("fast_path_prompts_diverged")
+    return f"; all k together: up to {n}, {div}/{r['prompts']} prompts" if n and n > 1 else ""
 
 
 def actual_shares(models: dict) -> dict:

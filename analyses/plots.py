@@ -267,7 +267,8 @@ def determinism_costs_chart(series: dict, costs: dict) -> Figure:
         ax.set_xticklabels(["0", "2", "10", "50", "100"])
         ax.set_xlabel("deterministic requests (% of the workload)")
         ax.set_ylabel("throughput / all fast path")
-        ax.set_ylim(0, 1.15)
+        top = max(s["ratio"]["q3"] for m in costs.values() for s in m["shares"])
+        ax.set_ylim(0, max(1.15, top + 0.1))
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
         ax.set_title("Cost of determinism", fontsize=10)
     return fig
