@@ -65,3 +65,20 @@ def test_trace_timeline_cells_agree_with_the_step(target):
         drafted = rows[1][2].count(int(Provenance.DRAFT))
         rolled = rows[2][2].count(int(Provenance.REJECTED))
         assert drafted == len(st.proposals) and rolled == len(st.proposals) - st.accepted, (i, rows)
+
+
+def test_json_is_pure_and_quiet_is_silent(tmp_path):
+    """In a fresh process: stdout is exactly one JSON object, and --quiet leaves stderr empty (no loading
+    bars or warnings); without --quiet the progress goes to stderr, never stdout."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "beliefscope", "harvest", "--model", "target", "--n", "3", "--out", "acts", "--json"]
+    quiet = subprocess.run([*cmd, "--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert set(json.loads(quiet.stdout)) == {"acts", os.path.join("acts", "random_init")}
+    loud = subprocess.run([*cmd[:-2], "acts2", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert loud.returncode == 0 and json.loads(loud.stdout) and "Loading weights" in loud.stderr
