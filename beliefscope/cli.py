@@ -15,6 +15,7 @@ there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -132,15 +133,28 @@ def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
                        help="the model's weights and activations dtype")
 
 
-def _silence_loaders() -> None:
-    """transformers' loading bars and warnings off (they go to stderr; `--quiet` wants none)."""
-    try:
-        from transformers.utils import logging as hf_logging
+@contextlib.contextmanager
+def _silenced(quiet: bool):
+    """With `--quiet`, transformers' loading bars and warnings off, and every tqdm bar disabled unless its
+    caller says otherwise (some loaders, GGUF's, use tqdm directly); all restored afterwards."""
+    if not quiet:
+        yield
+        return
+    from functools import partialmethod
 
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
+    import tqdm.std
+    from transformers.utils import logging as hf_logging
+
+    init, verbosity = tqdm.std.tqdm.__init__, hf_logging.get_verbosity()
+    tqdm.std.tqdm.__init__ = partialmethod(init, disable=True)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        tqdm.std.tqdm.__init__ = init
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
 
 
 def main(argv=None) -> int:
@@ -150,14 +164,15 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    if getattr(args, "quiet", False):
+    quiet = getattr(args, "quiet", False)
+    if quiet:
         args.no_progress = True
-        _silence_loaders()
     try:
         from beliefscope.models.load import model_defaults
 
         device = getattr(args, "device", None)
-        with model_defaults(device=None if device == "auto" else device, dtype=getattr(args, "model_dtype", None)):
+        with _silenced(quiet), model_defaults(device=None if device == "auto" else device,
+                                              dtype=getattr(args, "model_dtype", None)):
             return int(args.func(args) or 0)
     except (ValueError, KeyError, FileNotFoundError, PermissionError, RuntimeError) as e:
         # Library errors carry the bad value and the fix; show them without a traceback.
