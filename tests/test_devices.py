@@ -101,11 +101,11 @@ def test_cli_every_model_command_takes_device_and_dtype():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a missing GPU")
-def test_cli_refuses_a_device_the_machine_lacks(capsys, tmp_path, monkeypatch):
+def test_cli_refuses_a_device_the_machine_lacks(capsys, tmp_path):
     from beliefscope.cli import main
 
-    monkeypatch.chdir(tmp_path)
-    assert main(["eval", "--model", "target", "--n", "2", "--device", "cuda"]) == 2
+    out = tmp_path / "acts"
+    assert main(["harvest", "--model", "target", "--n", "2", "--out", str(out), "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert "device 'cuda' is not available" in err and "--device cpu" in err
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == []  # refused before anything was written
