@@ -5,10 +5,7 @@ forced answers, a speculative-decoding trace, the determinism check and a steeri
 writes ``report.html`` (figures inlined), the PNGs and ``summary.json``. Everything is written to
 a temporary folder next to DIR and renamed at the end: a failed run leaves nothing behind.
 
-Usage (not run as a doctest: it needs stored activations, probes or a model)::
-
-    summary = main(DemoConfig(out="runs/demo"))
-    summary["probe"]["best_layer"]
+Usage: ``main(DemoConfig(out="runs/demo"))["probe"]["best_layer"]`` (the CLI: ``beliefscope demo``).
 """
 
 from __future__ import annotations
