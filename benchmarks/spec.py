@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.benchmarks.common import header, smollm2_available, write_result
+from beliefscope.benchmarks.common import header, smollm2_available, spread, write_result
 from beliefscope.benchmarks.spec_stats import summarize, table, verify_cost_profile  # noqa: F401 (table: the CLI reads it here)
 
 
@@ -62,6 +62,8 @@ class SpecBenchConfig:
     general_prompts: int = 16  # prompts of the stdlib-docstring workload (decoding.general_prompts, "bench" split)
     general_drafters: tuple = ("ngram:3", "store:smollm2-stdlib", "store:smollm2")  # its drafters: prompt lookup,
     # the store built from the docstrings' disjoint "store" half, and the coin-flip store
+    packed_linears: bool = True  # SmolLM2 runs with its linear weights pre-packed for oneDNN (models.packed) when the
+    # CPU build has it, for every method alike; plain greedy with the default kernels is also timed, as a row
 
 
 QUICK = SpecBenchConfig(n_prompts=2, max_new_tokens=8, gammas=(3, "auto"),
@@ -107,9 +109,14 @@ def toy_models():
     return target, tok, draft, "random-init toy target and draft (checkpoints not shipped yet)"
 
 
+DEFAULT_KERNELS = "ours plain greedy, default kernels"  # row name: plain greedy with F.linear instead of packed weights
+
+
 def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig, auto_only=None,
-                  fixed_only=None, slow=(), slow_prompts=None, variable=(), trees=None) -> list[Method]:
+                  fixed_only=None, slow=(), slow_prompts=None, variable=(), trees=None, packed: bool = False) -> list[Method]:
     methods = [Method("ours plain greedy", "plain")]
+    if packed:
+        methods.append(Method(DEFAULT_KERNELS, "plain-default"))
     for d in drafters:
         if d == "draft" and not draft_available:
             continue
@@ -145,8 +152,15 @@ def make_runner(m: Method, target, draft, n_new: int, stop_at_eos: bool = False,
     from beliefscope.decoding.drafters import make_drafter
     from beliefscope.decoding.speculative import speculative_generate
 
-    if m.kind == "plain":
+    if m.kind in ("plain", "plain-default"):
         cfg = SpecConfig(max_new_tokens=n_new, stop_at_eos=stop_at_eos)
+        if m.kind == "plain-default":  # the same model with its packed linears switched back to F.linear
+            from beliefscope.models.packed import packing_disabled
+
+            def run_default(ids):
+                with packing_disabled(target):
+                    return _tokens(generate(target, ids, cfg))
+            return run_default
         return lambda ids: _tokens(generate(target, ids, cfg))
     if m.kind == "ours":
         drafter = make_drafter(m.drafter, target, load=lambda _: (draft,))
@@ -245,10 +259,16 @@ def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: Spe
         chosen = calibrate_trees(target, trees, calib, costs, cfg)
     if widths is not None and not variable:
         widths = efficient_widths(costs)
+    from beliefscope.models.packed import is_packed, packing_disabled
+
+    packed = is_packed(target)
     methods = build_methods(drafters, cfg.gammas, draft is not None, cfg, auto_only, fixed_only, slow, slow_prompts,
-                            variable, {d: t for d, (t, _) in chosen.items()})
+                            variable, {d: t for d, (t, _) in chosen.items()}, packed)
     run_model(target, draft, prompts, methods, cfg.max_new_tokens, progress, cfg.stop_at_eos, widths)
     verify_profile = verify_cost_profile(target, prompts[0])
+    if packed:
+        with packing_disabled(target):
+            verify_profile["default_kernels"] = verify_cost_profile(target, prompts[0])
     if widths is not None:
         verify_profile["verify_widths_used"] = list(widths)
         verify_profile["cost_over_1_at_start"] = {str(w): round(v, 4) for w, v in costs.items()}
@@ -270,7 +290,14 @@ def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: Spe
                                "hf_speedup": r["speedup"]["median"],
                                "ours_over_hf": round(mine[k]["speedup"]["median"] / r["speedup"]["median"], 4)}
     plain = next(m for m in methods if m.kind == "plain")
-    return {"model": label, "tree_calibration": {d: info for d, (_, info) in chosen.items()}, "n_prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens,
+    kernels = {"packed_linears": packed}
+    default = next((m for m in methods if m.kind == "plain-default"), None)
+    if default is not None and best:
+        fast = next(m for m in methods if m.name == best)
+        kernels["packed_plain_over_default_kernels"] = spread([d / p for d, p in zip(default.times, plain.times)], 4)
+        kernels["best_over_default_kernels_plain"] = spread([d / b for d, b in zip(default.times, fast.times)], 4)
+        kernels["default_kernels_identical_to_plain"] = rows[DEFAULT_KERNELS]["identical_to_plain"]
+    return {"kernels": kernels, "model": label, "tree_calibration": {d: info for d, (_, info) in chosen.items()}, "n_prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens,
             "mean_new_tokens": round(sum(map(len, plain.outputs)) / len(plain.outputs), 1),
             "mean_prompt_tokens": round(sum(p.numel() for p in prompts) / len(prompts), 1),
             "methods": rows, "verify_cost_profile": verify_profile, "best": best, "best_speedup": ours[best]["speedup"]["median"] if best else None,
@@ -290,6 +317,12 @@ def smollm2_prompts(tok, n: int, seed: int, cfg: SpecBenchConfig | None = None) 
 
     cfg = cfg or SpecBenchConfig()
     return chat_prompts(tok, n, seed, cfg.smollm2_events, cfg.smollm2_split)
+
+
+def _pack(cfg: SpecBenchConfig) -> bool:
+    from beliefscope.models.packed import packing_available
+
+    return cfg.packed_linears and packing_available()
 
 
 def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = None, keep_existing: bool = False) -> dict:
@@ -326,7 +359,7 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
             from beliefscope.models.load import load_hf
 
             t0 = time.perf_counter()
-            target, tok = load_hf("smollm2")
+            target, tok = load_hf("smollm2", "cpu", packed=_pack(cfg))
             result["smollm2_load_seconds"] = round(time.perf_counter() - t0, 1)
             prompts = smollm2_prompts(tok, cfg.n_prompts, cfg.seed, cfg)
             result["smollm2"] = bench_model("SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to fp32)", target, tok, None,
@@ -352,7 +385,7 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
         from beliefscope.decoding.general_prompts import general_chat_prompts
         from beliefscope.models.load import load_hf
 
-        target, tok = load_hf("smollm2")
+        target, tok = load_hf("smollm2", "cpu", packed=_pack(cfg))
         result["general"] = bench_model(
             "SmolLM2-135M-Instruct, stdlib docstrings", target, tok, None,
             general_chat_prompts(tok, cfg.general_prompts, cfg.seed, "bench"), cfg.general_drafters, cfg, progress,

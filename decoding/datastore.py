@@ -43,6 +43,8 @@ class StoreDraftConfig:
     # (the store knows the output's structure; the context knows this request's names and phrasings)
     strict_first_only: bool = False  # True: thresholds gate only the first draft token, later ones need any match
     # (a verify window padded to a cheap width costs the same whether the tail is filled or not)
+    list_counter: bool = True  # after a line opened with "k.", draft "k+1." to open the next one (decoding.lists;
+    # needs the token ids the store records when built with a tokenizer)
 
 
 class NGramStore:
@@ -121,6 +123,9 @@ class StoreDrafter(Drafter):
         self.name = name or self.name
         self.context: NGramStore | None = None  # the current request's own n-grams
         self.seen = 0  # committed tokens already added to the context table
+        from beliefscope.decoding.lists import ListCounter
+
+        self.counter = ListCounter.from_meta(store.meta.get("list_counter")) if self.config.list_counter else None
 
     def start(self, target, ids, cache, cfg):
         vocab = self.store.meta.get("vocab_size")
@@ -156,9 +161,12 @@ class StoreDrafter(Drafter):
             self.start(None, ids, None, cfg)
         self._grow(ids)
         ctx = ids[-self.store.max_n:].tolist()
+        seq = ids[-256:].tolist() if self.counter is not None else None  # what the list counter reads
         out = []
         while len(out) < n:
-            tok = self.next_token(tuple(ctx), strict=not out or not self.config.strict_first_only)
+            tok = self.counter.next_token(seq + out) if seq is not None else None
+            if tok is None:
+                tok = self.next_token(tuple(ctx), strict=not out or not self.config.strict_first_only)
             if tok is None:
                 break
             out.append(tok)

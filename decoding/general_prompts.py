@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     prompts = [tok(t)["input_ids"] for t in texts]
     build_store(model, prompts, args.out, StoreBuildConfig(max_new_tokens=args.max_new_tokens, batch_size=16),
                 meta={"model": "smollm2", "workload": "stdlib docstrings, store split", "prompts": args.prompts,
-                      "seed": 1}, pad_id=tok.pad_token_id or 0)
+                      "seed": 1}, pad_id=tok.pad_token_id or 0, tokenizer=tok)
     return 0
 
 

@@ -65,8 +65,11 @@ def greedy_outputs(model, prompts: list, config: StoreBuildConfig, pad_id: int =
 
 
 def build_store(model, prompts: list, out_path: str, config: StoreBuildConfig | None = None, meta: dict | None = None,
-                pad_id: int = 0, progress=None) -> NGramStore:
-    """Generate (resuming from ``<out>.partial.jsonl``), count, save ``out_path``, delete the partial file."""
+                pad_id: int = 0, progress=None, tokenizer=None) -> NGramStore:
+    """Generate (resuming from ``<out>.partial.jsonl``), count, save ``out_path``, delete the partial file.
+
+    With ``tokenizer``, the store also records the token ids of numbered-list items
+    (``decoding.lists.ListCounter``), which the store drafter uses to open each next item."""
     config = config or StoreBuildConfig()
     partial = out_path + ".partial.jsonl"
     finished: dict[int, list] = {}
@@ -90,6 +93,10 @@ def build_store(model, prompts: list, out_path: str, config: StoreBuildConfig | 
             greedy_outputs(model, prompts[i:i + config.batch_size], config, pad_id, done, progress)
     store = NGramStore(config.max_n, {**(meta or {}), "vocab_size": vocab_size(model), "n_prompts": len(prompts),
                                       "max_new_tokens": config.max_new_tokens, "include_prompts": config.include_prompts})
+    if tokenizer is not None:
+        from beliefscope.decoding.lists import ListCounter
+
+        store.meta["list_counter"] = ListCounter.from_tokenizer(tokenizer).to_meta()
     for i in sorted(finished):
         for j, out in enumerate(finished[i]):
             seq = list(map(int, prompts[i + j])) + out if config.include_prompts else out

@@ -152,7 +152,7 @@ def store_propose_tree(drafter, ids: torch.Tensor, shape: TreeConfig, cfg: SpecC
     if drafter.context is None:
         drafter.start(None, ids, None, cfg)
     drafter._grow(ids)
-    m = drafter.store.max_n
+    base = ids[-max(drafter.store.max_n, 256):].tolist()  # the n-gram tables read its tail, the list counter more
     tokens, parents, ctxs = [], [], []
     frontier: list = []  # heap of (-probability, tie, parent node, token, depth)
     tie = 0
@@ -161,15 +161,19 @@ def store_propose_tree(drafter, ids: torch.Tensor, shape: TreeConfig, cfg: SpecC
         nonlocal tie
         if depth >= shape.depth:
             return
-        for tok, share in store_candidates(drafter, tuple(ctx))[: shape.branch]:
+        cands = store_candidates(drafter, tuple(ctx))
+        counted = drafter.counter.next_token(ctx) if drafter.counter is not None else None
+        if counted is not None:  # the next list item's number leads; the tables' guesses follow at half weight
+            cands = [(counted, 1.0)] + [(t, 0.5 * s) for t, s in cands if t != counted]
+        for tok, share in cands[: shape.branch]:
             if prob * share >= shape.min_share:
                 heapq.heappush(frontier, (-prob * share, tie, node, tok, depth + 1))
                 tie += 1
 
-    expand(-1, ids[-m:].tolist(), 1.0, 0)
+    expand(-1, base, 1.0, 0)
     while frontier and len(tokens) < shape.nodes:
         negp, _, parent, tok, depth = heapq.heappop(frontier)
-        ctx = ((ctxs[parent] if parent >= 0 else ids[-m:].tolist()) + [tok])[-m:]
+        ctx = (ctxs[parent] if parent >= 0 else base) + [tok]
         tokens.append(tok)
         parents.append(parent)
         ctxs.append(ctx)

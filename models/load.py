@@ -149,10 +149,12 @@ def _read_card(path: str) -> dict:
         return json.load(fh)
 
 
-def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool = False):
+def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool = False, packed: bool = False):
     """Load the raw Hugging Face model and tokenizer (no bridge). Returns (model, tokenizer).
 
-    ``device`` defaults to CUDA when available, else the CPU."""
+    ``device`` defaults to CUDA when available, else the CPU. ``packed=True`` (float32 on a CPU)
+    pre-packs the linear weights for oneDNN (``models.packed``): same outputs up to float rounding,
+    and verify forwards of a few tokens cost about one decode step."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device, dtype = default_device(device), resolve_dtype(dtype)
@@ -182,7 +184,15 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
-    return model.to(device).eval(), tok
+    model = model.to(device).eval()
+    if packed:
+        from beliefscope.models.packed import pack_linears
+
+        if device.type != "cpu" or next(model.parameters()).dtype != torch.float32:
+            raise ModelLoadError(f"packed=True packs float32 CPU weights; this model is {next(model.parameters()).dtype}"
+                                 f" on {device}: drop packed, or load with device='cpu', dtype='float32'")
+        pack_linears(model)
+    return model, tok
 
 
 # What `load_model` uses when its caller gives no device / dtype; set for a block with `model_defaults`

@@ -1,0 +1,121 @@
+"""models.packed: oneDNN-packed linear weights give HF's logits, row-wise batch invariance,
+exact speculative decoding, autograd through the fallback, and a clean way back."""
+
+import pytest
+import torch
+from beliefscope.models.packed import (PackedLinear, is_packed, pack_linears, packing_available, packing_disabled,
+                                       unpack_linears)
+from conftest import tiny_gpt2_hf, tiny_llama_hf
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN weight packing")
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids).logits  # [b, n, vocab]
+
+
+@pytest.mark.parametrize("make", [tiny_llama_hf, tiny_gpt2_hf], ids=["llama-linear", "gpt2-conv1d"])
+def test_packed_logits_match_hf(make):
+    model = make()
+    ids = torch.randint(0, 60, (2, 17))
+    ref = _logits(model, ids)
+    n = pack_linears(model)
+    assert n > 0 and is_packed(model)
+    kinds = {type(m).__name__ for m in model.modules() if isinstance(m, PackedLinear)}
+    assert kinds == ({"PackedLinear", "_Conv1DPacked"} if make is tiny_gpt2_hf else {"PackedLinear"})
+    torch.testing.assert_close(_logits(model, ids), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_rows_are_bitwise_batch_invariant():
+    """Row i of a packed layer's output is the same bits whether computed alone or with up to 63 others
+    (what makes a verify forward see a decode step's linear-layer numbers)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(576, 1536)
+    net = torch.nn.Sequential(lin)
+    pack_linears(net)
+    x = torch.randn(64, 576)
+    with torch.no_grad():
+        alone = torch.cat([net(x[i:i + 1]) for i in range(8)])  # [8, 1536] one row per call
+        for m in (2, 3, 5, 8, 9, 16, 33, 64):
+            together = net(x[:m])  # [m, 1536]
+            k = min(m, 8)
+            assert torch.equal(together[:k], alone[:k]), f"rows differ when {m} rows run together"
+        torch.testing.assert_close(net(x), torch.nn.functional.linear(x, lin.weight, lin.bias), atol=1e-4, rtol=1e-5)
+
+
+def test_speculative_greedy_on_packed_model_equals_plain_greedy():
+    from beliefscope.decoding import SpecConfig, generate, make_drafter, speculative_generate
+
+    model = tiny_llama_hf()
+    pack_linears(model)
+    torch.manual_seed(1)
+    for _ in range(6):
+        base = torch.randint(2, 60, (6,))
+        prompt = torch.cat([base, base, base[:3]])  # repeats, so prompt lookup drafts something
+        plain = generate(model, prompt, SpecConfig(max_new_tokens=20, stop_at_eos=False)).tokens
+        for gamma, fixed in ((4, True), (7, False)):
+            cfg = SpecConfig(gamma=gamma, max_new_tokens=20, stop_at_eos=False, fixed_window=fixed)
+            got = speculative_generate(model, make_drafter("ngram:2", model), prompt, cfg)
+            assert got.tokens == plain
+            assert got.drafted > 0
+
+
+def test_gradients_flow_through_the_fallback():
+    ref_model, model = tiny_llama_hf(), tiny_llama_hf()
+    pack_linears(model)
+    ids = torch.randint(0, 60, (1, 9))
+    ref_model(ids).logits.logsumexp(-1).sum().backward()
+    model(ids).logits.logsumexp(-1).sum().backward()
+    for (name, a), (_, b) in zip(ref_model.named_parameters(), model.named_parameters()):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_in_place_weight_edit_is_repacked():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 8)
+    net = torch.nn.Sequential(lin)
+    pack_linears(net)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        before = net(x)
+        net[0].weight.mul_(-2.0)  # e.g. an edit of the layer under no_grad
+        after = net(x)
+    torch.testing.assert_close(after, torch.nn.functional.linear(x, net[0].weight, net[0].bias), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(after, before)
+
+
+def test_state_dict_unchanged_and_unpack_restores_modules():
+    model = tiny_llama_hf()
+    keys = {k: v.clone() for k, v in model.state_dict().items()}
+    originals = {n: m for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    n = pack_linears(model)
+    assert set(model.state_dict()) == set(keys)
+    assert unpack_linears(model) == n and not is_packed(model)
+    for name, m in originals.items():
+        assert model.get_submodule(name) is m
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, keys[k])
+
+
+def test_packing_disabled_runs_default_kernels_and_restores():
+    model = tiny_llama_hf()
+    pack_linears(model)
+    layers = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    calls = []
+    layers[0].register_forward_hook(lambda *_: calls.append(layers[0].enabled))
+    ids = torch.randint(0, 60, (1, 5))
+    with packing_disabled(model):
+        _logits(model, ids)
+    _logits(model, ids)
+    assert calls == [False, True]
+    assert all(m.enabled for m in layers)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="batch_hint=0"):
+        pack_linears(torch.nn.Sequential(torch.nn.Linear(2, 2)), batch_hint=0)
+    from beliefscope.models.load import ModelLoadError, load_hf
+
+    with pytest.raises(ModelLoadError, match="packs float32 CPU weights.*bfloat16"):
+        load_hf("target", "cpu", "bfloat16", packed=True)
