@@ -38,7 +38,8 @@ class SpecBenchConfig:
     smollm2_drafters: tuple = ("early-exit:16", "early-exit:22", "early-exit:26", "ngram:3", "store:smollm2", "bf16")
     smollm2_auto_gamma: tuple = ("early-exit:16", "early-exit:22", "early-exit:26")  # also run with gamma="auto"
     smollm2_fixed_gamma: tuple = ("ngram:3", "store:smollm2", "bf16", "early-exit:26")  # also run with the fixed gamma
-    smollm2_variable: tuple = (("ngram:3", 7), ("ngram:3", "auto"), ("store:smollm2", 7), ("store:smollm2", "auto"))
+    smollm2_variable: tuple = (("ngram:3", 7), ("ngram:3", "auto"), ("store:smollm2", 7), ("store:smollm2", 9),
+                               ("store:smollm2", 11), ("store:smollm2", "auto"))
     # (drafter, gamma) also run with fixed_window=False: each verify is as wide as its draft, padded up to the
     # widths this machine runs fastest (measured at the start with decoding.tune.measure_verify_widths)
     max_verify_width: int = 9  # widths 1..this are timed to pick the efficient ones
@@ -62,6 +63,7 @@ class SpecBenchConfig:
     general_prompts: int = 16  # prompts of the stdlib-docstring workload (decoding.general_prompts, "bench" split)
     general_drafters: tuple = ("ngram:3", "store:smollm2-stdlib", "store:smollm2")  # its drafters: prompt lookup,
     # the store built from the docstrings' disjoint "store" half, and the coin-flip store
+    general_gammas: tuple = (7, 11)  # gammas of the general workload's chains (variable windows)
     packed_linears: bool = True  # SmolLM2 runs with its linear weights pre-packed for oneDNN (models.packed) when the
     # CPU build has it, for every method alike; plain greedy with the default kernels is also timed, as a row
 
@@ -389,7 +391,7 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
         result["general"] = bench_model(
             "SmolLM2-135M-Instruct, stdlib docstrings", target, tok, None,
             general_chat_prompts(tok, cfg.general_prompts, cfg.seed, "bench"), cfg.general_drafters, cfg, progress,
-            fixed_only=(), auto_only=(), variable=[(d, 7) for d in cfg.general_drafters], trees=cfg.general_drafters,
+            fixed_only=(), auto_only=(), variable=[(d, g) for d in cfg.general_drafters for g in cfg.general_gammas], trees=cfg.general_drafters,
             calib_text=general_chat_prompts(tok, cfg.calibration_prompts, cfg.seed + 7, "store"))
         result["general"]["machine"] = machine_info()
         result["general"]["note"] = (

@@ -119,3 +119,39 @@ def test_bad_input_is_refused():
 
     with pytest.raises(ModelLoadError, match="packs float32 CPU weights.*bfloat16"):
         load_hf("target", "cpu", "bfloat16", packed=True)
+
+
+def test_spec_bench_times_default_kernels_beside_packed():
+    """On a packed target the benchmark adds plain greedy with the default kernels, paired by prompt, and
+    reports the packing gain beside the speedups (which stay against packed plain greedy)."""
+    from beliefscope.benchmarks.spec import DEFAULT_KERNELS, SpecBenchConfig, bench_model
+
+    model = tiny_llama_hf()
+    pack_linears(model)
+    torch.manual_seed(2)
+    prompts = [(torch.randint(2, 60, (5,)).repeat(3)).tolist() for _ in range(3)]
+    cfg = SpecBenchConfig(n_prompts=3, max_new_tokens=12, gammas=(3,), stop_at_eos=False)
+    res = bench_model("tiny", model, lambda p: {"input_ids": p}, None, prompts, ("ngram:2",), cfg)
+    rows = res["methods"]
+    assert list(rows)[:2] == ["ours plain greedy", DEFAULT_KERNELS]
+    assert rows[DEFAULT_KERNELS]["kind"] == "plain-default" and rows[DEFAULT_KERNELS]["n_prompts"] == 3
+    k = res["kernels"]
+    assert k["packed_linears"] is True and k["best_over_default_kernels_plain"]["n"] == 3
+    assert k["default_kernels_identical_to_plain"] == rows[DEFAULT_KERNELS]["identical_to_plain"]
+    assert "default_kernels" in res["verify_cost_profile"]
+    assert rows["ours ngram:2 g=3"]["identical_to_plain"] == 3
+    assert all(m.enabled for m in model.modules() if isinstance(m, PackedLinear))
+
+
+def test_generate_cli_packed_gives_the_same_tokens(capsys):
+    import json
+
+    from beliefscope.cli import main
+
+    line = ["generate", "--model", "target", "--drafter", "ngram:3", "--gamma", "4", "--max-new-tokens", "16",
+            "--prompt", "A coin is heads . Alice flips . Bob stays . Think :", "--json", "--quiet"]
+    outs = []
+    for extra in ([], ["--packed"]):
+        assert main(line + extra) == 0
+        outs.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert outs[1]["tokens"] == outs[0]["tokens"] and outs[0]["tokens"]
