@@ -322,9 +322,11 @@ def smollm2_prompts(tok, n: int, seed: int, cfg: SpecBenchConfig | None = None) 
 
 
 def _pack(cfg: SpecBenchConfig) -> bool:
+    """Pack SmolLM2's linears: asked for, possible in this torch build, and the model runs on the CPU."""
+    from beliefscope.models.load import default_device
     from beliefscope.models.packed import packing_available
 
-    return cfg.packed_linears and packing_available()
+    return cfg.packed_linears and packing_available() and default_device().type == "cpu"
 
 
 def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = None, keep_existing: bool = False) -> dict:
@@ -361,7 +363,7 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
             from beliefscope.models.load import load_hf
 
             t0 = time.perf_counter()
-            target, tok = load_hf("smollm2", "cpu", packed=_pack(cfg))
+            target, tok = load_hf("smollm2", packed=_pack(cfg))
             result["smollm2_load_seconds"] = round(time.perf_counter() - t0, 1)
             prompts = smollm2_prompts(tok, cfg.n_prompts, cfg.seed, cfg)
             result["smollm2"] = bench_model("SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to fp32)", target, tok, None,
@@ -387,11 +389,12 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
         from beliefscope.decoding.general_prompts import general_chat_prompts
         from beliefscope.models.load import load_hf
 
-        target, tok = load_hf("smollm2", "cpu", packed=_pack(cfg))
+        target, tok = load_hf("smollm2", packed=_pack(cfg))
         result["general"] = bench_model(
             "SmolLM2-135M-Instruct, stdlib docstrings", target, tok, None,
             general_chat_prompts(tok, cfg.general_prompts, cfg.seed, "bench"), cfg.general_drafters, cfg, progress,
-            fixed_only=(), auto_only=(), variable=[(d, g) for d in cfg.general_drafters for g in cfg.general_gammas], trees=cfg.general_drafters,
+            fixed_only=(), auto_only=(), variable=[(d, g) for d in cfg.general_drafters for g in cfg.general_gammas],
+            trees=cfg.general_drafters,
             calib_text=general_chat_prompts(tok, cfg.calibration_prompts, cfg.seed + 7, "store"))
         result["general"]["machine"] = machine_info()
         result["general"]["note"] = (

@@ -80,6 +80,11 @@ class PackedLinear(torch.nn.Module):
             self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().contiguous(), self.batch_hint)
         self._packed_version = self.weight._version
 
+    def __getstate__(self):  # copies and pickles carry no oneDNN tensor: it is re-packed on first use
+        state = dict(self.__dict__)
+        state["_packed"], state["_packed_version"] = None, -1
+        return state
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
         needs_graph = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         if (not self.enabled or needs_graph or x.device.type != "cpu" or x.dtype != torch.float32

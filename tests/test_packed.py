@@ -155,3 +155,22 @@ def test_generate_cli_packed_gives_the_same_tokens(capsys):
         assert main(line + extra) == 0
         outs.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
     assert outs[1]["tokens"] == outs[0]["tokens"] and outs[0]["tokens"]
+
+
+def test_copies_repack_and_the_bf16_drafter_runs_on_a_packed_target():
+    """The bf16 drafter deep-copies the target: the copy carries no oneDNN tensor, re-packs (float32) or falls back
+    to F.linear (bfloat16), and speculative decoding stays equal to plain greedy."""
+    import copy
+
+    from beliefscope.decoding import SpecConfig, generate, make_drafter, speculative_generate
+
+    model = tiny_llama_hf()
+    pack_linears(model)
+    ids = torch.randint(2, 60, (1, 8))
+    twin = copy.deepcopy(model)
+    assert torch.equal(_logits(twin, ids), _logits(model, ids))
+    prompt = ids[0]
+    plain = generate(model, prompt, SpecConfig(max_new_tokens=12, stop_at_eos=False)).tokens
+    got = speculative_generate(model, make_drafter("bf16", model), prompt,
+                               SpecConfig(gamma=3, max_new_tokens=12, stop_at_eos=False, fixed_window=False))
+    assert got.tokens == plain and got.drafted > 0
