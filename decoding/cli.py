@@ -89,14 +89,10 @@ def _generate_thinking(args) -> int:
 
 
 def _pack(model) -> None:
-    import torch
     from beliefscope.decoding.core import hf_model
-    from beliefscope.models.packed import pack_linears
+    from beliefscope.models.packed import pack_linears, require_packable
 
-    param = next(hf_model(model).parameters())
-    if param.device.type != "cpu" or param.dtype != torch.float32:
-        raise ValueError(f"--packed packs float32 weights on the CPU; this model is {param.dtype} on {param.device}: "
-                         "add --device cpu --dtype float32, or drop --packed")
+    require_packable(hf_model(model))
     pack_linears(hf_model(model))
 
 

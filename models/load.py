@@ -186,11 +186,9 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
     tok.padding_side = "left"
     model = model.to(device).eval()
     if packed:
-        from beliefscope.models.packed import pack_linears
+        from beliefscope.models.packed import pack_linears, require_packable
 
-        if device.type != "cpu" or next(model.parameters()).dtype != torch.float32:
-            raise ModelLoadError(f"packed=True packs float32 CPU weights; this model is {next(model.parameters()).dtype}"
-                                 f" on {device}: drop packed, or load with device='cpu', dtype='float32'")
+        require_packable(model)
         pack_linears(model)
     return model, tok
 

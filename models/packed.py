@@ -138,6 +138,15 @@ class _Conv1DPacked(PackedLinear):
         return super().forward(x)
 
 
+def require_packable(model: torch.nn.Module) -> None:
+    """Raise a ``ValueError`` naming the fix unless ``model``'s weights are float32 on the CPU."""
+    param = next(model.parameters())
+    if param.device.type != "cpu" or param.dtype != torch.float32:
+        raise ValueError(f"packed linears need float32 weights on the CPU; this model is {param.dtype} on "
+                         f"{param.device}: load it with device 'cpu' and dtype 'float32' (CLI: --device cpu --dtype "
+                         "float32), or do not pack")
+
+
 def pack_linears(model: torch.nn.Module, batch_hint: int = BATCH_HINT) -> int:
     """Replace every float32 CPU ``nn.Linear`` / ``Conv1D`` in ``model`` by a ``PackedLinear``; returns how many.
 

@@ -22,7 +22,7 @@ CASES = [
     (f"generate --model target --gamma 0 --prompt {PROMPT}", "--gamma '0' is invalid", True),
     (f"generate --model target --drafter foo:1 --prompt {PROMPT}", "unknown drafter 'foo:1'", False),
     ("generate --model target --prompt ''", "the prompt is empty", False),
-    (f"generate --model target --dtype bfloat16 --packed --prompt {PROMPT}", "--packed packs float32 weights", False),
+    (f"generate --model target --dtype bfloat16 --packed --prompt {PROMPT}", "packed linears need float32 weights on the CPU", False),
     ("harvest --model target --n 5 --out afile/acts", "afile is a file, not a folder", True),
     ("harvest --model target --n 0 --out acts", "harvest at least 1 prompt", True),
     ("probe --acts missing-store --out probes", "activation store 'missing-store' does not exist", True),
