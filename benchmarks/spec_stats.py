@@ -9,7 +9,7 @@ import torch
 from beliefscope.benchmarks.common import leviathan_bound, ratio_spread, spread
 
 if TYPE_CHECKING:
-    from beliefscope.benchmarks.spec import Method
+    from beliefscope.benchmarks.spec_methods import Method
 
 
 def summarize(methods: list[Method], target, prompts, n_new: int, stop_at_eos: bool = False) -> dict:

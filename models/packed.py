@@ -67,17 +67,22 @@ class PackedLinear(torch.nn.Module):
         self._packed_version = -1
         self._pack()
 
+    def weight_out_in(self) -> torch.Tensor:
+        """The weight as ``[out, in]`` (the layout oneDNN packs)."""
+        return self.weight
+
     @property
     def in_features(self) -> int:
-        return self.weight.shape[1]
+        return self.weight_out_in().shape[1]
 
     @property
     def out_features(self) -> int:
-        return self.weight.shape[0]
+        return self.weight_out_in().shape[0]
 
     def _pack(self) -> None:
         with torch.no_grad():
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().contiguous(), self.batch_hint)
+            w = self.weight_out_in().detach().contiguous()  # [out, in]
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(w, self.batch_hint)
         self._packed_version = self.weight._version
 
     def __getstate__(self):  # copies and pickles carry no oneDNN tensor: it is re-packed on first use
@@ -89,7 +94,7 @@ class PackedLinear(torch.nn.Module):
         needs_graph = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         if (not self.enabled or needs_graph or x.device.type != "cpu" or x.dtype != torch.float32
                 or self.weight.dtype != torch.float32):
-            return F.linear(x, self.weight, self.bias)
+            return F.linear(x, self.weight_out_in(), self.bias)
         if self.weight._version != self._packed_version:
             self._pack()  # the weight was edited in place (steering, fine-tuning): re-pack it
         flat = x.reshape(-1, x.shape[-1])  # [rows, in]
@@ -100,42 +105,19 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def _as_packed(module: torch.nn.Module, batch_hint: int) -> PackedLinear | None:
-    if isinstance(module, torch.nn.Linear):
-        if module.weight.dtype != torch.float32 or module.weight.device.type != "cpu":
-            return None
-        return PackedLinear(module.weight, module.bias, module, batch_hint)
-    if type(module).__name__ == "Conv1D" and hasattr(module, "nf"):  # transformers' GPT-2 linear: weight [in, out]
-        return _Conv1DPacked(module, batch_hint) if module.weight.dtype == torch.float32 \
-            and module.weight.device.type == "cpu" else None
-    return None
-
-
 class _Conv1DPacked(PackedLinear):
-    """A ``PackedLinear`` for transformers' ``Conv1D`` (weight stored ``[in, out]``)."""
+    """A ``PackedLinear`` for transformers' ``Conv1D`` (GPT-2's linear; weight stored ``[in, out]``)."""
 
-    def __init__(self, conv, batch_hint: int):
-        super().__init__(conv.weight, conv.bias, conv, batch_hint)
+    def weight_out_in(self) -> torch.Tensor:
+        return self.weight.t()
 
-    @property
-    def in_features(self) -> int:
-        return self.weight.shape[0]
 
-    @property
-    def out_features(self) -> int:
-        return self.weight.shape[1]
-
-    def _pack(self) -> None:
-        with torch.no_grad():
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().t().contiguous(),
-                                                                   self.batch_hint)
-        self._packed_version = self.weight._version
-
-    def forward(self, x):  # x [..., in] -> [..., out]
-        needs_graph = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        if not self.enabled or needs_graph or x.device.type != "cpu" or x.dtype != torch.float32:
-            return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).reshape(*x.shape[:-1], -1)
-        return super().forward(x)
+def _as_packed(module: torch.nn.Module, batch_hint: int) -> PackedLinear | None:
+    kind = (PackedLinear if isinstance(module, torch.nn.Linear)
+            else _Conv1DPacked if type(module).__name__ == "Conv1D" and hasattr(module, "nf") else None)
+    if kind is None or module.weight.dtype != torch.float32 or module.weight.device.type != "cpu":
+        return None
+    return kind(module.weight, module.bias, module, batch_hint)
 
 
 def require_packable(model: torch.nn.Module) -> None:

@@ -10,6 +10,13 @@ from conftest import tiny_gpt2_hf, tiny_llama_hf
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN weight packing")
 
 
+def _packed_layer(n_in: int, n_out: int) -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(n_in, n_out))
+    pack_linears(net)
+    return net
+
+
 def _logits(model, ids):
     with torch.no_grad():
         return model(ids).logits  # [b, n, vocab]
@@ -30,10 +37,8 @@ def test_packed_logits_match_hf(make):
 def test_rows_are_bitwise_batch_invariant():
     """Row i of a packed layer's output is the same bits whether computed alone or with up to 63 others
     (what makes a verify forward see a decode step's linear-layer numbers)."""
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(576, 1536)
-    net = torch.nn.Sequential(lin)
-    pack_linears(net)
+    net = _packed_layer(576, 1536)
+    lin = net[0]
     x = torch.randn(64, 576)
     with torch.no_grad():
         alone = torch.cat([net(x[i:i + 1]) for i in range(8)])  # [8, 1536] one row per call
@@ -61,8 +66,9 @@ def test_speculative_greedy_on_packed_model_equals_plain_greedy():
             assert got.drafted > 0
 
 
-def test_gradients_flow_through_the_fallback():
-    ref_model, model = tiny_llama_hf(), tiny_llama_hf()
+@pytest.mark.parametrize("make", [tiny_llama_hf, tiny_gpt2_hf], ids=["llama-linear", "gpt2-conv1d"])
+def test_gradients_flow_through_the_fallback(make):
+    ref_model, model = make(), make()
     pack_linears(model)
     ids = torch.randint(0, 60, (1, 9))
     ref_model(ids).logits.logsumexp(-1).sum().backward()
@@ -72,10 +78,7 @@ def test_gradients_flow_through_the_fallback():
 
 
 def test_in_place_weight_edit_is_repacked():
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(16, 8)
-    net = torch.nn.Sequential(lin)
-    pack_linears(net)
+    net = _packed_layer(16, 8)
     x = torch.randn(3, 16)
     with torch.no_grad():
         before = net(x)
