@@ -42,3 +42,7 @@ class CacheConfig:
     strict_masks: bool = True
     # Human-readable model name, shown in error messages and summary().
     model_name: str = "?"
+    # Per layer: the model's sliding window (a query sees keys fewer than `w` logical positions
+    # back), or None for full attention; None = every layer full. The cache keeps every position
+    # (it is an inspection cache); masks hide what a window excludes.
+    windows: tuple | None = None

@@ -11,6 +11,7 @@ logical positions. A *clean* cache (each row is one segment ``[0, p)``) needs ne
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import Sequence
 
@@ -46,6 +47,9 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, Cache):
         2
     """
 
+    checks_growth = True  # a guarded model's forward that was given this cache must write it (models.bridge)
+    growth_mark: int | None = None  # forward_count before the guarded forward in progress
+
     def __init__(self, config: CacheConfig, *, _storage: Storage | None = None):
         self.config = config
         super().__init__(layers=[KVLayer(self, i) for i in range(config.n_layers)])
@@ -79,14 +83,25 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, Cache):
             >>> KVCache.for_model(tiny_llama(), batch=2, capacity=64).config.kv_heads
             2
         """
+        from beliefscope.models.bridge import guard_cache_handoff
         from beliefscope.models.profile import model_shapes
 
+        guard_cache_handoff(model)
         s = model_shapes(model)
+        fields = {f.name for f in dataclasses.fields(CacheConfig)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise TypeError(f"KVCache.for_model got unknown CacheConfig field(s) {', '.join(unknown)}; "
+                            f"valid fields: {', '.join(sorted(fields))}")
+        windows = s.windows if any(w is not None for w in s.windows) else None
         cfg = CacheConfig(n_layers=s.n_layers, kv_heads=s.kv_heads, d_head=s.d_head, batch=batch,
-                          capacity=capacity, dtype=s.dtype, device=s.device, model_name=s.name)
-        for k, v in overrides.items():
-            setattr(cfg, k, v)
-        return cls(cfg)
+                          capacity=capacity, dtype=s.dtype, device=s.device, model_name=s.name, windows=windows)
+        return cls(dataclasses.replace(cfg, **overrides))
+
+    @property
+    def forward_count(self) -> int:
+        """Forwards that have written this cache (its lineage's, for a fork)."""
+        return self._step
 
     # ------------------------------------------------------------------ writes
     def _new_storage(self, capacity: int) -> Storage:

@@ -28,15 +28,16 @@ class MaskMixin:
                 return False
         return True
 
-    def attention_mask(self, n_new: int) -> torch.Tensor:
-        """2D mask ``[batch, past + n_new]`` (1 = attend) for the next forward of ``n_new`` tokens per row.
+    def live_mask(self, n_new: int) -> torch.Tensor:
+        """2D ``[batch, past + n_new]`` (1 = a live entry of the row, or one of the next ``n_new``).
 
-        Calling it plans where the next forward writes; pass the result with ``position_ids``.
+        Calling it plans where the next forward writes (``past`` is the physical end of the
+        storage the forward will write after).
 
         Example::
 
             >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache(batch=2).attention_mask(3).shape
+            >>> tiny_cache(batch=2).live_mask(3).shape
             torch.Size([2, 3])
         """
         p = self._pend
@@ -53,6 +54,32 @@ class MaskMixin:
                 mask[r, a:e] = 1
         mask[:, p:] = 1
         return mask.to(dev)
+
+    def attention_mask(self, n_new: int):
+        """The mask to pass with the next forward of ``n_new`` tokens per row (plans its slots).
+
+        A 2D ``[batch, past + n_new]`` live mask, from which HF builds the causal (and sliding)
+        mask, wherever physical slots are logical positions. A model with sliding windows over a
+        cache with holes or ragged rows needs windows measured in logical positions, so it gets a
+        boolean 4D ``[batch, 1, n_new, past + n_new]`` mask, or one per layer type
+        (``{"full_attention": ..., "sliding_attention": ...}``) for models that alternate.
+
+        Example::
+
+            >>> from beliefscope.cache.testing import tiny_cache
+            >>> tiny_cache(batch=2).attention_mask(3).shape
+            torch.Size([2, 3])
+        """
+        live = self.live_mask(n_new)  # [batch, past + n_new]
+        windows = self.config.windows
+        if windows is None or (self.is_clean and self._plan[0] == self._pend):
+            return live
+        past = live.shape[1] - n_new
+        q_pos = self.position_ids(n_new)  # [batch, n_new]
+        cols = torch.arange(past + n_new, device=live.device)
+        causal = cols[None, :] <= past + torch.arange(n_new, device=live.device)[:, None]  # [n_new, past + n_new]
+        mask = live.bool()[:, None, None, :] & causal[None, None]  # [batch, 1, n_new, past + n_new]
+        return apply_windows(mask, q_pos, key_positions(live, q_pos), windows)
 
     def position_ids(self, n_new: int) -> torch.Tensor:
         """Logical positions ``[batch, n_new]`` of the next ``n_new`` tokens of every row.
@@ -78,3 +105,43 @@ class MaskMixin:
         return {"past_key_values": self, "attention_mask": self.attention_mask(n_new),
                 "position_ids": self.position_ids(n_new)}
 
+
+
+def key_positions(live: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
+    """Logical position ``[batch, past + n]`` of every key column: a live past column's rank among
+    its row's live columns, and the new tokens' own positions ``q_pos`` ``[batch, n]`` for the last n.
+
+    >>> key_positions(torch.tensor([[1, 0, 1, 1, 1]]), torch.tensor([[2, 3]])).tolist()
+    [[0, 0, 1, 2, 3]]
+    """
+    n = q_pos.shape[1]
+    past = live[:, : live.shape[1] - n].long().cumsum(-1) - 1  # [batch, past]
+    return torch.cat([past.clamp(min=0), q_pos.to(past.device)], dim=1)
+
+
+def apply_windows(mask: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, windows):
+    """Restrict a boolean ``[batch, 1, q, k]`` mask to each layer's sliding window, in logical positions.
+
+    ``q_pos`` ``[batch, q]`` and ``k_pos`` ``[batch, k]`` are the queries' and keys' logical
+    positions; a query sees a key when ``q_pos - k_pos < window`` (transformers' rule). ``windows``
+    is per layer (None = full). Returns the mask itself when no layer slides, one mask when every
+    layer has the same window, else ``{"full_attention": ..., "sliding_attention": ...}``, the
+    per-layer-type masks transformers' alternating decoders (Gemma 2/3, Qwen2/3) accept.
+
+    >>> m = torch.ones(1, 1, 1, 4, dtype=torch.bool)
+    >>> apply_windows(m, torch.tensor([[3]]), torch.tensor([[0, 1, 2, 3]]), (2, 2)).int().tolist()
+    [[[[0, 0, 1, 1]]]]
+    >>> sorted(apply_windows(m, torch.tensor([[3]]), torch.tensor([[0, 1, 2, 3]]), (2, None)))
+    ['full_attention', 'sliding_attention']
+    """
+    distinct = {w for w in (windows or ())}
+    if not distinct or distinct == {None}:
+        return mask
+    dist = q_pos[:, None, :, None].to(k_pos.device) - k_pos[:, None, None, :]  # [batch, 1, q, k]
+    slides = {w for w in distinct if w is not None}
+    if len(slides) > 1:
+        raise ValueError(f"layers with different sliding windows {sorted(slides)}: one window per model is supported")
+    slid = mask & (dist < slides.pop())
+    if None not in distinct:
+        return slid
+    return {"full_attention": mask, "sliding_attention": slid}

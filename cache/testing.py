@@ -6,10 +6,10 @@ import torch
 
 
 def _bridge(hf_model, arch: str):
-    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+    from beliefscope.models.bridge import build_bridge
 
     hf_model.eval()
-    return build_bridge_from_module(hf_model, arch, hf_config=hf_model.config)
+    return build_bridge(hf_model, arch)
 
 
 def tiny_gpt2(seed: int = 0, n_layer: int = 2, n_embd: int = 32, n_head: int = 4, vocab: int = 50,

@@ -36,8 +36,15 @@ def hf_logits(model, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
     """
     hf = hf_model(model)
     dev = next(hf.parameters()).device
-    kwargs = {k: v.to(dev) if torch.is_tensor(v) else v for k, v in kwargs.items()}
+    kwargs = {k: _to_device(v, dev) for k, v in kwargs.items()}
     return hf(tokens.to(dev), use_cache=True, **kwargs).logits.float().cpu()
+
+
+def _to_device(value, dev):
+    """A tensor, or a dict of tensors (per-layer-type masks), on ``dev``; anything else as it is."""
+    if isinstance(value, dict):
+        return {k: _to_device(v, dev) for k, v in value.items()}
+    return value.to(dev) if torch.is_tensor(value) else value
 
 
 def context_limit(model) -> int:

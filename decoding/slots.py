@@ -20,6 +20,7 @@ torch.Size([2, 1, 3, 16])
 from __future__ import annotations
 
 import torch
+from beliefscope.cache.masks import apply_windows
 from beliefscope.decoding.core import hf_logits
 from beliefscope.models.profile import model_shapes
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -58,8 +59,10 @@ class SlotLayer(CacheLayerMixin):
 class SlotCache(Cache):
     """``B`` static rows of capacity ``C``; ``lengths[r]`` tokens of row r are committed."""
 
-    def __init__(self, n_layers: int, slots: int, kv_heads: int, capacity: int, d_head: int, dtype, device):
+    def __init__(self, n_layers: int, slots: int, kv_heads: int, capacity: int, d_head: int, dtype, device,
+                 windows: tuple | None = None):
         self.capacity, self.slots, self.device = capacity, slots, torch.device(device)
+        self.windows = windows  # per layer sliding window (None = full attention), as models.profile reads it
         self.lengths = torch.zeros(slots, dtype=torch.long)  # [B] committed tokens per row
         self._width = 0  # W of the forward in progress (set by mask())
         shape = (slots, kv_heads, capacity, d_head)
@@ -70,7 +73,7 @@ class SlotCache(Cache):
     def for_model(cls, model, slots: int, capacity: int) -> SlotCache:
         s = model_shapes(model)
         return cls(n_layers=s.n_layers, slots=slots, kv_heads=s.kv_heads, capacity=capacity, d_head=s.d_head,
-                   dtype=s.dtype, device=s.device)
+                   dtype=s.dtype, device=s.device, windows=s.windows)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0
@@ -86,14 +89,16 @@ class SlotCache(Cache):
         pos = (self.lengths[:, None] + torch.arange(w)).clamp(max=self.capacity - 1).to(self.device)  # [B, W]
         return pos[:, None, :, None].expand(b, h, w, d)
 
-    def mask(self, width: int) -> torch.Tensor:
-        """Boolean ``[B, 1, W, C]``: query i of row r sees keys ``0 .. lengths[r] + i``."""
+    def mask(self, width: int):
+        """Boolean ``[B, 1, W, C]``: query i of row r sees keys ``0 .. lengths[r] + i`` (and, on a
+        layer with a sliding window w, only the last w of them: a dict per layer type when layers differ)."""
         if int(self.lengths.max()) + width > self.capacity:
             raise ValueError(f"a slot would grow past its capacity {self.capacity}: raise the scheduler's "
                              f"slot capacity (longest row {int(self.lengths.max())} + window {width})")
         last = (self.lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W] last visible key per query
         keys = torch.arange(self.capacity, device=self.device)  # [C]
-        return (keys[None, None, :] <= last[:, :, None])[:, None]  # [B, 1, W, C]
+        mask = (keys[None, None, :] <= last[:, :, None])[:, None]  # [B, 1, W, C]
+        return apply_windows(mask, last, keys.expand(last.shape[0], -1), self.windows)
 
     def position_ids(self, width: int) -> torch.Tensor:
         return (self.lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W]
@@ -116,6 +121,7 @@ class SlotCache(Cache):
         Cache.__init__(v, layers=[SlotLayer(v, layer.keys[start:stop, :, :span], layer.values[start:stop, :, :span])
                                   for layer in self.layers])
         v.capacity, v.slots, v.lengths, v._width = span, stop - start, self.lengths[start:stop], 0
+        v.windows = self.windows
         v.device = self.device
         return v
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 from beliefscope.cache import Provenance
+from beliefscope.cache.masks import apply_windows, key_positions
 from beliefscope.decoding.config import TreeConfig  # noqa: F401 (re-exported)
 from beliefscope.decoding.core import context_limit, probs, sample, seeded_generator
 
@@ -131,12 +132,13 @@ def tree_forward_kwargs(cache, tree: TokenTree, width: int, model=None) -> dict:
     if cache.batch_size != 1:
         raise ValueError(f"token trees are verified one request at a time: this cache has {cache.batch_size} rows")
     check_tree_fits(cache, tree, width, model)
-    base = cache.attention_mask(width).bool()  # [1, past + width]: plans where the forward writes
+    base = cache.live_mask(width).bool()  # [1, past + width]: plans where the forward writes
     past = base.shape[1] - width
     mask = base[:, None, None, :].expand(1, 1, width, past + width).clone()  # [1, 1, width, past + width]
     mask[0, 0, :, past:] = ancestor_mask(tree.parents, width)
     depth = torch.tensor([0, *tree.depths()] + [1] * (width - len(tree) - 1), dtype=torch.long)  # [width]
     pos = cache.position_ids(1)[:, :1] + depth.to(base.device)  # [1, width]
+    mask = apply_windows(mask, pos, key_positions(base, pos), cache.config.windows)
     return {"past_key_values": cache, "attention_mask": mask, "position_ids": pos}
 
 

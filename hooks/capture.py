@@ -18,7 +18,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.hooks.names import resolve_hook
+from beliefscope.hooks.names import check_computed, resolve_hook
+
+
+class HookNeverFiredError(RuntimeError):
+    """A captured hook name exists on the bridge but no forward in the block computed it."""
 
 
 @dataclass
@@ -55,6 +59,7 @@ class Capture:
         self._start = 0
         self._seek: int | None = None
         self._counter = 0
+        self.forwards = 0  # complete bridge forwards seen in the block
 
     def seek(self, position: int) -> None:
         """The next forward's first token is at absolute `position`."""
@@ -128,6 +133,7 @@ def capture(model, names, cache=None, device=None):
     hook_dict = model.hook_dict
     for n in names:
         resolve_hook(model, n, hook_dict)  # fail early, with suggestions
+    check_computed(model, names)
     cap = Capture(names, cache=cache, device=device)
 
     def pre(module, args, kwargs):
@@ -139,12 +145,26 @@ def capture(model, names, cache=None, device=None):
             cap._record(name, act)
         return fn
 
+    def post(module, args, output):
+        cap.forwards += 1
+
     handle = model.register_forward_pre_hook(pre, with_kwargs=True)
+    done = model.register_forward_hook(post)
     try:
         with hooked(model, [(n, make(n)) for n in names]):
             yield cap
     finally:
         handle.remove()
+        done.remove()
+    silent = [n for n in names if not cap.records[n]]
+    if cap.forwards and silent:
+        arch = type(getattr(model, "original_model", model)).__name__
+        raise HookNeverFiredError(
+            f"hook(s) {', '.join(silent)} never fired in {cap.forwards} complete forward(s) of this {arch}: "
+            f"TransformerLens's bridge for {arch} does not compute that activation (e.g. OPT's attention "
+            "computes its pattern inside HF's own attention). Capture other hooks; "
+            "hooks.names.SHORT_NAMES lists the kinds, model.hook_dict every name."
+        )
 
 
 @contextmanager

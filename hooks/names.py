@@ -53,6 +53,21 @@ def layer_names(model, kind: str = "resid_post", layers="all") -> list[str]:
     return [hook_name(kind, layer) for layer in layers]
 
 
+# Hook names the TransformerLens 4.3 bridge lists for an architecture but never computes (the HF
+# module computes that activation inside its own kernel), by HF class: capture refuses them up front.
+UNCOMPUTED = {"OPTForCausalLM": ("attn.hook_pattern",)}
+
+
+def check_computed(model, names) -> None:
+    """Raise a ValueError naming the architecture if any of ``names`` is a hook its bridge never fires."""
+    arch = type(getattr(model, "original_model", model)).__name__
+    bad = [n for n in names if any(n.endswith(suffix) for suffix in UNCOMPUTED.get(arch, ()))]
+    if bad:
+        raise ValueError(f"{', '.join(bad)}: TransformerLens's bridge for {arch} lists this hook but never computes "
+                         f"it (the attention pattern stays inside HF's {arch} attention); capture hook_z or "
+                         "hook_attn_out instead, or a model of another architecture")
+
+
 def resolve_hook(model, name: str, hook_dict: dict | None = None):
     """The HookPoint for `name`; unknown names raise an error listing the closest valid names.
 
@@ -61,6 +76,11 @@ def resolve_hook(model, name: str, hook_dict: dict | None = None):
     hooks = model.hook_dict if hook_dict is None else hook_dict
     if name == "hook_embed" and name not in hooks:
         name = "embed.hook_out"
+    if name not in hooks and name.endswith(".hook_resid_mid") and name.replace("_mid", "_pre") in hooks:
+        arch = type(getattr(model, "original_model", model)).__name__
+        raise KeyError(f"{name!r} does not exist in {arch}: its blocks run attention and MLP in parallel on the "
+                       "same input, so there is no residual stream between them; use hook_resid_pre, "
+                       "hook_attn_out or hook_mlp_out")
     if name not in hooks:
         close = difflib.get_close_matches(name, list(hooks), n=5, cutoff=0.5)
         raise KeyError(f"unknown hook name {name!r}. Closest valid names: {close or sorted(hooks)[:5]}")

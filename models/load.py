@@ -15,7 +15,7 @@ Thinking States checkpoints (``thinking``) load as `models.thinking.ThinkingStat
 >>> load_model("no-such-model")
 Traceback (most recent call last):
 ...
-beliefscope.models.load.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2
+beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from functools import lru_cache
 from importlib import resources
 
 import torch
+from beliefscope.models.errors import ModelLoadError
 
 SMOLLM2 = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -44,8 +45,6 @@ STORES = {"smollm2": "smollm2-ngram-store.json",  # coin-flip rewrites (train te
           "smollm2-stdlib": "smollm2-stdlib-store.json"}  # stdlib docstrings, the modules of the "store" half
 
 
-class ModelLoadError(RuntimeError):
-    """A model name or path could not be loaded; the message says why and what to do."""
 
 
 def shipped_names() -> list[str]:
@@ -123,7 +122,7 @@ def check_model_name(name: str) -> str:
     >>> check_model_name("no-such-model")
     Traceback (most recent call last):
     ...
-    beliefscope.models.load.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2
+    beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2
     """
     if name != SMOLLM2 and checkpoint_path(name, must_exist=False) is None and not _looks_like_hub_name(name):
         _missing(name)
@@ -281,11 +280,11 @@ def _load_from_hub(name: str, dtype):
 
 
 def bridge_from_hf(model, tok=None):
-    """Wrap an in-memory HF causal LM as a TransformerBridge (the model is modified in place)."""
-    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+    """Wrap an in-memory HF causal LM as a TransformerBridge (the model is modified in place) whose
+    attention always writes the KV cache it is given (`models.bridge`)."""
+    from beliefscope.models.bridge import build_bridge
 
-    arch = (model.config.architectures or [type(model).__name__])[0]
-    return build_bridge_from_module(model, arch, hf_config=model.config, tokenizer=tok)
+    return build_bridge(model, tok=tok)
 
 
 def load_model(name_or_path: str, device=None, dtype=None):

@@ -36,6 +36,7 @@ class ModelShapes:
     dtype: torch.dtype  # dtype of the weights
     device: torch.device  # device of the weights
     name: str  # the config's _name_or_path, or the class name
+    windows: tuple  # per layer: sliding-window length (keys within `w` positions), or None for full attention
 
 
 def hf_of(model):
@@ -53,14 +54,53 @@ def model_shapes(model) -> ModelShapes:
     return ModelShapes(
         n_layers=getattr(c, "num_hidden_layers", None) or c.n_layer,
         n_heads=heads,
-        kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+        kv_heads=kv_heads(c, heads),
         d_head=getattr(c, "head_dim", None) or d_model // heads,
         d_model=d_model,
         n_ctx=getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048,
         dtype=param.dtype,
         device=param.device,
         name=getattr(c, "_name_or_path", "") or type(hf).__name__,
+        windows=sliding_windows(c),
     )
+
+
+def kv_heads(config, heads: int) -> int:
+    """Key/value heads per cached layer: ``num_key_value_heads``, or Falcon's layout (multi-query:
+    1; the new decoder architecture caches keys repeated to every query head; else ``num_kv_heads``).
+
+    >>> from transformers import FalconConfig
+    >>> kv_heads(FalconConfig(num_attention_heads=4, multi_query=True, new_decoder_architecture=False), 4)
+    1
+    """
+    if getattr(config, "num_key_value_heads", None):
+        return config.num_key_value_heads
+    if getattr(config, "model_type", "") == "falcon":
+        if getattr(config, "new_decoder_architecture", False):
+            return heads
+        return 1 if config.multi_query else heads
+    return heads
+
+
+def sliding_windows(config) -> tuple:
+    """Per layer, the sliding window a HF config gives it (None: full attention), read the way
+    transformers' decoders read it: ``layer_types`` (Gemma 2/3, Qwen2/3, ...) name each layer's kind;
+    without them a ``sliding_window`` (Mistral, Phi-3) applies to every layer.
+
+    >>> from transformers import MistralConfig, Gemma2Config
+    >>> sliding_windows(MistralConfig(num_hidden_layers=2, sliding_window=8))
+    (8, 8)
+    >>> sliding_windows(Gemma2Config(num_hidden_layers=3, sliding_window=8))
+    (8, None, 8)
+    """
+    n = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 0
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not isinstance(window, int) or window <= 0:
+        return (None,) * n
+    if types:
+        return tuple(window if t == "sliding_attention" else None for t in types)
+    return (window,) * n
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ def smollm2_folder():
 
 def load_smollm2_bridge():
     """SmolLM2-135M as a TransformerBridge (about 30 s: GGUF dequantisation)."""
-    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+    from beliefscope.models.bridge import build_bridge
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(smollm2_folder(), gguf_file=GGUF).eval()
-    return build_bridge_from_module(hf, "LlamaForCausalLM", hf_config=hf.config)
+    return build_bridge(hf, "LlamaForCausalLM")
 
 
 @pytest.mark.slow
