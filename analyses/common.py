@@ -103,6 +103,14 @@ def check_probe_matches(probe, bridge, model_name: str = "") -> None:
                              "weights); fit a probe on this model's activations")
 
 
+def check_probe_rendering(probe, rendering: str) -> None:
+    """Refuse to read a probe on prompts of another rendering than the one it was harvested on."""
+    trained = (probe.meta.get("harvest_config") or {}).get("rendering")
+    if trained and trained != rendering:
+        raise ValueError(f"the probe was harvested on the {trained!r} rendering but these prompts use {rendering!r}: "
+                         f"pass --rendering {trained}, or harvest and fit a probe on {rendering!r} prompts")
+
+
 def probe_state_names(probe, default=("heads", "tails")) -> list[str]:
     return list(probe.meta.get("state_names") or default)
 

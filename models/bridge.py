@@ -24,6 +24,7 @@ its own tokens alone. Two guards, installed once per model by :func:`guard_cache
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from importlib.metadata import version
 
@@ -78,8 +79,21 @@ def install_handoff(model) -> None:
 
 def install_growth_check(hf_model) -> None:
     """A growth-checked cache given to ``hf_model``'s forward must have been written by it."""
-    hf_model.register_forward_pre_hook(_note_cache_length, with_kwargs=True)
-    hf_model.register_forward_hook(_check_cache_grew, with_kwargs=True)
+    hf_model._beliefscope_growth_hooks = (
+        hf_model.register_forward_pre_hook(_note_cache_length, with_kwargs=True),
+        hf_model.register_forward_hook(_check_cache_grew, with_kwargs=True))
+
+
+@contextlib.contextmanager
+def growth_check_removed(model):
+    """Within the block, ``model`` runs without the growth check (``bench cache`` measures its cost)."""
+    hf = getattr(model, "original_model", model)
+    for h in getattr(hf, "_beliefscope_growth_hooks", ()):
+        h.remove()
+    try:
+        yield
+    finally:
+        install_growth_check(hf)
 
 
 def _rename_cache_kwarg(module, args, kwargs):

@@ -148,6 +148,42 @@ def _read_card(path: str) -> dict:
         return json.load(fh)
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "tokenizer_config.json")
+
+
+def check_folder(path: str) -> None:
+    """Refuse, before loading, a folder that is not a causal LM checkpoint with weights and a tokenizer."""
+    cfg_file = os.path.join(path, "config.json")
+    if not os.path.exists(cfg_file):
+        raise ModelLoadError(f"{path!r} is a folder but has no config.json: is it a checkpoint folder?")
+    with open(cfg_file) as f:
+        cfg = json.load(f)
+    archs = cfg.get("architectures") or []
+    causal = [a for a in archs if a.endswith(("ForCausalLM", "LMHeadModel"))]
+    if cfg.get("is_encoder_decoder") or (archs and not causal):
+        raise ModelLoadError(f"{path!r} holds a {', '.join(archs) or cfg.get('model_type', '?')}, not a causal "
+                             "(decoder-only) language model: beliefscope reads models that predict the next token "
+                             "(architectures named ...ForCausalLM or ...LMHeadModel)")
+    files = os.listdir(path)
+    if not any(f in files for f in WEIGHT_FILES) and not any(f.endswith((".safetensors", ".gguf")) for f in files):
+        raise ModelLoadError(f"{path!r} has a config.json but no weights (none of {', '.join(WEIGHT_FILES)}): save "
+                             "the model with model.save_pretrained(folder)")
+    if not any(f in files for f in TOKENIZER_FILES):
+        raise ModelLoadError(f"{path!r} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save it beside the "
+                             "weights with tokenizer.save_pretrained(folder)")
+
+
+def check_vocab(model, tok, name: str) -> None:
+    """Refuse a tokenizer whose ids run past the model's embedding (they would index out of range)."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tok) > rows:
+        raise ModelLoadError(f"{name!r}: the tokenizer has {len(tok)} tokens but the model's embedding has only "
+                             f"{rows} rows, so ids {rows}..{len(tok) - 1} would index past it: save the tokenizer the "
+                             "model was trained with, or resize the embedding (model.resize_token_embeddings)")
+
+
 def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool = False, packed: bool = False):
     """Load the raw Hugging Face model and tokenizer (no bridge). Returns (model, tokenizer).
 
@@ -168,8 +204,7 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
     else:
         path = checkpoint_path(name_or_path, must_exist=False)
         if path is not None:
-            if not os.path.exists(os.path.join(path, "config.json")):
-                raise ModelLoadError(f"{path!r} is a folder but has no config.json: is it a checkpoint folder?")
+            check_folder(path)
             if _read_card(path).get("kind") == "thinking" and not allow_thinking:
                 raise ModelLoadError(f"{name_or_path!r} is a Thinking States checkpoint: load it with "
                                      "beliefscope.load_model (or models.thinking.load_thinking), which adds its "
@@ -180,6 +215,7 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
             model, tok = _load_from_hub(name_or_path, dtype)
         else:
             _missing(name_or_path)
+    check_vocab(model, tok, name_or_path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"

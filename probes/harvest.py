@@ -19,7 +19,7 @@ import hashlib
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ class HarvestConfig:
 
     model: str = "target"  # checkpoint folder, alias ("target", "smollm2"), or hub name
     task: str = "coinflip"  # task family (tasks.get_task)
-    rendering: str = "toy"  # "toy" or "natural"
+    rendering: str | None = None  # "toy" or "natural"; None: the model's own (models.profile.model_profile)
     fmt: str = "direct"  # "direct" or "cot"
     split: str = "train"  # natural templates: "train", "heldout", "all", or "train+heldout" (half each)
     n: int = 1000  # number of prompts
@@ -49,7 +49,11 @@ class HarvestConfig:
 
 def make_examples(cfg: HarvestConfig) -> list:
     """The examples a config describes, in prompt-id order."""
+    from beliefscope.models.profile import model_profile
     from beliefscope.tasks import get_task
+
+    if cfg.rendering is None:
+        cfg = replace(cfg, rendering=model_profile(cfg.model).rendering)
 
     if cfg.split == "train+heldout":
         half = cfg.n // 2
@@ -249,7 +253,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = HarvestConfig()
     p.add_argument("--model", default=d.model, help="checkpoint folder or alias (target, smollm2)")
     p.add_argument("--task", default=d.task)
-    p.add_argument("--rendering", default=d.rendering, choices=["toy", "natural"])
+    p.add_argument("--rendering", default=None, choices=["toy", "natural"],
+                   help="prompt rendering (default: the model's own: natural for pretrained models and folders "
+                        "without a model card, the card's for checkpoints trained here)")
     p.add_argument("--fmt", default=d.fmt, choices=["direct", "cot"])
     p.add_argument("--split", default=d.split, choices=["train", "heldout", "all", "train+heldout"])
     p.add_argument("--n", "--n-prompts", dest="n", type=int, default=d.n,
@@ -281,7 +287,10 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
     if args.n < 1:
         raise ValueError(f"--n {args.n}: harvest at least 1 prompt")
     check_writable_parent(os.path.join(args.out, "manifest.json"))  # the store folder's place, before any work
-    cfg = HarvestConfig(model=args.model, task=args.task, rendering=args.rendering, fmt=args.fmt, split=args.split,
+    from beliefscope.models.profile import model_profile
+
+    rendering = args.rendering or model_profile(args.model).rendering  # recorded in the store's config
+    cfg = HarvestConfig(model=args.model, task=args.task, rendering=rendering, fmt=args.fmt, split=args.split,
                         n=args.n, seed=args.seed, events=f"{lo}-{hi}", hooks=args.hooks, layers=args.layers,
                         dtype=args.dtype, random_init_seed=args.random_init_seed)
     examples = make_examples(cfg)

@@ -1,0 +1,66 @@
+"""The bridge always writes the KV cache it is given (transformers 5.23 passes it to attention as
+``past_key_values=``, 5.24 as ``cache=``), and a forward that bypasses it raises instead of returning
+wrong numbers."""
+
+import pytest
+import torch
+import transformers
+from beliefscope.cache import KVCache
+from beliefscope.models.bridge import CacheBypassedError, build_bridge
+from conftest import copy_of, tiny_llama_hf
+
+
+def test_cached_decode_equals_uncached_forward():
+    hf = tiny_llama_hf(seed=2)
+    ref = copy_of(hf)
+    bridge = build_bridge(hf)
+    x = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(0))
+    cache = KVCache.for_model(bridge, capacity=16)
+    with torch.no_grad():
+        out = [bridge(x[:, :8], past_key_values=cache, return_type="logits")]
+        out += [bridge(x[:, i:i + 1], past_key_values=cache, return_type="logits") for i in range(8, 12)]
+        want = ref(x).logits
+    assert cache.seq_len == 12
+    assert (torch.cat(out, 1) - want).abs().max() < 1e-4
+
+
+def test_a_bridge_built_by_transformer_lens_itself_is_guarded_by_for_model():
+    """A user's own bridge (TransformerLens's builder, no beliefscope wrapper) gets the hand-off when a
+    cache is shaped for it."""
+    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+
+    hf = tiny_llama_hf(seed=2)
+    ref = copy_of(hf)
+    bridge = build_bridge_from_module(hf, "LlamaForCausalLM", hf_config=hf.config)
+    cache = KVCache.for_model(bridge, capacity=16)
+    x = torch.arange(1, 9)[None]
+    with torch.no_grad():
+        bridge(x[:, :5], past_key_values=cache, return_type="logits")
+        last = bridge(x[:, 5:], past_key_values=cache, return_type="logits")
+        want = ref(x).logits[:, 5:]
+    assert cache.seq_len == 8 and (last - want).abs().max() < 1e-4
+
+
+def test_a_forward_that_bypasses_the_cache_raises():
+    """An attention that reads neither keyword (what TransformerLens 4.3 did under transformers 5.24)
+    leaves the cache empty: the growth check names the version and the fix."""
+    bridge = build_bridge(tiny_llama_hf(seed=2))
+    drop = lambda module, args, kwargs: (args, {k: v for k, v in kwargs.items()  # noqa: E731
+                                                if k not in ("cache", "past_key_values")})
+    handles = [m.register_forward_pre_hook(drop, with_kwargs=True)
+               for m in bridge.modules() if hasattr(m, "_update_kv_cache")]
+    cache = KVCache.for_model(bridge, capacity=16)
+    with pytest.raises(CacheBypassedError, match=f"transformers {transformers.__version__}.*neither"):
+        with torch.no_grad():
+            bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache, return_type="logits")
+    assert cache.seq_len == 0
+    for h in handles:
+        h.remove()
+    with torch.no_grad():  # once the attention reads the cache again, the same call passes
+        bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache, return_type="logits")
+    assert cache.seq_len == 3
+
+
+def test_unknown_cache_override_is_refused():
+    with pytest.raises(TypeError, match="unknown CacheConfig field.*capacty"):
+        KVCache.for_model(tiny_llama_hf(), capacty=8)
