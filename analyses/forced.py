@@ -206,8 +206,13 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None)
 
 def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     """Run forced answers vs probe over `config.n` prompts; write two figures if `config.out`; return the rates."""
-    from beliefscope.analyses.common import (best_probe_layer, check_probe_matches, check_probe_rendering,
-                                             check_writable_parent, load_probe)
+    from beliefscope.analyses.common import (
+        best_probe_layer,
+        check_probe_matches,
+        check_probe_rendering,
+        check_writable_parent,
+        load_probe,
+    )
     from beliefscope.hooks import hook_name
     from beliefscope.tasks import get_task, parse_events_range
 

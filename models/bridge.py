@@ -134,7 +134,7 @@ def _note_cache_length(module, args, kwargs):
 def _check_cache_grew(module, args, kwargs, output):
     cache = _checked_cache(kwargs)
     if cache is None or getattr(cache, "growth_mark", None) is None:
-        return None
+        return
     before, cache.growth_mark = cache.growth_mark, None
     n = _fed(args, kwargs)
     if n and cache.forward_count == before:
@@ -147,4 +147,4 @@ def _check_cache_grew(module, args, kwargs, output):
             "this model's attention read neither. Build the bridge with beliefscope.models.build_bridge (or call "
             "beliefscope.models.bridge.guard_cache_handoff(bridge)), or install the versions in constraints.txt."
         )
-    return None
+    return

@@ -62,3 +62,18 @@ def test_falcon_new_architecture_refused_by_name():
                                         new_decoder_architecture=True, num_kv_heads=2))
     with pytest.raises(ModelLoadError, match="FalconForCausalLM"):
         build_bridge(hf)
+
+
+@pytest.mark.parametrize("arch", ["Mistral (sliding)", "Gemma2 (sliding)", "Llama"])
+def test_scheduler_slots_keep_the_window(arch):
+    """Deterministic requests among others on a sliding-window model: one output per prompt across
+    batch compositions, equal to recompute greedy (the slots' fixed-shape masks slide too)."""
+    from architectures import recompute_greedy
+    from beliefscope.decoding.scheduler import determinism_sweep
+
+    bridge, ref = bridge_of(arch)
+    prompts = [story_ids(6, seed=s) for s in range(3)]
+    others = [story_ids(3, seed=10 + s) for s in range(3)]
+    seen = determinism_sweep(bridge, prompts, others, others=(0, 2), orders=2, max_new_tokens=10)
+    for i, p in enumerate(prompts):
+        assert seen[i] == {tuple(recompute_greedy(ref, p, 10))}, (arch, i, seen[i])

@@ -45,7 +45,7 @@ def test_a_forward_that_bypasses_the_cache_raises():
     """An attention that reads neither keyword (what TransformerLens 4.3 did under transformers 5.24)
     leaves the cache empty: the growth check names the version and the fix."""
     bridge = build_bridge(tiny_llama_hf(seed=2))
-    drop = lambda module, args, kwargs: (args, {k: v for k, v in kwargs.items()  # noqa: E731
+    drop = lambda module, args, kwargs: (args, {k: v for k, v in kwargs.items()
                                                 if k not in ("cache", "past_key_values")})
     handles = [m.register_forward_pre_hook(drop, with_kwargs=True)
                for m in bridge.modules() if hasattr(m, "_update_kv_cache")]

@@ -9,9 +9,10 @@ import sys
 
 import pytest
 import torch
-from beliefscope.cli import main
 from beliefscope.models.tokenizer import toy_tokenizer
 from conftest import tiny_llama_hf
+
+from beliefscope.cli import main
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -68,8 +69,7 @@ def test_bf16_drafter_refused_by_name(arch):
 
 
 def test_bf16_drafter_still_runs_where_it_can():
-    from beliefscope.decoding import make_drafter
-
     from beliefscope.cache.testing import tiny_llama
+    from beliefscope.decoding import make_drafter
 
     assert make_drafter("bf16", tiny_llama()).model.dtype == torch.bfloat16
