@@ -10,10 +10,12 @@ from beliefscope.models.profile import model_profile
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a toy model: GPT-2 presets with a length curriculum, or the RoPE "
-                       "presets (direct-rope, cot-rope, thinking) on equal terms")
+                       "presets (direct-rope, cot-rope, thinking) on equal terms; or Thinking States over "
+                       "SmolLM2 (smollm2-thinking: resumable, re-run the same command to continue)")
     p.add_argument("--task", default="coinflip", help="task family: coinflip or cups")
     p.add_argument("--preset", default="target",
-                   help="target, draft, tiny (GPT-2) or direct-rope, cot-rope, thinking (Llama with RoPE)")
+                   help="target, draft, tiny (GPT-2), direct-rope, cot-rope, thinking (Llama with RoPE) or "
+                        "smollm2-thinking (Thinking States over SmolLM2-135M-Instruct)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--steps", type=int, default=None, help="maximum optimizer steps (default: the preset's)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
@@ -25,6 +27,17 @@ def register(sub) -> None:
     p.add_argument("--eval-n", type=int, default=None,
                    help="RoPE presets: held-out prompts per length band evaluated into the model card "
                         "(default: the preset's 200; 0 skips the evaluation)")
+    p.add_argument("--trained", default=None, choices=["frozen", "lora", "full"],
+                   help="smollm2-thinking: what is trained (default frozen: T, C and the injection)")
+    p.add_argument("--batch-size", type=int, default=None, help="smollm2-thinking: stories per step (default 8)")
+    p.add_argument("--checkpoint-every", type=int, default=None,
+                   help="smollm2-thinking: steps between resumable checkpoints in OUT/train_state.pt (default 10)")
+    p.add_argument("--autocast", default=None, choices=["none", "bfloat16"],
+                   help="smollm2-thinking: bfloat16 matmuls under torch.autocast (default none)")
+    p.add_argument("--measure-cost", action="store_true",
+                   help="smollm2-thinking: time a few steps of each option (full, lora, frozen, frozen+bf16), "
+                        "write OUT/training_cost.json (copied into the model card) and stop")
+    p.add_argument("--force", action="store_true", help="allow --out to be a shipped checkpoint folder")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)
@@ -49,11 +62,18 @@ def _train(args) -> int:
     from beliefscope.models.train_rope import ROPE_PRESETS
     from beliefscope.tasks import get_task
 
+    from beliefscope.models.train_thinking import PRETRAINED_PRESETS
+
     get_task(args.task)  # validate the name before spending time
     if args.preset in ROPE_PRESETS:
         return _train_rope(args)
+    if args.preset in PRETRAINED_PRESETS:
+        from beliefscope.models.cli_thinking import train_pretrained_thinking
+
+        return train_pretrained_thinking(args)
     if args.preset not in PRESETS:
-        raise ValueError(f"preset {args.preset!r} is unknown; choose one of {sorted(PRESETS) + list(ROPE_PRESETS)}")
+        raise ValueError(f"preset {args.preset!r} is unknown; choose one of "
+                         f"{sorted(PRESETS) + list(ROPE_PRESETS) + list(PRETRAINED_PRESETS)}")
     chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "cot_fraction", "threads")
               if getattr(args, k) is not None}
     cfg = TrainConfig(task=args.task, preset=args.preset, max_events=args.max_events,

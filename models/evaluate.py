@@ -75,7 +75,7 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
 
         model, tokenizer = load_model(model)
     if hasattr(model, "thinking_config"):
-        return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size)
+        return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering)
     hf, tok = getattr(model, "original_model", model), tokenizer
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
     result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats)}
@@ -106,13 +106,18 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
 
 @torch.no_grad()
 def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
-                      batch_size: int = 64) -> dict:
+                      batch_size: int = 64, rendering: str = "toy") -> dict:
     """Answer accuracy of a Thinking States model after its own thoughts, and thought accuracy:
-    the share of chunks whose thought names the true state at the chunk's end."""
+    the share of chunks whose thought starts as the gold thought does (the state word, or a bare
+    <eos> where the model was trained to leave an unchanged state unsaid). Natural English is
+    drawn from the held-out templates and names."""
+    from beliefscope.models.thinking_data import gold_thought, thought_word_id
+
     lo, hi = parse_events_range(events)
-    exs = get_task(task, fmt="direct").examples(n, seed, (lo, hi))
+    split = {"split": "heldout"} if rendering == "natural" else {}
+    exs = get_task(task, rendering=rendering, fmt="direct", **split).examples(n, seed, (lo, hi))
     names = exs[0].state_names
-    ans = torch.tensor([tok.convert_tokens_to_ids(s) for s in names])
+    ans = torch.tensor([thought_word_id(tok, s) for s in names])
     ok, t_ok, t_n, p_exact = [], 0, 0, 0
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0])
     for i in range(0, len(exs), batch_size):
@@ -131,8 +136,10 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
             ok.append(good)
             by_ev[ex.n_events][0] += int(good)
             by_ev[ex.n_events][1] += 1
-            right = [tok.convert_ids_to_tokens(z[0]) == names[int(labs[b].state[end - 1])] if z else False
-                     for end, z in thoughts[b]]
+            state, right, prev = labs[b].state.tolist(), [], None
+            for end, z in thoughts[b]:
+                right.append(z[:1] == gold_thought(ex, tok, state, end, model.thinking_config, prev)[:1])
+                prev = state[end - 1]
             t_ok, t_n, p_exact = t_ok + sum(right), t_n + len(right), p_exact + int(all(right))
     return {"answer_accuracy": sum(ok) / len(ok), "thought_accuracy": t_ok / max(1, t_n),
             "thought_exact": p_exact / len(ok), "thoughts": t_n, "n": n, "task": task, "events": f"{lo}-{hi}",
@@ -144,6 +151,7 @@ BANDS = ("1-8", "9-16", "17-32", "33-64")
 
 
 def evaluate_bands(model, tok, task: str = "coinflip", n: int = 500, fmt: str = "direct",
-                   bands=BANDS, seed: int = 12345) -> dict:
+                   bands=BANDS, seed: int = 12345, rendering: str = "toy") -> dict:
     """`evaluate` (or `evaluate_thinking`) on each band of event counts."""
-    return {band: evaluate(model, task, band, n, seed, tokenizer=tok, formats=(fmt,)) for band in bands}
+    return {band: evaluate(model, task, band, n, seed, tokenizer=tok, formats=(fmt,), rendering=rendering)
+            for band in bands}

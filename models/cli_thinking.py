@@ -1,0 +1,61 @@
+"""`beliefscope train --preset smollm2-thinking`: Thinking States over a pretrained backbone.
+
+Resumable: re-running the same command continues from ``OUT/train_state.pt``. The progress bar
+(stderr) shows the loss and the seconds per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _config(args):
+    from beliefscope.models.train_thinking import PRETRAINED_PRESETS, ThinkingTrainConfig
+
+    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads", "eval_n", "trained", "batch_size",
+                                            "checkpoint_every", "autocast") if getattr(args, k, None) is not None}
+    return ThinkingTrainConfig(preset=args.preset, task=args.task, max_events=args.max_events,
+                               **{**PRETRAINED_PRESETS[args.preset], **chosen})
+
+
+def train_pretrained_thinking(args) -> int:
+    from tqdm import tqdm
+
+    from beliefscope.files import atomic_write_json
+    from beliefscope.models.train_thinking import COST_FILE, check_out, measure_costs, train_thinking
+
+    cfg = _config(args)
+    cfg.check()
+    check_out(args.out, args.force)
+    if args.measure_cost:
+        def show(rec):
+            if not args.json:
+                print(f"{rec['option']:>12}: {', '.join(f'{s:.1f}' for s in rec['seconds'])} s/step "
+                      f"({rec['trained_params']:,} trained weights)", file=sys.stderr, flush=True)
+
+        table = measure_costs(cfg, progress=show)
+        atomic_write_json(os.path.join(args.out, COST_FILE), table)
+        print(json.dumps(table) if args.json else f"wrote {os.path.join(args.out, COST_FILE)}")
+        return 0
+    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr, disable=args.no_progress,
+               dynamic_ncols=True, mininterval=0)
+
+    def progress(rec):
+        if "resumed_from" in rec:
+            bar.n = bar.last_print_n = rec["resumed_from"]
+            bar.refresh()
+            return
+        bar.update(rec["step"] - bar.n)
+        bar.set_postfix(loss=rec["loss"], lm=rec["lm"], thought=rec["thought"], s_per_step=rec["seconds"])
+
+    _, _, card = train_thinking(cfg, args.out, progress=progress, force=args.force)
+    bar.close()
+    res = {"out": args.out, "steps": card["steps"], "parts_bytes": card["parts_bytes"], "eval": card.get("eval")}
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(f"wrote {args.out} after {card['steps']} steps ({card['parts_bytes'] / 2**20:.1f} MiB of trained "
+              "parts over the backbone)")
+    return 0

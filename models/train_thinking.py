@@ -1,0 +1,292 @@
+"""Train Thinking States over a pretrained backbone (``smollm2-thinking``): resumable, on CPU or CUDA.
+
+The same `models.thinking` machinery as the toy ``thinking`` preset, over SmolLM2-135M-Instruct:
+natural-English coin-flip stories (train templates and names; evaluation uses the held-out ones),
+a chunk per sentence (``.`` ends each event), thoughts " heads" / " tails" then <eos>.
+
+What is trained (``trained``): ``frozen`` trains T, C and the injection only (gradients still flow
+through the frozen backbone to the state added at block ``l_in``); ``lora`` adds low-rank adapters
+to the backbone; ``full`` trains every weight (its checkpoint holds the whole backbone).
+
+Training is resumable: every ``checkpoint_every`` steps the trained weights, the optimiser and the
+history go to ``OUT/train_state.pt`` (temp file, then rename). The batch of step s is drawn from
+``(seed, s)`` alone and the learning rate depends on s alone, so a run killed at any point and
+resumed ends where an uninterrupted run ends, with no step lost or repeated. At the end only the
+trained parts are written (`models.thinking_ckpt`), composed over the backbone at load time.
+
+>>> cfg = ThinkingTrainConfig(steps=4, checkpoint_every=2)
+>>> cfg.lr_at(1) < cfg.lr_at(cfg.warmup) and cfg.lr_at(4) < cfg.lr
+True
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+
+import torch
+
+from beliefscope.tasks import get_task
+
+STATE_FILE = "train_state.pt"
+COST_FILE = "training_cost.json"
+
+# Training settings of the pretrained Thinking States presets (`beliefscope train --preset NAME`).
+PRETRAINED_PRESETS = {"smollm2-thinking": {}}  # the ThinkingTrainConfig defaults are this preset's
+# Fields that may differ between a run and its resumption (they do not change the trajectory).
+RESUME_FREE = ("threads", "device", "checkpoint_every", "eval_n")
+
+
+@dataclass
+class ThinkingTrainConfig:
+    """Everything that determines a Thinking States model trained over a pretrained backbone."""
+
+    preset: str = "smollm2-thinking"  # name recorded in the model card (`beliefscope train --preset`)
+    backbone: str = "smollm2"  # the pretrained model: a name models.load.load_hf knows, or a folder
+    task: str = "coinflip"  # task family (tasks.get_task)
+    rendering: str = "natural"  # task rendering the backbone reads ("natural" English, or "toy" in tests)
+    trained: str = "frozen"  # "frozen": T, C, injection; "lora": + backbone adapters; "full": every weight
+    lora_rank: int = 8  # adapter rank when trained == "lora"
+    steps: int = 1200  # optimiser steps (about 65 min at 1 CPU thread, frozen backbone, 8 x ~66 tokens)
+    batch_size: int = 8  # stories per step
+    lr: float = 1e-3  # peak AdamW learning rate (linear warm-up, then linear decay to 10%)
+    warmup: int = 20  # warm-up steps
+    weight_decay: float = 0.0  # AdamW weight decay
+    min_events: int = 1  # shortest story in training
+    max_events: int = 8  # longest story in training (longer ones are held out)
+    l_in: int = 1  # S is added at blocks.{l_in}.hook_resid_pre
+    l_out: int = -2  # T reads blocks.{l_out}.hook_resid_post (-2: second-to-last)
+    chunking: str = "events"  # "events": a chunk per sentence (ends at `boundary`); "fixed": chunk_size tokens
+    chunk_size: int = 8  # tokens per chunk when chunking is "fixed"
+    boundary: str = "."  # the token that ends an event sentence
+    empty_unchanged: bool = False  # the thought after a chunk that keeps the state is a bare <eos>
+    autocast: str = "none"  # "bfloat16": matmuls in bfloat16 under torch.autocast (weights stay float32)
+    parts_dtype: str = "float16"  # dtype of the stored trained parts (keeps the checkpoint under 16 MB)
+    seed: int = 0  # seeds T/C's random parts and the data stream
+    threads: int = 1  # torch CPU threads (1 on a machine shared with other jobs)
+    device: str | None = None  # None: CUDA when available, else the CPU
+    checkpoint_every: int = 10  # steps between resumable checkpoints (OUT/train_state.pt)
+    eval_n: int = 0  # held-out prompts per band evaluated into the model card (0 skips it)
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of optimiser step ``step`` (1-based): a function of the step alone."""
+        warm = min(1.0, step / max(1, self.warmup))
+        decay = 1 - 0.9 * max(0.0, (step - self.warmup) / max(1, self.steps - self.warmup))
+        return self.lr * warm * decay
+
+    def check(self) -> None:
+        if self.trained not in ("frozen", "lora", "full"):
+            raise ValueError(f"trained={self.trained!r} is unknown: use 'frozen', 'lora' or 'full'")
+        if self.autocast not in ("none", "bfloat16"):
+            raise ValueError(f"autocast={self.autocast!r} is unknown: use 'none' or 'bfloat16'")
+        if self.steps < 1 or self.batch_size < 1 or self.checkpoint_every < 1:
+            raise ValueError(f"steps ({self.steps}), batch_size ({self.batch_size}) and checkpoint_every "
+                             f"({self.checkpoint_every}) must all be >= 1")
+
+
+def build(cfg: ThinkingTrainConfig, device=None, backbone=None):
+    """``(ThinkingStates, tokenizer, backbone_sha256)`` with only the chosen parts requiring grad.
+    ``backbone``: an already loaded ``(model, tokenizer)`` pair to reuse (float32, unmodified)."""
+    from beliefscope.models.load import default_device, load_hf
+    from beliefscope.models.lora import add_lora
+    from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
+    from beliefscope.models.thinking_ckpt import backbone_sha256
+
+    cfg.check()
+    device = default_device(device if device is not None else cfg.device)
+    hf, tok = backbone if backbone is not None else load_hf(cfg.backbone, device="cpu", dtype=torch.float32)
+    digest = backbone_sha256(hf)
+    torch.manual_seed(cfg.seed)
+    tcfg = ThinkingConfig(l_in=cfg.l_in, l_out=cfg.l_out, chunking=cfg.chunking, chunk_size=cfg.chunk_size,
+                          boundary=cfg.boundary, empty_unchanged=cfg.empty_unchanged)
+    model = ThinkingStates(hf, tok, tcfg)
+    for p in hf.parameters():
+        p.requires_grad_(cfg.trained == "full")
+    if cfg.trained == "lora":
+        add_lora(hf, cfg.lora_rank)
+    model.name_or_path = cfg.preset
+    return model.to(device).train(), tok, digest
+
+
+def batch_examples(cfg: ThinkingTrainConfig, step: int) -> list:
+    """The stories of optimiser step ``step``: drawn from ``(seed, step)`` alone."""
+    split = {"split": "train"} if cfg.rendering == "natural" else {}
+    task = get_task(cfg.task, rendering=cfg.rendering, fmt="direct", **split)
+    rng = random.Random(f"thinking-train/{cfg.seed}/{step}")
+    return [task.example(rng.randrange(10**12), rng.randint(cfg.min_events, cfg.max_events))
+            for _ in range(cfg.batch_size)]
+
+
+def _autocast(cfg: ThinkingTrainConfig, device: torch.device):
+    import contextlib
+
+    if cfg.autocast == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def train_step(model, tok, cfg: ThinkingTrainConfig, opt, step: int) -> dict:
+    """One optimiser step on the batch of `step`; returns its losses and seconds."""
+    from beliefscope.models.thinking_data import make_batch
+
+    t0 = time.perf_counter()
+    device = model.out_proj.weight.device
+    for g in opt.param_groups:
+        g["lr"] = cfg.lr_at(step)
+    batch = make_batch(batch_examples(cfg, step), tok, model.thinking_config, device=device)
+    with _autocast(cfg, device):
+        loss, parts = model.loss(batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], 1.0)
+    opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return {"step": step, "loss": round(loss.item(), 4), **{k: round(v, 4) for k, v in parts.items()},
+            "seconds": round(time.perf_counter() - t0, 2), "tokens": int(batch.mask.sum())}
+
+
+def check_out(out: str, force: bool = False, need_bytes: int = 0) -> str:
+    """Refuse, before step 1, to write over a shipped checkpoint without ``force`` or into a
+    folder whose disk lacks ``need_bytes`` free. Returns abspath(out)."""
+    from beliefscope.files import check_writable_parent
+    from beliefscope.models.load import checkpoints_dir
+
+    out = check_writable_parent(out)
+    shipped = os.path.realpath(checkpoints_dir())
+    if os.path.realpath(out).startswith(shipped + os.sep) and not force:
+        raise ValueError(f"{out} is a shipped checkpoint folder: train into another folder (e.g. runs/NAME) and "
+                         "copy the result, or pass --force to write over it")
+    probe = out
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    free = shutil.disk_usage(probe).free
+    if free < need_bytes:
+        raise ValueError(f"{probe} has {free / 2**20:.0f} MiB free but training needs about "
+                         f"{need_bytes / 2**20:.0f} MiB for its checkpoints: free space or choose another --out")
+    return out
+
+
+def _trained_named(model) -> dict:
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def save_state(out: str, step: int, model, opt, history: list, cfg: ThinkingTrainConfig) -> None:
+    """Write the resumable training state atomically (temp file, then rename)."""
+    from beliefscope.files import atomic_save
+
+    state = {"step": step, "config": asdict(cfg), "history": history, "optimizer": opt.state_dict(),
+             "trained": {n: p.detach().cpu() for n, p in _trained_named(model).items()},
+             "torch_rng": torch.get_rng_state()}
+    atomic_save(os.path.join(out, STATE_FILE), lambda tmp: torch.save(state, tmp))
+
+
+def load_state(out: str, cfg: ThinkingTrainConfig, model, opt) -> tuple[int, list]:
+    """Restore a run from ``OUT/train_state.pt``; ``(last step, history)``, or ``(0, [])`` without one.
+    A state written by another configuration is refused, naming the fields that differ."""
+    path = os.path.join(out, STATE_FILE)
+    if not os.path.exists(path):
+        return 0, []
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    mine = asdict(cfg)
+    diff = {f.name: (state["config"].get(f.name), mine[f.name]) for f in fields(cfg)
+            if f.name not in RESUME_FREE and state["config"].get(f.name) != mine[f.name]}
+    if diff:
+        raise ValueError(f"{path} was written by another training configuration ({', '.join(f'{k}: saved {a!r}, now {b!r}' for k, (a, b) in diff.items())}): "
+                         "give the same settings to resume, or another --out to start afresh")
+    named = _trained_named(model)
+    if set(named) != set(state["trained"]):
+        raise ValueError(f"{path} holds other trained weights than this model: start afresh in another --out")
+    with torch.no_grad():
+        for n, p in named.items():
+            p.copy_(state["trained"][n])
+    opt.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    return int(state["step"]), list(state["history"])
+
+
+def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict], None] | None = None,
+                   force: bool = False, backbone=None):
+    """Train (or resume) into `out`; at the end write the parts-only checkpoint there.
+
+    ``progress(event)`` gets ``{"resumed_from": step}`` once, then every step's record.
+    Returns ``(model, tokenizer, card)``."""
+    from beliefscope.models.thinking_ckpt import save_parts
+
+    cfg.check()
+    torch.set_num_threads(cfg.threads)
+    model, tok, digest = build(cfg, backbone=backbone)
+    trained = list(_trained_named(model).values())
+    check_out(out, force, need_bytes=4 * sum(p.numel() for p in trained) * 4)  # weights, 2 Adam moments, temp
+    os.makedirs(out, exist_ok=True)
+    opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start, history = load_state(out, cfg, model, opt)
+    if progress:
+        progress({"resumed_from": start})
+    model.train()
+    for step in range(start + 1, cfg.steps + 1):
+        history.append(train_step(model, tok, cfg, opt, step))
+        if progress:
+            progress(history[-1])
+        if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            save_state(out, step, model, opt, history, cfg)
+    model.eval()
+    card = {"rendering": cfg.rendering, "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
+            "thinking_config": asdict(model.thinking_config), "trained": cfg.trained,
+            "rebuild": f"beliefscope train --preset {cfg.preset} --out DIR"}
+    cost = os.path.join(out, COST_FILE)
+    if os.path.exists(cost):
+        import json
+
+        with open(cost) as f:
+            card["training_cost"] = json.load(f)
+    if cfg.trained == "lora":
+        card["lora_rank"] = cfg.lora_rank
+    card = save_parts(model, out, card, cfg.backbone, digest, getattr(torch, cfg.parts_dtype))
+    if cfg.eval_n:
+        from beliefscope.files import atomic_write_json
+        from beliefscope.models.evaluate import evaluate_bands
+        from beliefscope.models.thinking import load_thinking
+
+        loaded, ltok = load_thinking(out, device=cfg.device)  # evaluate what ships (parts in parts_dtype)
+        card["eval"] = evaluate_bands(loaded, ltok, cfg.task, cfg.eval_n, bands=("1-8", "9-16", "17-32"),
+                                      rendering=cfg.rendering)
+        atomic_write_json(os.path.join(out, "model_card.json"), card)
+    return model, tok, card
+
+
+# Options `measure_costs` times by default: (label, what is trained, autocast)
+COST_OPTIONS = (("full", "full", "none"), ("lora", "lora", "none"), ("frozen", "frozen", "none"),
+                ("frozen-bf16", "frozen", "bfloat16"))
+
+
+def measure_costs(cfg: ThinkingTrainConfig, options=COST_OPTIONS, steps: int = 3, events: int = 8,
+                  progress: Callable[[dict], None] | None = None) -> dict:
+    """Seconds per optimiser step of each option on the same batches (``cfg.batch_size`` stories of
+    ``events`` events), the backbone loaded once. ``{label: {"seconds": [...], "trained_params": n}}``."""
+    import copy
+    import dataclasses
+
+    from beliefscope.models.load import load_hf
+
+    torch.set_num_threads(cfg.threads)
+    hf, tok = load_hf(cfg.backbone, device="cpu", dtype=torch.float32)
+    table = {}
+    for label, trained, autocast in options:
+        ocfg = dataclasses.replace(cfg, trained=trained, autocast=autocast, min_events=events, max_events=events)
+        model, _, _ = build(ocfg, backbone=(copy.deepcopy(hf), tok))
+        params = list(_trained_named(model).values())
+        opt = torch.optim.AdamW(params, lr=ocfg.lr)
+        recs = [train_step(model, tok, ocfg, opt, s) for s in range(1, steps + 1)]
+        table[label] = {"trained": trained, "autocast": autocast, "trained_params": sum(p.numel() for p in params),
+                        "seconds": [r["seconds"] for r in recs], "tokens": recs[0]["tokens"],
+                        "batch_size": ocfg.batch_size, "threads": ocfg.threads,
+                        "device": str(model.out_proj.weight.device)}
+        if progress:
+            progress({"option": label, **table[label]})
+        del model, opt
+    return table

@@ -1,0 +1,126 @@
+"""Thinking States over a pretrained backbone (the smollm2-thinking machinery) on a tiny random Llama:
+a killed run resumes to the same weights as an uninterrupted one, the checkpoint holds only the
+trained parts and composes over its backbone, and a backbone with other weights is refused."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from beliefscope.models.errors import ModelLoadError
+from beliefscope.models.load import load_model
+from beliefscope.models.thinking_ckpt import PARTS_FILE, backbone_sha256
+from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.models.train_thinking import STATE_FILE, ThinkingTrainConfig, check_out, train_thinking
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _backbone(folder, seed=0):
+    """A random 3-block Llama with the toy tokenizer, saved like a pretrained checkpoint."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = toy_tokenizer()
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      bos_token_id=1, eos_token_id=1, pad_token_id=0)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+def _cfg(backbone, **kw):
+    base = dict(preset="tiny-thinking", backbone=backbone, rendering="toy", steps=4, batch_size=4, max_events=3,
+                warmup=2, checkpoint_every=2, lr=3e-3)
+    return ThinkingTrainConfig(**{**base, **kw})
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory):
+    return _backbone(tmp_path_factory.mktemp("backbone"))
+
+
+@pytest.fixture(scope="module")
+def straight(backbone, tmp_path_factory):
+    """An uninterrupted 4-step run."""
+    out = str(tmp_path_factory.mktemp("straight") / "run")
+    model, _, card = train_thinking(_cfg(backbone), out)
+    return out, model, card
+
+
+def test_killed_run_resumes_without_losing_or_repeating_steps(backbone, straight, tmp_path):
+    out = str(tmp_path / "run")
+    seen = []
+
+    def kill_at_3(rec):
+        seen.append(rec)
+        if rec.get("step") == 3:  # dies after step 3, whose state was never checkpointed
+            raise Stop
+
+    with pytest.raises(Stop):
+        train_thinking(_cfg(backbone), out, progress=kill_at_3)
+    assert os.path.exists(os.path.join(out, STATE_FILE)) and not os.path.exists(os.path.join(out, PARTS_FILE))
+    assert not [f for f in os.listdir(out) if f.startswith(".tmp-")]  # nothing half-written left behind
+    resumed = []
+    model, _, card = train_thinking(_cfg(backbone), out, progress=resumed.append)
+    assert resumed[0] == {"resumed_from": 2}
+    assert [r["step"] for r in resumed[1:]] == [3, 4]
+    assert [h["step"] for h in card["history"]] == [1, 2, 3, 4]
+    ref = dict(straight[1].named_parameters())
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            assert torch.allclose(p, ref[name], atol=1e-6), name
+    assert [h["loss"] for h in card["history"]] == [h["loss"] for h in straight[2]["history"]]
+
+
+def test_resume_with_other_settings_is_refused(backbone, straight):
+    out = straight[0]
+    with pytest.raises(ValueError, match="lr: saved 0.003, now 0.01.*another --out"):
+        train_thinking(_cfg(backbone, lr=1e-2), out)
+
+
+def test_checkpoint_holds_only_trained_parts_and_composes(backbone, straight):
+    out, model, card = straight
+    from safetensors.torch import load_file
+
+    parts = load_file(os.path.join(out, PARTS_FILE))
+    assert parts and all(k.startswith(("T.", "C.", "out_proj.")) for k in parts)  # frozen backbone: not stored
+    assert all(v.dtype == torch.float16 for v in parts.values())
+    assert not any("embed_tokens" in k for k in parts)  # T and C share the backbone's embedding
+    assert sorted(os.listdir(out)) == ["model_card.json", PARTS_FILE, STATE_FILE]
+    saved = json.load(open(os.path.join(out, "model_card.json")))
+    assert saved["kind"] == "thinking" and saved["backbone"] == backbone and saved["rendering"] == "toy"
+    loaded, tok = load_model(out, device="cpu")
+    assert saved["backbone_sha256"] == backbone_sha256(loaded.backbone)
+    for k, v in loaded.thinking_state_dict().items():  # the trained parts, as stored (float16)
+        assert torch.equal(v, model.state_dict()[k].half().float()), k
+    ids = torch.tensor([tok("A coin is heads . Alice flips . Bob stays . State ?")["input_ids"]])
+    _, thoughts = loaded.self_states(ids)
+    assert len(thoughts[0]) == 3  # one thought per sentence
+
+
+def test_other_backbone_is_refused_by_name(backbone, straight, tmp_path):
+    out, _, _ = straight
+    other = _backbone(tmp_path / "other", seed=1)
+    card = json.load(open(os.path.join(out, "model_card.json")))
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / PARTS_FILE).write_bytes(open(os.path.join(out, PARTS_FILE), "rb").read())
+    (moved / "model_card.json").write_text(json.dumps({**card, "backbone": other}))
+    with pytest.raises(ModelLoadError, match=f"backbone {other!r} whose weights hash to .*refused on another"):
+        load_model(str(moved), device="cpu")
+
+
+def test_shipped_folder_needs_force_and_full_disk_stops(tmp_path):
+    from beliefscope.models.load import checkpoints_dir
+
+    with pytest.raises(ValueError, match="shipped checkpoint folder.*--force"):
+        check_out(os.path.join(checkpoints_dir(), "smollm2-thinking"))
+    with pytest.raises(ValueError, match="MiB free but training needs"):
+        check_out(str(tmp_path / "x"), need_bytes=2**62)
