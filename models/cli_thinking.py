@@ -43,12 +43,14 @@ def train_pretrained_thinking(args) -> int:
                dynamic_ncols=True, mininterval=0)
 
     def progress(rec):
-        if "resumed_from" in rec:
-            bar.n = bar.last_print_n = rec["resumed_from"]
+        if "resumed_from" in rec:  # the bar starts at the resumed step; its rate counts this run's steps only
+            bar.initial = bar.n = bar.last_print_n = rec["resumed_from"]
+            bar.start_t = bar.last_print_t = bar._time()
             bar.refresh()
             return
+        bar.set_postfix(loss=rec["loss"], lm=rec["lm"], thought=rec["thought"], s_per_step=rec["seconds"],
+                        refresh=False)
         bar.update(rec["step"] - bar.n)
-        bar.set_postfix(loss=rec["loss"], lm=rec["lm"], thought=rec["thought"], s_per_step=rec["seconds"])
 
     _, _, card = train_thinking(cfg, args.out, progress=progress, force=args.force)
     bar.close()
