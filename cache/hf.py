@@ -5,7 +5,8 @@ What HF's decoding loops call, and what it means here:
 - ``get_seq_length`` / ``get_mask_sizes``: the physical length, so HF builds the right causal mask.
 - ``crop(-k)`` drops the last ``k`` positions of every row (assisted generation and prompt lookup
   call it after every verify); ``crop(0)`` removes nothing (HF calls it when every candidate was
-  accepted); ``crop(n > 0)`` is the older spelling, "keep the first ``n``".
+  accepted); ``crop(n > 0)`` is refused, as transformers 5.23+ refuses it (``rollback(n)`` keeps
+  the first ``n``).
 - ``reorder_cache`` (beam search), ``batch_select_indices`` and ``batch_repeat_interleave`` gather
   rows into a fresh buffer (O(length)); forks keep what they had.
 - When ``generate`` adopts a cache the caller passed, it sets ``_is_user_defined`` after choosing
@@ -62,12 +63,14 @@ class HFProtocolMixin:
 
     # ------------------------------------------------------------------ crop / reset
     def crop(self, tokens_to_remove: int) -> None:
-        """HF's crop: ``-k`` drops the last ``k`` positions of every row, ``0`` drops nothing,
-        ``n > 0`` keeps the first ``n`` (the older transformers spelling)."""
+        """HF's crop: ``-k`` drops the last ``k`` positions of every row, ``0`` drops nothing; a
+        positive value is refused, as transformers refuses it (``rollback(n)`` keeps the first ``n``)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop({tokens_to_remove}): a positive value is refused, as transformers' own caches "
+                             f"refuse it; crop(-k) drops the last k positions, cache.rollback({tokens_to_remove}) "
+                             f"keeps the first {tokens_to_remove}.")
         if tokens_to_remove < 0:
             self.rollback([max(0, n + tokens_to_remove) for n in self._lens])
-        elif tokens_to_remove > 0:
-            self.rollback([min(n, tokens_to_remove) for n in self._lens])
 
     def reset(self) -> None:
         """Empty every row (buffers are kept)."""

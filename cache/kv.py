@@ -19,6 +19,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from .config import CacheConfig
+from .copying import CopyMixin, compacted_storage
 from .hf import HFProtocolMixin
 from .inspect import InspectMixin
 from .layer import KVLayer
@@ -31,7 +32,7 @@ from .validate import ValidateMixin
 _IDS = itertools.count()
 
 
-class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, Cache):
+class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin, Cache):
     """Inspectable layer-wise KV cache: O(1) append/rollback, zero-copy fork, provenance, snapshots.
 
     Example::
@@ -298,17 +299,10 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, Cache):
     def _relocate(self) -> None:
         """Move this holder's live entries to a private storage, rows left-aligned (O(length) copy)."""
         old = self._st
-        new = self._new_storage(max(old.capacity, self.config.capacity))
-        for r in range(len(self._lens)):
-            n = self._lens[r]
-            if not n:
-                continue
-            idx = self._phys(r)
-            new.prov[r, :n], new.stamp[r, :n] = old.prov[r, idx], old.stamp[r, idx]
-            for l in range(self.config.n_layers):
-                new.k[l][r, :, :n] = old.k[l][r, :, idx]
-                new.v[l][r, :, :n] = old.v[l][r, :, idx]
-            self.events.append(CacheEvent("relocate", r, 0, n, self._step))
+        new = compacted_storage(self, max(old.capacity, self.config.capacity))
+        for r, n in enumerate(self._lens):
+            if n:
+                self.events.append(CacheEvent("relocate", r, 0, n, self._step))
         old.holders.discard(self)
         new.holders.add(self)
         self._st = new

@@ -23,7 +23,7 @@ class KVLayer(CacheLayerMixin):
     """
 
     is_compileable = False
-    is_croppable = True
+    is_croppable = True  # the cache crops (every layer at once); a crop of one layer alone is refused
     is_sliding = False
 
     def __init__(self, owner: KVCache, idx: int):
@@ -35,10 +35,18 @@ class KVLayer(CacheLayerMixin):
         o = self._owner()
         return None if o._st is None else o._st.k[self.idx][:, :, : o._pend]
 
+    @keys.setter
+    def keys(self, value) -> None:
+        self._refuse("assigning layer.keys", "cache.update(...) or cache.overwrite(layer, positions, k, v)")
+
     @property
     def values(self):  # [batch, kv_heads, physical_len, d_head] view, or None before the first write
         o = self._owner()
         return None if o._st is None else o._st.v[self.idx][:, :, : o._pend]
+
+    @values.setter
+    def values(self, value) -> None:
+        self._refuse("assigning layer.values", "cache.update(...) or cache.overwrite(layer, positions, k, v)")
 
     @property
     def is_initialized(self) -> bool:
@@ -59,8 +67,30 @@ class KVLayer(CacheLayerMixin):
     def get_max_length(self) -> int:
         return -1
 
-    def reset(self) -> None:
-        self._owner().reset()
+    # Every layer of a KVCache shares one length per row, one row order and one storage, so an
+    # operation on one layer alone cannot hold: it is refused, naming the cache-level call that
+    # does what transformers' base `Cache` does when it applies the same operation to every layer.
+    def _refuse(self, what: str, instead: str):
+        raise ValueError(f"{what} on KVCache layer {self.idx} alone is refused: the layers of a KVCache share one "
+                         f"length per row and one row order; use {instead}, which acts on every layer.")
 
     def crop(self, tokens_to_remove: int) -> None:
-        self._owner().crop(tokens_to_remove)
+        self._refuse(f"layer.crop({tokens_to_remove})", f"cache.crop({tokens_to_remove})")
+
+    def reset(self) -> None:
+        self._refuse("layer.reset()", "cache.reset()")
+
+    def reorder_cache(self, beam_idx) -> None:
+        self._refuse("layer.reorder_cache(...)", "cache.reorder_cache(beam_idx)")
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._refuse("layer.batch_repeat_interleave(...)", f"cache.batch_repeat_interleave({repeats})")
+
+    def batch_select_indices(self, indices) -> None:
+        self._refuse("layer.batch_select_indices(...)", "cache.batch_select_indices(indices)")
+
+    def offload(self) -> None:
+        self._refuse("layer.offload()", "a cache built on the device you want (KVCache.for_model(model))")
+
+    def prefetch(self) -> None:
+        self._refuse("layer.prefetch()", "a cache built on the device you want (KVCache.for_model(model))")

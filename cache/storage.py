@@ -39,6 +39,14 @@ class Storage:
         self._pending: list[tuple[int, int, int, int | list[int]]] = []
         self.holders: weakref.WeakSet = weakref.WeakSet()
 
+    def __getstate__(self) -> dict:  # pickling: metadata applied, no holders (they re-register on load)
+        self._flush()
+        return {k: v for k, v in self.__dict__.items() if k != "holders"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.holders = weakref.WeakSet()
+
     # ------------------------------------------------------------------ per-slot metadata
     def note_write(self, start: int, n: int, stamp: int, code: int | list[int]) -> None:
         """Record that slots ``[start, start + n)`` of every row were written at ``stamp`` with provenance

@@ -1,0 +1,90 @@
+"""Copies of a :class:`cache.KVCache`: ``copy.deepcopy`` and pickling give an independent cache.
+
+A deep copy owns its buffers, lengths, provenance, events, rejected spans and layers. Only the
+filled part is copied: every row is left-aligned into a buffer as long as the longest row (holes
+and other forks' slots are not copied), so the copy of a cache that had holes is compacted, with a
+``relocate`` event per row, exactly as :meth:`KVCache.compact` would leave it. Write hooks are
+shared by reference (functions are not copied). ``copy.copy`` is refused: a shallow copy would
+share buffers without the fork bookkeeping; use ``cache.fork()`` for a zero-copy branch.
+Pickling stores the same compacted state (write hooks must then be picklable).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from .provenance import CacheEvent
+
+
+def compacted_storage(cache, capacity: int):
+    """A new storage holding ``cache``'s live entries, each row left-aligned (O(filled length) copy)."""
+    old, lens = cache._st, cache._lens
+    new = cache._new_storage(max(1, capacity))
+    if cache.is_clean:  # every row is slots [0, n): one slice copy per layer
+        n = max(lens, default=0)
+        for src, dst in ((old.k, new.k), (old.v, new.v)):
+            for layer in range(cache.config.n_layers):
+                dst[layer][:, :, :n].copy_(src[layer][:, :, :n])
+        new.prov[:, :n], new.stamp[:, :n] = old.prov[:, :n], old.stamp[:, :n]
+        return new
+    for r, n in enumerate(lens):
+        if not n:
+            continue
+        idx = cache._phys(r)  # [n] physical slots of the row's logical positions
+        new.prov[r, :n], new.stamp[r, :n] = old.prov[r, idx], old.stamp[r, idx]
+        dev_idx = idx.to(old.k[0].device)
+        for layer in range(cache.config.n_layers):
+            new.k[layer][r, :, :n] = old.k[layer][r, :, dev_idx]
+            new.v[layer][r, :, :n] = old.v[layer][r, :, dev_idx]
+    return new
+
+
+class CopyMixin:
+    """``__deepcopy__``, ``__copy__`` and pickling of :class:`cache.KVCache` (mixed in).
+
+    Example::
+
+        >>> import copy, torch
+        >>> from beliefscope.cache.testing import tiny_cache
+        >>> c = tiny_cache()
+        >>> for layer in range(2):
+        ...     _ = c.update(torch.ones(1, 2, 4, 8), torch.ones(1, 2, 4, 8), layer)
+        >>> d = copy.deepcopy(c)
+        >>> d.crop(-1); c.lengths, d.lengths, d.layers[0].get_seq_length()
+        ([4], [3], 3)
+    """
+
+    def __getstate__(self) -> dict:
+        lens = list(self._lens)
+        clean = self.is_clean
+        st = None if self._st is None else compacted_storage(self, max(lens, default=0))
+        events = list(self.events)
+        if st is not None and not clean:
+            events += [CacheEvent("relocate", r, 0, n, self._step) for r, n in enumerate(lens) if n]
+        return {"config": self.config, "storage": st, "lens": lens, "step": self._step, "closed": self._closed,
+                "events": events, "rejected": self.rejected, "next_provenance": self.next_provenance,
+                "tags": list(self._tags), "hooks": list(self._hooks)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["config"], _storage=state["storage"])
+        lens = state["lens"]
+        self._lens = list(lens)
+        self._segs = [[[0, n]] if n else [] for n in lens]
+        self._pend = max(lens, default=0)
+        self._step, self._closed = state["step"], state["closed"]
+        self.events, self.rejected = list(state["events"]), state["rejected"]
+        self.next_provenance, self._tags, self._hooks = state["next_provenance"], state["tags"], state["hooks"]
+
+    def __deepcopy__(self, memo):
+        state = self.__getstate__()
+        state["rejected"] = copy.deepcopy(state["rejected"], memo)
+        state["config"] = copy.copy(state["config"])
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(state)
+        return new
+
+    def __copy__(self):
+        raise TypeError("copy.copy(KVCache) is refused: a shallow copy would share buffers without the fork "
+                        "bookkeeping. Use cache.fork() for a zero-copy branch or copy.deepcopy(cache) for an "
+                        "independent cache.")
