@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import copy
 
+from .layout import Layout
 from .provenance import CacheEvent
 
 
 def compacted_storage(cache, capacity: int):
     """A new storage holding ``cache``'s live entries, each row left-aligned (O(filled length) copy)."""
-    old, lens = cache._st, cache._lens
+    old, lens = cache.storage, cache.layout.lengths
     new = cache._new_storage(max(1, capacity))
-    if cache.is_clean:  # every row is slots [0, n): one slice copy per layer
+    if cache.layout.is_clean:  # every row is slots [0, n): one slice copy per layer
         n = max(lens, default=0)
         for src, dst in ((old.k, new.k), (old.v, new.v)):
             for layer in range(cache.config.n_layers):
@@ -30,7 +31,7 @@ def compacted_storage(cache, capacity: int):
     for r, n in enumerate(lens):
         if not n:
             continue
-        idx = cache._phys(r)  # [n] physical slots of the row's logical positions
+        idx = cache.layout.slots(r)  # [n] physical slots of the row's logical positions
         new.prov[r, :n], new.stamp[r, :n] = old.prov[r, idx], old.stamp[r, idx]
         dev_idx = idx.to(old.k[0].device)
         for layer in range(cache.config.n_layers):
@@ -55,9 +56,9 @@ class CopyMixin:
     """
 
     def __getstate__(self) -> dict:
-        lens = list(self._lens)
-        clean = self.is_clean
-        st = None if self._st is None else compacted_storage(self, max(lens, default=0))
+        lens = list(self.layout.lengths)
+        clean = self.layout.is_clean
+        st = None if self.storage is None else compacted_storage(self, max(lens, default=0))
         events = list(self.events)
         if st is not None and not clean:
             events += [CacheEvent("relocate", r, 0, n, self._step) for r, n in enumerate(lens) if n]
@@ -68,9 +69,7 @@ class CopyMixin:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["config"], _storage=state["storage"])
         lens = state["lens"]
-        self._lens = list(lens)
-        self._segs = [[[0, n]] if n else [] for n in lens]
-        self._pend = max(lens, default=0)
+        self.layout = Layout.left_aligned(lens)
         self._step, self._closed = state["step"], state["closed"]
         self.events, self.rejected = list(state["events"]), state["rejected"]
         self.next_provenance, self._tags, self._hooks = state["next_provenance"], state["tags"], state["hooks"]

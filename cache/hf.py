@@ -9,15 +9,14 @@ What HF's decoding loops call, and what it means here:
   the first ``n``).
 - ``reorder_cache`` (beam search), ``batch_select_indices`` and ``batch_repeat_interleave`` gather
   rows into a fresh buffer (O(length)); forks keep what they had.
-- When ``generate`` adopts a cache the caller passed, it sets ``_is_user_defined`` after choosing
-  its decoding mode and before any forward; the cache checks the mode, the number of rows the
-  mode runs, and that the rows are clean, so a wrong combination fails before the first forward
-  with the mode's name (:meth:`HFProtocolMixin.check_generate`).
+- ``generate`` on a model a cache was shaped for (``KVCache.for_model``, or any model built by
+  ``models.bridge.build_bridge``) first calls :meth:`HFProtocolMixin.check_generate`: the mode
+  (from transformers' public ``GenerationConfig.get_generation_mode``), the number of rows it runs
+  and that the rows are clean, so a wrong combination fails before the first forward with the
+  mode's name. Call ``cache.check_generate(mode, batch=...)`` yourself for other models.
 """
 
 from __future__ import annotations
-
-import sys
 
 import torch
 
@@ -49,7 +48,8 @@ class HFProtocolMixin:
     # ------------------------------------------------------------------ lengths
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Physical length HF sees (== logical length for a clean cache; see ``seq_len``)."""
-        return self._plan[0] if self._plan is not None else self._pend
+        lay = self.layout
+        return lay.plan[0] if lay.plan is not None else lay.end
 
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
         return self.get_seq_length() + query_length, 0
@@ -59,7 +59,7 @@ class HFProtocolMixin:
 
     @property
     def batch_size(self) -> int:
-        return len(self._lens) if self._lens else -1
+        return self.layout.batch or -1
 
     # ------------------------------------------------------------------ crop / reset
     def crop(self, tokens_to_remove: int) -> None:
@@ -70,12 +70,12 @@ class HFProtocolMixin:
                              f"refuse it; crop(-k) drops the last k positions, cache.rollback({tokens_to_remove}) "
                              f"keeps the first {tokens_to_remove}.")
         if tokens_to_remove < 0:
-            self.rollback([max(0, n + tokens_to_remove) for n in self._lens])
+            self.rollback([max(0, n + tokens_to_remove) for n in self.layout.lengths])
 
     def reset(self) -> None:
         """Empty every row (buffers are kept)."""
-        if self._lens:
-            self.rollback([0] * len(self._lens))
+        if self.layout.batch:
+            self.rollback([0] * self.layout.batch)
 
     def activate_past_recording(self) -> None:
         """HF asks caches to keep what ``crop`` may need; this cache keeps every position anyway."""
@@ -84,8 +84,8 @@ class HFProtocolMixin:
     def reorder_cache(self, beam_idx: torch.Tensor) -> None:
         """Row ``r`` becomes old row ``beam_idx[r]`` (beam search); ``beam_idx`` has one entry per row."""
         idx = torch.as_tensor(beam_idx, dtype=torch.long).reshape(-1).cpu()  # [batch]
-        if idx.numel() != len(self._lens):
-            raise ValueError(f"reorder_cache got {idx.numel()} indices for a cache of {len(self._lens)} rows; "
+        if idx.numel() != self.layout.batch:
+            raise ValueError(f"reorder_cache got {idx.numel()} indices for a cache of {self.layout.batch} rows; "
                              "pass one source row per row (batch_select_indices changes the number of rows).")
         self._gather_rows(idx)
 
@@ -97,11 +97,11 @@ class HFProtocolMixin:
         """Repeat every row ``repeats`` times in place (row 0, row 0, ..., row 1, ...)."""
         if repeats < 1:
             raise ValueError(f"batch_repeat_interleave(repeats={repeats}): repeats must be >= 1.")
-        self._gather_rows(torch.arange(len(self._lens)).repeat_interleave(repeats))
+        self._gather_rows(torch.arange(self.layout.batch).repeat_interleave(repeats))
 
     def _gather_rows(self, idx: torch.Tensor) -> None:
         """New row ``r`` = old row ``idx[r]`` (``idx`` ``[new_batch]``), in buffers of this holder alone."""
-        n_rows = len(self._lens)
+        n_rows = self.layout.batch
         if idx.numel() == 0 or int(idx.min()) < 0 or int(idx.max()) >= n_rows:
             raise IndexError(f"row indices {idx.tolist()} out of range: this cache has rows 0..{n_rows - 1}.")
         if idx.numel() == n_rows and bool((idx == torch.arange(n_rows)).all()):
@@ -110,37 +110,18 @@ class HFProtocolMixin:
             from dataclasses import replace
 
             self.config = replace(self.config, batch=idx.numel())  # forks share the old config object
-        if self._st is not None:
-            old = self._st
-            self._st = old.gather_rows(idx)
+        if self.storage is not None:
+            old = self.storage
+            self.storage = old.gather_rows(idx)
             old.holders.discard(self)
-            self._st.holders.add(self)
-        self._segs = [[s[:] for s in self._segs[i]] for i in idx.tolist()]
-        self._lens = [self._lens[i] for i in idx.tolist()]
-        self._pend = max((s[-1][1] for s in self._segs if s), default=0)
-        self._plan = None
+            self.storage.holders.add(self)
+        self.layout = self.layout.gather(idx.tolist())
         for r, src in enumerate(idx.tolist()):
             if src != r:
-                self.events.append(CacheEvent("relocate", r, 0, self._lens[r], self._step))
+                self.events.append(CacheEvent("relocate", r, 0, self.layout.lengths[r], self._step))
 
     # ------------------------------------------------------------------ HF generate adopting this cache
-    @property
-    def _is_user_defined(self) -> bool:
-        return self.__dict__.get("_hf_user_defined", False)
-
-    @_is_user_defined.setter
-    def _is_user_defined(self, value: bool) -> None:
-        # `GenerationMixin._prepare_cache_for_generation(generation_config, model_kwargs, generation_mode,
-        # batch_size, ...)` sets this flag on a cache the caller passed, after choosing the mode and before
-        # any forward: the one point where the mode can be checked. Other callers are not checked.
-        self.__dict__["_hf_user_defined"] = bool(value)
-        caller = sys._getframe(1)
-        if value and caller.f_code.co_name == "_prepare_cache_for_generation":
-            loc = caller.f_locals
-            gc = loc.get("generation_config")
-            self.check_generate(loc.get("generation_mode"), batch=loc.get("batch_size"),
-                                num_beams=getattr(gc, "num_beams", 1) or 1,
-                                num_return_sequences=getattr(gc, "num_return_sequences", 1) or 1)
+    _is_user_defined = False  # set by HF generate when it adopts a cache the caller passed
 
     def check_generate(self, mode, *, batch: int | None = None, num_beams: int = 1,
                        num_return_sequences: int = 1) -> None:
@@ -175,5 +156,6 @@ class HFProtocolMixin:
         if not self.is_clean:
             raise ValueError(
                 f"HF generate mode {name!r} builds its own attention mask from get_seq_length(), but this KVCache "
-                f"has ragged rows or holes (lengths {self._lens}, physical end {self._pend}); pass a fresh cache, "
+                f"has ragged rows or holes (lengths {self.layout.lengths}, physical end {self.layout.end}); pass a "
+                "fresh cache, "
                 "or call cache.compact() first if every row has the same length.")

@@ -33,27 +33,17 @@ class InspectMixin:
     # ------------------------------------------------------------------ positions
     def _phys(self, row: int, positions=None) -> torch.Tensor:
         """Physical slots (LongTensor) of logical ``positions`` (default: all) of ``row``."""
-        segs, n = self._segs[row], self._lens[row]
-        if len(segs) == 1 and segs[0][0] == 0:
-            idx = torch.arange(n)
-        else:
-            idx = torch.cat([torch.arange(a, b) for a, b in segs]) if segs else torch.zeros(0, dtype=torch.long)
-        if positions is None:
-            return idx
-        pos = torch.as_tensor(positions, dtype=torch.long).reshape(-1)
-        if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= n):
-            raise IndexError(f"positions {pos.tolist()} out of range for row {row}: valid positions are 0..{n - 1}.")
-        return idx[pos]
+        return self.layout.slots(row, positions)
 
     def _read(self, bufs, layer: int, positions, row):
         if not 0 <= layer < self.config.n_layers:
             raise IndexError(f"layer {layer} out of range: valid layers are 0..{self.config.n_layers - 1}.")
-        if self._st is None:
+        if self.storage is None:
             raise RuntimeError("the cache is empty: run a forward with past_key_values=cache first.")
-        rows = range(len(self._lens)) if row is None else [row]
+        rows = range(len(self.layout.lengths)) if row is None else [row]
         out = []
         for r in rows:
-            segs = self._segs[r]
+            segs = self.layout.segments[r]
             if positions is None and len(segs) == 1:  # contiguous: a view, no copy
                 out.append(bufs[layer][r, :, segs[0][0] : segs[0][1]])
             elif positions is None and not segs:
@@ -77,7 +67,7 @@ class InspectMixin:
             >>> c.keys(0).shape, c.keys(0, positions=[2]).shape
             (torch.Size([2, 3, 8]), torch.Size([2, 1, 8]))
         """
-        return self._read(self._st.k if self._st else None, layer, positions, row)
+        return self._read(self.storage.k if self.storage else None, layer, positions, row)
 
     def values(self, layer: int, positions=None, row: int | None = 0) -> torch.Tensor:
         """Values, same shapes and rules as :meth:`keys`.
@@ -92,27 +82,27 @@ class InspectMixin:
             >>> c.values(1)[0, :, 0].tolist()
             [2.0, 2.0]
         """
-        return self._read(self._st.v if self._st else None, layer, positions, row)
+        return self._read(self.storage.v if self.storage else None, layer, positions, row)
 
     @property
     def lengths(self) -> list[int]:
         """Per-row logical lengths."""
-        return list(self._lens) or [0]
+        return list(self.layout.lengths) or [0]
 
     @property
     def seq_len(self) -> int:
         """Logical length (the longest row for a ragged batch)."""
-        return max(self._lens, default=0)
+        return max(self.layout.lengths, default=0)
 
     @property
     def capacity(self) -> int:
         """Preallocated positions per row in the (possibly shared) buffers."""
-        return 0 if self._st is None else self._st.capacity
+        return 0 if self.storage is None else self.storage.capacity
 
     @property
     def nbytes(self) -> int:
         """Bytes of the buffers this cache holds (shared with its forks, counted once here)."""
-        return 0 if self._st is None else self._st.nbytes
+        return 0 if self.storage is None else self.storage.nbytes
 
     # ------------------------------------------------------------------ provenance
     def provenance_of(self, row: int = 0) -> torch.Tensor:
@@ -124,14 +114,14 @@ class InspectMixin:
             >>> tiny_cache().provenance_of(0).shape
             torch.Size([0])
         """
-        if self._st is None:
+        if self.storage is None:
             return torch.zeros(0, dtype=torch.int8)
-        return self._st.prov[row, self._phys(row)]
+        return self.storage.prov[row, self._phys(row)]
 
     @property
     def provenance(self):
         """Row 0's provenance ``[length]`` for batch 1; a list of them for a batch."""
-        rows = [self.provenance_of(r) for r in range(max(1, len(self._lens)))]
+        rows = [self.provenance_of(r) for r in range(max(1, len(self.layout.lengths)))]
         return rows[0] if len(rows) == 1 else rows
 
     def mark(self, start: int, end: int, prov: Provenance, row: int | None = None) -> None:
@@ -143,11 +133,11 @@ class InspectMixin:
             >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().mark(0, 0, Provenance.VERIFIED)
         """
-        for r in range(len(self._lens)) if row is None else [row]:
-            if not 0 <= start <= end <= self._lens[r]:
-                raise ValueError(f"mark({start}, {end}) for row {r}: need 0 <= start <= end <= {self._lens[r]}.")
+        for r in range(len(self.layout.lengths)) if row is None else [row]:
+            if not 0 <= start <= end <= self.layout.lengths[r]:
+                raise ValueError(f"mark({start}, {end}) for row {r}: need 0 <= start <= end <= {self.layout.lengths[r]}.")
             if end > start:
-                self._st.prov[r, self._phys(r, range(start, end))] = int(Provenance(prov))
+                self.storage.prov[r, self._phys(r, range(start, end))] = int(Provenance(prov))
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self) -> Snapshot:
@@ -176,8 +166,8 @@ class InspectMixin:
             new = self.lengths[r]
             common = min(old, new)
             over: tuple[int, ...] = ()
-            if common and self._st is not None:
-                stamps = self._st.stamp[r, self._phys(r, range(common))]
+            if common and self.storage is not None:
+                stamps = self.storage.stamp[r, self._phys(r, range(common))]
                 over = tuple((stamps > snap.clock).nonzero().flatten().tolist())
             rows.append(RowDiff(row=r, added=range(old, max(old, new)), removed=range(new, max(new, old)), overwritten=over))
         return CacheDiff(tuple(rows))
@@ -199,21 +189,21 @@ class InspectMixin:
             >>> c.keys(0)[0, :, 0].tolist()  # head 0, first feature, positions 0..2
             [1.0, 0.0, 1.0]
         """
-        rows = list(range(len(self._lens))) if row is None else [row]
+        rows = list(range(len(self.layout.lengths))) if row is None else [row]
         if k.dim() == 3:
             k, v = k.unsqueeze(0), v.unsqueeze(0)
         self._check(k.expand(self.config.batch, *k.shape[1:]), v.expand(self.config.batch, *v.shape[1:]), layer)
         for i, r in enumerate(rows):
             idx = self._phys(r, positions)
-            if self._st.shared(self, r, idx):
+            if self.storage.shared(self, r, idx):
                 self._relocate()  # copy-on-write: forks keep the old entries
                 idx = self._phys(r, positions)
-            dev = self._st.k[layer].device
-            self._st.k[layer][r, :, idx.to(dev)] = k[min(i, k.shape[0] - 1)]
-            self._st.v[layer][r, :, idx.to(dev)] = v[min(i, v.shape[0] - 1)]
-            self._st.stamp[r, idx] = tick()
+            dev = self.storage.k[layer].device
+            self.storage.k[layer][r, :, idx.to(dev)] = k[min(i, k.shape[0] - 1)]
+            self.storage.v[layer][r, :, idx.to(dev)] = v[min(i, v.shape[0] - 1)]
+            self.storage.stamp[r, idx] = tick()
             if provenance is not None:
-                self._st.prov[r, idx] = int(Provenance(provenance))
+                self.storage.prov[r, idx] = int(Provenance(provenance))
             pos = torch.as_tensor(positions).reshape(-1)
             self.events.append(CacheEvent("overwrite", r, int(pos.min()), int(pos.max()) + 1, self._step))
 
@@ -249,7 +239,7 @@ class InspectMixin:
 
     def _copy_span(self, row: int, start: int, end: int) -> RejectedSpan:
         idx = self._phys(row, range(start, end))
-        st = self._st
+        st = self.storage
         dev = st.k[0].device
         return RejectedSpan(
             row=row, start=start, end=end, step=self._step, provenance=st.prov[row, idx].clone(),
@@ -269,14 +259,14 @@ class InspectMixin:
         """
         c = self.config
         lines = [f"KVCache #{self.id} model={c.model_name} layers={c.n_layers} kv_heads={c.kv_heads} "
-                 f"d_head={c.d_head} capacity={self.capacity} physical_end={self._pend} "
-                 f"nbytes={self.nbytes:,} forks_sharing={0 if self._st is None else len(self._st.holders) - 1}",
+                 f"d_head={c.d_head} capacity={self.capacity} physical_end={self.layout.end} "
+                 f"nbytes={self.nbytes:,} forks_sharing={0 if self.storage is None else len(self.storage.holders) - 1}",
                  f"{'row':>4} {'length':>7} {'segments':>9} " + " ".join(f"{p.name:>9}" for p in Provenance)]
-        for r in range(len(self._lens)):
+        for r in range(len(self.layout.lengths)):
             counts = Counter(self.provenance_of(r).tolist())
             rej = sum(s.end - s.start for s in self.rejected if s.row == r)
             cells = [counts.get(int(p), 0) for p in list(Provenance)[:-1]] + [rej]
-            lines.append(f"{r:>4} {self._lens[r]:>7} {len(self._segs[r]):>9} " + " ".join(f"{x:>9}" for x in cells))
+            lines.append(f"{r:>4} {self.layout.lengths[r]:>7} {len(self.layout.segments[r]):>9} " + " ".join(f"{x:>9}" for x in cells))
         lines.append(f"events: {len(self.events)} total" + (", latest:" if self.events else ""))
         for e in self.events[-last_events:]:
             lines.append(f"  step {e.step:>4}  {e.kind:<9} row {e.row}  [{e.start}, {e.end})")

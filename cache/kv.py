@@ -1,8 +1,8 @@
 """KVCache: a transformers ``Cache`` with preallocated per-layer buffers, rollback and fork.
 
 Layout. Every holder (a cache or one of its forks) owns, per row, a list of physical
-*segments* ``[a, b)`` of a shared :class:`~cache.storage.Storage`. The logical sequence of a row
-is the concatenation of its segments. All rows of one forward write the same physical slots
+*segments* ``[a, b)`` of a shared :class:`~cache.storage.Storage`, kept by its
+:class:`~cache.layout.Layout`. The logical sequence of a row is the concatenation of its segments. All rows of one forward write the same physical slots
 ``[p, p + n_new)``; ``get_seq_length()`` reports ``p`` (so HF builds the right causal mask), and
 :meth:`KVCache.attention_mask` / :meth:`KVCache.position_ids` hide holes and give every row its own
 logical positions. A *clean* cache (each row is one segment ``[0, p)``) needs neither.
@@ -23,6 +23,7 @@ from .copying import CopyMixin, compacted_storage
 from .hf import HFProtocolMixin
 from .inspect import InspectMixin
 from .layer import KVLayer
+from .layout import Layout
 from .masks import MaskMixin
 from .provenance import CacheEvent, Provenance, RejectedSpan
 from .snapshot import tick
@@ -55,11 +56,8 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         self.config = config
         super().__init__(layers=[KVLayer(self, i) for i in range(config.n_layers)])
         self.id = next(_IDS)
-        self._st: Storage | None = _storage
-        self._segs: list[list[list[int]]] = [[] for _ in range(config.batch or 0)]  # per row [[a, b), ...]
-        self._lens: list[int] = [0] * (config.batch or 0)  # per-row logical length
-        self._pend = 0  # physical end: next forward writes slots [_pend, _pend + n) (unless planned)
-        self._plan: tuple[int, int] | None = None  # (p, n) armed by attention_mask(n)
+        self.storage: Storage | None = _storage  # K/V buffers and per-slot metadata, shared with forks
+        self.layout = Layout(config.batch or 0)  # which slots hold each row's positions (cache.layout)
         self._cur: tuple[int, int] | None = None  # (p, n) of the forward in progress
         self._cur_pos: torch.Tensor | None = None  # [batch, n] logical positions being written (lazy)
         self._step = 0
@@ -137,7 +135,7 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
                 out = fn(k, v, layer=layer, positions=pos)
                 if out is not None:
                     k, v = out
-        kb, vb = self._st.k[layer], self._st.v[layer]  # [batch, kv_heads, capacity, d_head]
+        kb, vb = self.storage.k[layer], self.storage.v[layer]  # [batch, kv_heads, capacity, d_head]
         kb.narrow(2, p, n).copy_(k)
         vb.narrow(2, p, n).copy_(v)
         return kb.narrow(2, 0, p + n), vb.narrow(2, 0, p + n)
@@ -148,44 +146,47 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         """``[batch, n]`` logical positions of the forward in progress (built once, only for write hooks)."""
         if self._cur_pos is None:
             n = self._cur[1]
-            self._cur_pos = torch.tensor(self._lens)[:, None] - n + torch.arange(n)  # [batch, n]
+            self._cur_pos = torch.tensor(self.layout.lengths)[:, None] - n + torch.arange(n)  # [batch, n]
         return self._cur_pos
 
     def _begin(self, k: torch.Tensor, n: int) -> None:
         """Layer 0 of a forward: choose slots, grow, record lengths/provenance/events."""
-        st = self._st
+        st, lay = self.storage, self.layout
         if st is None:
             c = self.config
             if c.kv_heads is None or c.d_head is None or c.batch is None or c.dtype is None or c.device is None \
-                    or not self._lens:
+                    or not lay.batch:
                 self._adopt_shape(k)
-            st = self._st = self._new_storage(max(c.capacity, n))
+                lay = self.layout
+            st = self.storage = self._new_storage(max(c.capacity, n))
             st.holders.add(self)
-        plan = self._plan
+        plan = lay.plan
         if plan is not None:
             p, planned = plan
-            self._plan = None
+            lay.plan = None
             if planned != n:
                 raise RuntimeError(f"attention_mask/position_ids were built for n_new={planned} but the forward "
                                    f"writes {n} positions; call cache.forward_kwargs({n}).")
         else:
-            if self.config.strict_masks and not self.is_clean:
+            if self.config.strict_masks and not lay.is_clean:
                 raise RuntimeError(
                     "this cache has ragged rows or holes (lengths "
-                    f"{self._lens}, physical end {self._pend}), so the forward needs its mask and positions: "
+                    f"{lay.lengths}, physical end {lay.end}), so the forward needs its mask and positions: "
                     f"call bridge(tokens, **cache.forward_kwargs({n})) "
                     f"(= attention_mask=cache.attention_mask({n}), position_ids=cache.position_ids({n}))."
                 )
-            p = self._pend
+            p = lay.end
         if st.conflicts(self, p, p + n):
             if plan is not None:
                 raise RuntimeError("another fork took the planned slots between attention_mask() and the forward; "
                                    "call cache.forward_kwargs(n) right before each forward.")
             self._relocate()  # clean holder: same layout, private storage
-            st, p = self._st, self._pend
+            st, lay = self.storage, self.layout
+            p = lay.end
         if p + n > st.capacity:
             st.ensure(p + n)
-        lens, segs_all, step, events = self._lens, self._segs, self._step, self.events
+        step, events = self._step, self.events
+        lens = lay.lengths
         prov = self._explicit_provenance() if (self.next_provenance is not None or self._tags) else None
         if prov is not None:  # next_provenance / tagging: same label for every row
             code: int | list[int] = int(prov)
@@ -199,16 +200,8 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
                 code = code[0]
             kind = None
         st.note_write(p, n, tick(), code)
-        for r in range(len(lens)):
-            start = lens[r]
-            segs = segs_all[r]
-            if segs and segs[-1][1] == p:
-                segs[-1][1] = p + n
-            else:
-                segs.append([p, p + n])
+        for r, start in enumerate(lay.append(p, n)):
             events.append(CacheEvent(kind or ("decode" if start else "prefill"), r, start, start + n, step))
-            lens[r] = start + n
-        self._pend = p + n
         self._cur = (p, n)
         self._cur_pos = None  # built on demand by _positions_being_written (write hooks only)
         self._step = step + 1
@@ -232,38 +225,26 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
             >>> c = tiny_cache()
             >>> c.rollback(0)
         """
-        rows = list(range(len(self._lens))) if row is None else [row]
-        if row is not None and not 0 <= row < len(self._lens):
-            raise IndexError(f"row {row} out of range: this cache has rows 0..{len(self._lens) - 1}.")
+        lens = self.layout.lengths
+        rows = list(range(len(lens))) if row is None else [row]
+        if row is not None and not 0 <= row < len(lens):
+            raise IndexError(f"row {row} out of range: this cache has rows 0..{len(lens) - 1}.")
         tos = [to] * len(rows) if isinstance(to, int) else list(to)
         if len(tos) != len(rows):
             raise ValueError(f"rollback got {len(tos)} lengths for {len(rows)} rows; pass one per row or an int.")
         for r, t in zip(rows, tos):
-            if not 0 <= t <= self._lens[r]:
+            if not 0 <= t <= lens[r]:
                 raise ValueError(
-                    f"rollback(to={t}) for row {r}: valid range is 0..{self._lens[r]} (the row's current length). "
+                    f"rollback(to={t}) for row {r}: valid range is 0..{lens[r]} (the row's current length). "
                     f"`to` is the new absolute length, e.g. rollback(cache.lengths[{r}] - k) drops the last k "
                     "positions; a cache cannot roll forward."
                 )
-        for r, t in zip(rows, tos):
-            old = self._lens[r]
-            if t == old:
-                continue
+        moved = [(r, t) for r, t in zip(rows, tos) if t != lens[r]]
+        for r, t in moved:
             if self.config.keep_rejected:
-                self.rejected.append(self._copy_span(r, t, old))
-            drop, segs = old - t, self._segs[r]
-            while drop:
-                a, b = segs[-1]
-                if b - a <= drop:
-                    segs.pop()
-                    drop -= b - a
-                else:
-                    segs[-1][1] = b - drop
-                    drop = 0
-            self._lens[r] = t
-            self.events.append(CacheEvent("rollback", r, t, old, self._step))
-        self._pend = max((s[-1][1] for s in self._segs if s), default=0)
-        self._plan = None
+                self.rejected.append(self._copy_span(r, t, lens[r]))
+            self.events.append(CacheEvent("rollback", r, t, lens[r], self._step))
+        self.layout.rollback([t for _, t in moved], [r for r, _ in moved])
 
     def fork(self, at: int | Sequence[int] | None = None) -> KVCache:
         """A branch that shares this cache's prefix (no copy); its writes never touch this cache.
@@ -279,14 +260,14 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
             ...     branch.seq_len
             0
         """
-        ats = list(self._lens) if at is None else ([at] * len(self._lens) if isinstance(at, int) else list(at))
+        lens = self.layout.lengths
+        ats = list(lens) if at is None else ([at] * len(lens) if isinstance(at, int) else list(at))
         for r, t in enumerate(ats):
-            if not 0 <= t <= self._lens[r]:
-                raise ValueError(f"fork(at={t}) for row {r}: valid range is 0..{self._lens[r]} (current length).")
-        child = KVCache(self.config, _storage=self._st)
-        child._segs = [[s[:] for s in segs] for segs in self._segs]
-        child._lens = list(self._lens)
-        child._pend, child._step = self._pend, self._step
+            if not 0 <= t <= lens[r]:
+                raise ValueError(f"fork(at={t}) for row {r}: valid range is 0..{lens[r]} (current length).")
+        child = KVCache(self.config, _storage=self.storage)
+        child.layout = self.layout.copy()
+        child._step = self._step
         child._hooks = list(self._hooks)
         child.rollback(ats)
         child.events = []
@@ -298,26 +279,25 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
 
     def _relocate(self) -> None:
         """Move this holder's live entries to a private storage, rows left-aligned (O(length) copy)."""
-        old = self._st
+        old = self.storage
         new = compacted_storage(self, max(old.capacity, self.config.capacity))
-        for r, n in enumerate(self._lens):
+        for r, n in enumerate(self.layout.lengths):
             if n:
                 self.events.append(CacheEvent("relocate", r, 0, n, self._step))
         old.holders.discard(self)
         new.holders.add(self)
-        self._st = new
-        self._segs = [[[0, n]] if n else [] for n in self._lens]
-        self._pend = max(self._lens, default=0)
+        self.storage = new
+        self.layout = Layout.left_aligned(self.layout.lengths)
 
     def compact(self) -> None:
         """Left-align every row in a fresh buffer, dropping holes left by ragged rollbacks (O(length))."""
-        if self._st is not None:
+        if self.storage is not None:
             self._relocate()
 
     def close(self) -> None:
         """Release this cache's claim on shared buffers (done by ``with cache.fork() as b:``)."""
-        if self._st is not None:
-            self._st.holders.discard(self)
+        if self.storage is not None:
+            self.storage.holders.discard(self)
         self._closed = True
 
     def __enter__(self) -> KVCache:

@@ -33,7 +33,7 @@ class KVLayer(CacheLayerMixin):
     @property
     def keys(self):  # [batch, kv_heads, physical_len, d_head] view, or None before the first write
         o = self._owner()
-        return None if o._st is None else o._st.k[self.idx][:, :, : o._pend]
+        return None if o.storage is None else o.storage.k[self.idx][:, :, : o.layout.end]
 
     @keys.setter
     def keys(self, value) -> None:
@@ -42,7 +42,7 @@ class KVLayer(CacheLayerMixin):
     @property
     def values(self):  # [batch, kv_heads, physical_len, d_head] view, or None before the first write
         o = self._owner()
-        return None if o._st is None else o._st.v[self.idx][:, :, : o._pend]
+        return None if o.storage is None else o.storage.v[self.idx][:, :, : o.layout.end]
 
     @values.setter
     def values(self, value) -> None:
@@ -50,7 +50,7 @@ class KVLayer(CacheLayerMixin):
 
     @property
     def is_initialized(self) -> bool:
-        return self._owner()._st is not None
+        return self._owner().storage is not None
 
     def lazy_initialization(self, key_states, value_states) -> None:  # buffers are made by the owner
         return None

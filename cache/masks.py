@@ -19,14 +19,7 @@ class MaskMixin:
     @property
     def is_clean(self) -> bool:
         """True if every row is the single segment ``[0, physical_end)``: no mask or positions needed."""
-        p = self._pend
-        for s in self._segs:  # a plain loop: this runs before every forward
-            if s:
-                if len(s) != 1 or s[0][0] != 0 or s[0][1] != p:
-                    return False
-            elif p:
-                return False
-        return True
+        return self.layout.is_clean
 
     def live_mask(self, n_new: int) -> torch.Tensor:
         """2D ``[batch, past + n_new]`` (1 = a live entry of the row, or one of the next ``n_new``).
@@ -40,20 +33,13 @@ class MaskMixin:
             >>> tiny_cache(batch=2).live_mask(3).shape
             torch.Size([2, 3])
         """
-        p = self._pend
-        if self._st is not None and self._st.conflicts(self, p, p + n_new):
-            p = max(p, self._st.max_end())  # jump past slots other forks use: zero-copy, leaves a hole
-        self._plan = (p, n_new)
-        b = max(1, len(self._lens))
+        lay = self.layout
+        p = lay.end
+        if self.storage is not None and self.storage.conflicts(self, p, p + n_new):
+            p = max(p, self.storage.max_end())  # jump past slots other forks use: zero-copy, leaves a hole
+        lay.plan = (p, n_new)
         dev = self.config.device or torch.get_default_device()  # the keys' device once the cache has any
-        if self.is_clean and p == self._pend:
-            return torch.ones((b, p + n_new), dtype=torch.long, device=dev)
-        mask = torch.zeros((b, p + n_new), dtype=torch.long)
-        for r, segs in enumerate(self._segs):
-            for a, e in segs:
-                mask[r, a:e] = 1
-        mask[:, p:] = 1
-        return mask.to(dev)
+        return lay.live_mask(p, n_new).to(dev)
 
     def attention_mask(self, n_new: int):
         """The mask to pass with the next forward of ``n_new`` tokens per row (plans its slots).
@@ -72,7 +58,7 @@ class MaskMixin:
         """
         live = self.live_mask(n_new)  # [batch, past + n_new]
         windows = self.config.windows
-        if windows is None or (self.is_clean and self._plan[0] == self._pend):
+        if windows is None or (self.layout.is_clean and self.layout.plan[0] == self.layout.end):
             return live
         past = live.shape[1] - n_new
         q_pos = self.position_ids(n_new)  # [batch, n_new]
@@ -90,8 +76,7 @@ class MaskMixin:
             >>> tiny_cache().position_ids(2).tolist()
             [[0, 1]]
         """
-        lens = torch.tensor(self._lens or [0], dtype=torch.long)
-        return (lens[:, None] + torch.arange(n_new)).to(self.config.device or torch.get_default_device())
+        return self.layout.positions(n_new).to(self.config.device or torch.get_default_device())
 
     def forward_kwargs(self, n_new: int) -> dict:
         """``dict(past_key_values=self, attention_mask=..., position_ids=...)`` for the next forward.

@@ -117,33 +117,20 @@ class Storage:
 
     def max_end(self) -> int:
         """One past the highest physical slot any live holder uses."""
-        return max((h._pend for h in self.holders), default=0)
+        return max((h.layout.end for h in self.holders), default=0)
 
     def conflicts(self, me, start: int, end: int) -> bool:
         """True if a live holder other than ``me`` uses a slot in ``[start, end)`` of any row."""
-        if len(self.holders.data) <= 1:  # no forks (the common case, checked per forward): only `me` holds it
+        if len(self.holders) <= 1:  # no forks (the common case, checked per forward): only `me` holds it
             return False
-        for h in self.holders:
-            if h is me or h._pend <= start:
-                continue
-            for segs in h._segs:
-                for a, b in segs:
-                    if a < end and b > start:
-                        return True
-        return False
+        return any(h is not me and h.layout.overlaps(start, end) for h in self.holders)
 
     def shared(self, me, row: int, slots: torch.Tensor) -> bool:
         """True if another live holder also sees any of ``slots`` (physical indices) of ``row``."""
         if len(self.holders) <= 1:
             return False
         lo, hi = int(slots.min()), int(slots.max()) + 1
-        for h in self.holders:
-            if h is me:
-                continue
-            for a, b in h._segs[row]:
-                if a < hi and b > lo:
-                    return True
-        return False
+        return any(h is not me and h.layout.overlaps(lo, hi, row) for h in self.holders)
 
     @property
     def nbytes(self) -> int:

@@ -52,5 +52,7 @@ class ValidateMixin:
         c.batch, c.kv_heads, c.d_head = k.shape[0], k.shape[1], k.shape[3]
         c.dtype = c.dtype or k.dtype
         c.device = c.device or k.device
-        if not self._lens:
-            self._segs, self._lens = [[] for _ in range(c.batch)], [0] * c.batch
+        if not self.layout.batch:
+            from .layout import Layout
+
+            self.layout = Layout(c.batch)

@@ -8,6 +8,9 @@ its own tokens alone. Two guards, installed once per model by :func:`guard_cache
 
 - **Hand-off:** a forward pre-hook on every attention bridge renames ``cache=`` to
   ``past_key_values=``; with either spelling the cache is written.
+- **Generate check:** the model's ``generate`` first lets a cache that declares ``check_generate``
+  refuse, by name and before any forward, a decoding mode, a number of rows or a state it cannot
+  serve (the mode from transformers' public ``GenerationConfig.get_generation_mode``).
 - **Growth check:** around the HF model's forward, a cache that declares ``checks_growth``
   (``cache.KVCache`` does) must have grown by the tokens fed, or :class:`CacheBypassedError`
   names the transformers version and the keyword. Two Python hooks per forward (about 10 µs).
@@ -25,7 +28,9 @@ its own tokens alone. Two guards, installed once per model by :func:`guard_cache
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
+import types
 from importlib.metadata import version
 
 import torch
@@ -62,7 +67,24 @@ def guard_cache_handoff(model) -> None:
         return
     install_handoff(model)
     install_growth_check(hf)
+    if hasattr(hf, "generate"):
+        hf.generate = types.MethodType(_checked_generate, hf)  # a bound method: deep copies rebind it
     setattr(hf, _GUARDED, True)
+
+
+def _checked_generate(self, *args, **kwargs):
+    """HF ``generate``, after a cache that declares ``check_generate`` (``cache.KVCache`` does) has
+    checked the decoding mode, the number of rows it runs and its own state, before any forward.
+    The mode comes from transformers' public ``GenerationConfig.get_generation_mode``."""
+    cache = kwargs.get("past_key_values", kwargs.get("cache"))
+    if hasattr(cache, "check_generate"):
+        config = copy.deepcopy(kwargs.get("generation_config") or self.generation_config)
+        config.update(**{k: v for k, v in kwargs.items() if hasattr(config, k)})
+        x = kwargs.get("input_ids", args[0] if args else kwargs.get("inputs_embeds"))
+        cache.check_generate(config.get_generation_mode(kwargs.get("assistant_model")),
+                             batch=None if x is None else x.shape[0], num_beams=config.num_beams or 1,
+                             num_return_sequences=config.num_return_sequences or 1)
+    return type(self).generate(self, *args, **kwargs)
 
 
 def install_handoff(model) -> None:

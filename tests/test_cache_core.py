@@ -66,8 +66,8 @@ def test_update_returns_views_of_the_buffers(bridge):
     cache = KVCache.for_model(bridge, capacity=32)
     fwd(bridge, torch.tensor([[1, 2, 3]]), past_key_values=cache)
     k, v = cache.layers[0].keys, cache.layers[0].values
-    assert k._base is not None and k.data_ptr() == cache._st.k[0].data_ptr()
-    assert cache.keys(0).data_ptr() == cache._st.k[0].data_ptr()  # contiguous row -> view
+    assert k._base is not None and k.data_ptr() == cache.storage.k[0].data_ptr()
+    assert cache.keys(0).data_ptr() == cache.storage.k[0].data_ptr()  # contiguous row -> view
 
 
 def test_rollback_then_redecode_matches_fresh_run(bridge):
@@ -92,7 +92,7 @@ def test_fork_decodes_independently_parent_bit_identical(bridge):
     before = [(parent.keys(l).clone(), parent.values(l).clone()) for l in range(parent.config.n_layers)]
     nbytes = parent.nbytes
     child = parent.fork()
-    assert child._st is parent._st and parent.nbytes == nbytes  # zero-copy: same buffers
+    assert child.storage is parent.storage and parent.nbytes == nbytes  # zero-copy: same buffers
     out_child = decode(bridge, child, a)
     assert (out_child - ref(bridge, torch.cat([toks, a], 1))[:, 8:]).abs().max() <= TOL
     for l, (k, v) in enumerate(before):
@@ -115,14 +115,14 @@ def test_fork_at_earlier_position_zero_copy_forced_answers(bridge):
             out = fwd(bridge, question, **branch.forward_kwargs(3))
             want = ref(bridge, torch.cat([toks[:, :i], question], 1))[:, i:]
             assert (out - want).abs().max() <= TOL
-            assert branch._st is parent._st  # never copied the prefix
+            assert branch.storage is parent.storage  # never copied the prefix
             assert not any(e.kind == "relocate" for e in branch.events)
-    assert torch.equal(parent.keys(0), before) and parent.capacity == 32 and len(parent._st.holders) == 1
+    assert torch.equal(parent.keys(0), before) and parent.capacity == 32 and len(parent.storage.holders) == 1
     # without masks the branch copies its prefix once and stays correct
     branch = parent.fork(at=5)
     out = fwd(bridge, question, past_key_values=branch)
     assert (out - ref(bridge, torch.cat([toks[:, :5], question], 1))[:, 5:]).abs().max() <= TOL
-    assert branch._st is not parent._st
+    assert branch.storage is not parent.storage
 
 
 def _ragged_setup(bridge, seqs, pad=0):
@@ -273,7 +273,7 @@ def test_rollback_does_no_tensor_work_at_any_length():
             c.update(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8), l)
         with Count() as mode:
             c.rollback(n)
-        assert mode.ops == [] and c.seq_len == n and c._segs == [[[0, n]]]
+        assert mode.ops == [] and c.seq_len == n and c.layout.segments == [[[0, n]]]
 
 
 def test_lazy_provenance_and_stamps_survive_long_uninspected_runs():
