@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 __version__ = "0.2.0"
 
@@ -51,6 +52,30 @@ _API = {
 _SUBPACKAGES = ("tasks", "models", "hooks", "cache", "decoding", "probes", "analyses")
 
 __all__ = sorted([*_API, *_SUBPACKAGES])
+
+
+if TYPE_CHECKING:  # what `_API` maps, spelled out for type checkers and "go to definition"
+    from beliefscope import analyses, cache, decoding, hooks, models, probes, tasks  # noqa: F401
+    from beliefscope.analyses.forced import forced_answers  # noqa: F401
+    from beliefscope.cache import KVCache, Provenance  # noqa: F401
+    from beliefscope.decoding import (  # noqa: F401
+        Scheduler,
+        SchedulerConfig,
+        SpecConfig,
+        generate,
+        make_drafter,
+        speculative_generate,
+    )
+    from beliefscope.hooks import capture, steer, to_activation_cache  # noqa: F401
+    from beliefscope.models import ModelLoadError, checkpoint_path, load_hf, load_model  # noqa: F401
+    from beliefscope.probes import (  # noqa: F401
+        ActivationStore,
+        LinearProbe,
+        ProbeClassifier,
+        fit_all_layers,
+        harvest,
+    )
+    from beliefscope.tasks import get_task  # noqa: F401
 
 
 def __getattr__(name: str):
