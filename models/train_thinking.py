@@ -49,6 +49,7 @@ class ThinkingTrainConfig:
     backbone: str = "smollm2"  # the pretrained model: a name models.load.load_hf knows, or a folder
     task: str = "coinflip"  # task family (tasks.get_task)
     rendering: str = "natural"  # task rendering the backbone reads ("natural" English, or "toy" in tests)
+    wordings: str = "wide"  # natural train sentences: "basic" (2 flip / 2 stay) or "wide" (+ 6 / 6 paraphrases)
     trained: str = "frozen"  # "frozen": T, C, injection; "lora": + backbone adapters; "full": every weight
     lora_rank: int = 8  # adapter rank when trained == "lora"
     steps: int = 1200  # optimiser steps (about 65 min at 1 CPU thread, frozen backbone, 8 x ~66 tokens)
@@ -114,7 +115,7 @@ def build(cfg: ThinkingTrainConfig, device=None, backbone=None):
 
 def batch_examples(cfg: ThinkingTrainConfig, step: int) -> list:
     """The stories of optimiser step ``step``: drawn from ``(seed, step)`` alone."""
-    split = {"split": "train"} if cfg.rendering == "natural" else {}
+    split = {"split": "train", "wordings": cfg.wordings} if cfg.rendering == "natural" else {}
     task = get_task(cfg.task, rendering=cfg.rendering, fmt="direct", **split)
     rng = random.Random(f"thinking-train/{cfg.seed}/{step}")
     return [task.example(rng.randrange(10**12), rng.randint(cfg.min_events, cfg.max_events))

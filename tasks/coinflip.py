@@ -49,6 +49,25 @@ NATURAL_STAYS = (
     "{n} looks at the coin but does not flip it.",
     "Next, {n} does not touch the coin.",
 )
+# Extra training wordings (wordings="wide"): paraphrases in the train split only, sharing no verb
+# phrase with the held-out sentences, so that a model which learns what a sentence *does* to the
+# coin, rather than which words mark a flip, can be told from one that does not.
+NATURAL_FLIPS_EXTRA = (
+    "{n} tosses the coin and it lands the other way up.",
+    "{n} inverts the coin.",
+    "{n} rolls the coin onto its other side.",
+    "{n} upends the coin.",
+    "The coin is flipped by {n}.",
+    "{n} reverses the coin.",
+)
+NATURAL_STAYS_EXTRA = (
+    "{n} keeps the coin as it is.",
+    "{n} ignores the coin.",
+    "{n} walks past the coin.",
+    "{n} leaves the coin where it is.",
+    "{n} just watches the coin.",
+    "The coin stays as it was while {n} waits.",
+)
 NATURAL_QUESTIONS = (
     "What's the state? A:",
     "Is the coin heads or tails now? A:",
@@ -63,6 +82,7 @@ class CoinFlipConfig:
     fmt: str = "direct"  # "direct" answer or "cot" (state after each event, then answer)
     split: str = "train"  # natural only: "train" or "heldout" templates and names ("all" mixes)
     p_flip: float = 0.5  # probability that an event is a flip rather than a stay
+    wordings: str = "basic"  # natural train split: "basic" sentences, or "wide" (+ NATURAL_*_EXTRA paraphrases)
 
 
 class CoinFlip:
@@ -71,7 +91,8 @@ class CoinFlip:
     name = "coinflip"
     state_names = STATES
 
-    def __init__(self, rendering: str = "toy", fmt: str = "direct", split: str = "train", p_flip=0.5):
+    def __init__(self, rendering: str = "toy", fmt: str = "direct", split: str = "train", p_flip=0.5,
+                 wordings: str = "basic"):
         if rendering not in ("toy", "natural"):
             raise ValueError(f"rendering {rendering!r} is unknown: use 'toy' or 'natural'")
         if fmt not in ("direct", "cot"):
@@ -80,7 +101,9 @@ class CoinFlip:
             raise ValueError(f"split {split!r} is unknown: use 'train', 'heldout' or 'all'")
         if fmt == "cot" and rendering == "natural":
             raise ValueError("the chain-of-thought format exists for the toy rendering only; use fmt='direct'")
-        self.cfg = CoinFlipConfig(rendering=rendering, fmt=fmt, split=split, p_flip=p_flip)
+        if wordings not in ("basic", "wide"):
+            raise ValueError(f"wordings {wordings!r} is unknown: use 'basic' or 'wide' (extra train-split paraphrases)")
+        self.cfg = CoinFlipConfig(rendering=rendering, fmt=fmt, split=split, p_flip=p_flip, wordings=wordings)
 
     # -- sampling ---------------------------------------------------------------------------
     def example(self, seed: int, n_events: int) -> Example:
@@ -129,6 +152,8 @@ class CoinFlip:
             name = rng.choice(names_pool)
             names.append(name)
             pool = _half(NATURAL_FLIPS if kind == "flip" else NATURAL_STAYS, self.cfg.split)
+            if self.cfg.wordings == "wide" and self.cfg.split == "train":
+                pool = pool + (NATURAL_FLIPS_EXTRA if kind == "flip" else NATURAL_STAYS_EXTRA)
             start = len(text) + 1
             text += " " + rng.choice(pool).format(n=name)
             state ^= int(kind == "flip")
