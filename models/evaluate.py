@@ -127,10 +127,15 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
         ids = torch.full((len(chunk), max(lengths)), tok.pad_token_id, dtype=torch.long)
         for b, lb in enumerate(labs):
             ids[b, : lengths[b]] = torch.as_tensor(lb.input_ids)
-        mask = (ids != tok.pad_token_id).long()
-        add, thoughts = model.self_states(ids, lengths)
-        logits, _ = model.backbone_forward(ids, mask, add)
-        last = logits[torch.arange(len(chunk)), torch.tensor(lengths) - 1][:, ans].argmax(-1)  # [batch]
+        if _cached_inference(model):  # chunk by chunk on a KV cache: O(length) per story
+            runs = [model.cached_states(lb.input_ids.tolist()) for lb in labs]
+            thoughts = [t for _, t in runs]
+            last = torch.stack([lg[ans.to(lg.device)] for lg, _ in runs]).argmax(-1)  # [batch]
+        else:  # batched, one recompute per chunk index: faster for a small backbone
+            mask = (ids != tok.pad_token_id).long()
+            add, thoughts = model.self_states(ids, lengths)
+            logits, _ = model.backbone_forward(ids, mask, add)
+            last = logits[torch.arange(len(chunk)), torch.tensor(lengths) - 1][:, ans].argmax(-1)  # [batch]
         for b, ex in enumerate(chunk):
             good = names[int(last[b])] == ex.answer
             ok.append(good)
@@ -145,6 +150,12 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
             "thought_exact": p_exact / len(ok), "thoughts": t_n, "n": n, "task": task, "events": f"{lo}-{hi}",
             "seed": seed, "answer_accuracy_by_events": {str(k): round(v[0] / v[1], 4)
                                                          for k, v in sorted(by_ev.items())}}
+
+
+def _cached_inference(model) -> bool:
+    """Evaluate chunk by chunk on a KV cache (ThinkingStates.cached_states) rather than by batched recompute: for
+    backbones above 20M parameters, where recomputing the story per chunk costs more than the calls."""
+    return sum(p.numel() for p in model.backbone.parameters()) > 20e6
 
 
 BANDS = ("1-8", "9-16", "17-32", "33-64")

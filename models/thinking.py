@@ -257,11 +257,15 @@ class ThinkingStates(nn.Module):
             for h in handles:
                 h.remove()
 
-    def backbone_forward(self, ids, attention_mask=None, add=None, position_ids=None, keep_logits=None):
+    def backbone_forward(self, ids, attention_mask=None, add=None, position_ids=None, keep_logits=None,
+                         past_key_values=None):
         """Plain backbone forward with S injected; returns ``(logits [B, T, V], h_out [B, T, d])``.
-        ``keep_logits [k]`` (positions): logits ``[B, k, V]`` at those positions only (training)."""
+        ``keep_logits [k]`` (positions, or an int: the last k): logits ``[B, k, V]`` there only.
+        ``past_key_values``: a transformers cache the forward extends (chunk-by-chunk inference)."""
         keep: dict = {}
         extra = {} if keep_logits is None else {"logits_to_keep": keep_logits}
+        if past_key_values is not None:
+            extra.update(past_key_values=past_key_values, use_cache=True)
         with self._plain_hooks(add, keep):
             logits = self.backbone(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
                                    **extra).logits
@@ -299,6 +303,28 @@ class ThinkingStates(nn.Module):
                     a, e, _ = spans[b][j + 1]
                     add[b, a:e] = S[i] if intervene is None else intervene(b, j + 1, S[i])
         return add, thoughts
+
+    @torch.no_grad()
+    def cached_states(self, ids: list[int]):
+        """One story chunk by chunk on a transformers ``DynamicCache``: each chunk is fed once, with
+        its S added, and T thinks after each complete chunk (O(length), what inference computes;
+        `decoding.thinking.run_thinking` does the same on an inspectable ``KVCache``). Returns
+        ``(logits [V] at the last token, thoughts [(chunk_end, tokens)])``."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.backbone.config)
+        dev = next(self.parameters()).device
+        S, thoughts, logits = None, [], None
+        for a, e, complete in self.spans(ids):
+            x = torch.tensor([ids[a:e]], device=dev)  # [1, c]
+            add = None if S is None else S.expand(1, e - a, -1)  # [1, c, d]
+            pos = torch.arange(a, e, device=dev)[None]  # [1, c]
+            logits, h = self.backbone_forward(x, None, add, pos, keep_logits=1, past_key_values=cache)
+            if complete:
+                z = self.think([h[0]])
+                thoughts.append((e, z[0]))
+                S = self.state_from_thoughts(z)[0]
+        return logits[0, -1], thoughts
 
     # ------------------------------------------------------------------ teacher-forced training
     def loss(self, batch, position_ids=None) -> tuple[torch.Tensor, dict]:

@@ -124,3 +124,21 @@ def test_shipped_folder_needs_force_and_full_disk_stops(tmp_path):
         check_out(os.path.join(checkpoints_dir(), "smollm2-thinking"))
     with pytest.raises(ValueError, match="MiB free but training needs"):
         check_out(str(tmp_path / "x"), need_bytes=2**62)
+
+
+def test_cached_states_equal_batched_recompute():
+    """Chunk-by-chunk on a DynamicCache (what eval runs for pretrained backbones) gives the thoughts and
+    the last-token logits of the batched recompute (self_states + backbone_forward) on the shipped model."""
+    import torch
+    from beliefscope.models import load_model
+    from beliefscope.tasks import get_task
+
+    model, tok = load_model("thinking")
+    for ex in get_task("coinflip", rendering="toy").examples(6, seed=3, events=(2, 12)):
+        ids = tok(ex.prompt)["input_ids"]
+        logits, thoughts = model.cached_states(ids)
+        x = torch.tensor([ids])
+        add, ref_thoughts = model.self_states(x)
+        ref_logits, _ = model.backbone_forward(x, torch.ones_like(x), add)
+        assert thoughts == ref_thoughts[0]
+        assert (logits - ref_logits[0, -1]).abs().max() < 1e-4
