@@ -62,7 +62,8 @@ def greedy_completions(hf_model, tok, prompts, max_new_tokens, batch_size=64):
 
 def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
              tokenizer=None, rendering: str = "toy", batch_size: int = 64, formats=("direct", "cot")) -> dict:
-    """Exact match of full CoT + answer, and direct-answer accuracy, overall and by event count.
+    """Exact match of full CoT + answer, and direct-answer accuracy, overall and by event count
+    (natural English: on the held-out templates and names, as for Thinking States models).
 
     `model` is a name/path (loaded with `models.load.load_model`) or an HF model with `tokenizer`.
     ``formats`` picks the prompts: direct answers, chain of thought (toy rendering only), or both.
@@ -80,7 +81,8 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
     result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats)}
     if "direct" in formats:
-        direct = get_task(task, rendering=rendering, fmt="direct").examples(n, seed, (lo, hi))
+        held = {"split": "heldout"} if rendering == "natural" else {}  # natural: held-out templates and names
+        direct = get_task(task, rendering=rendering, fmt="direct", **held).examples(n, seed, (lo, hi))
         preds = direct_answers(hf, tok, direct, batch_size)
         for ex, p in zip(direct, preds, strict=True):
             by_ev[ex.n_events][2] += int(p == ex.answer)
