@@ -109,14 +109,30 @@ def verdict(name: str, bands: dict) -> str:
             "across bands)")
 
 
-def causal_check(model, tok, n: int, seed: int) -> dict:
-    """Swap S_j at one middle chunk for the other state's gold S; compare with random vectors of equal norm."""
-    from beliefscope.decoding.thinking import run_thinking
+def tasks_for(name: str):
+    """(train task, test task) in the model's own rendering: natural English fits on the train
+    templates and names and tests on the held-out ones; the toy grammar has one set."""
+    from beliefscope.models.profile import model_profile
     from beliefscope.tasks import get_task
 
-    exs = get_task("coinflip", fmt="direct").examples(n, seed, (3, 8))
+    if model_profile(name).rendering == "natural":
+        return (get_task("coinflip", rendering="natural", fmt="direct", split="train"),
+                get_task("coinflip", rendering="natural", fmt="direct", split="heldout"))
+    task = get_task("coinflip", fmt="direct")
+    return task, task
+
+
+def causal_check(model, tok, n: int, seed: int, task=None) -> dict:
+    """Swap S_j at one middle chunk for the other state's gold S; compare with random vectors of equal norm."""
+    from beliefscope.decoding.thinking import run_thinking
+    from beliefscope.models.thinking_data import thought_word_id
+    from beliefscope.tasks import get_task
+
+    task = task or get_task("coinflip", fmt="direct")
+    exs = task.examples(n, seed, (3, 8))
     names = exs[0].state_names
-    gold = model.state_from_thoughts([[tok.convert_tokens_to_ids(s), model.eos_id] for s in names])  # [2, d]
+    words = [thought_word_id(tok, s) for s in names]
+    gold = model.state_from_thoughts([[w, model.eos_id] for w in words])  # [2, d]
     g = torch.Generator().manual_seed(seed)
     flips = {"swap": [], "random": []}
     follow = {"swap": [], "random": []}
@@ -124,8 +140,8 @@ def causal_check(model, tok, n: int, seed: int) -> dict:
         ids = tok(ex.prompt)["input_ids"]
         base = run_thinking(model, ids, max_new_tokens=1)
         j = 1 + len(base.thoughts) // 2  # the chunk whose state is replaced
-        word = tok.convert_ids_to_tokens(base.thoughts[j - 1][1][0])
-        other = gold[1 - names.index(word)] if word in names else -gold[0]
+        word = base.thoughts[j - 1][1][0]
+        other = gold[1 - words.index(word)] if word in words else -gold[0]
         for kind in flips:
             if kind == "swap":
                 vec = other
@@ -146,16 +162,15 @@ def main(config: InstrumentConfig, progress=None) -> dict:
     """Run the validation for every model; returns a JSON-able dict."""
     from beliefscope.models.load import check_model_name, load_model
     from beliefscope.probes.harvest import random_init_like
-    from beliefscope.tasks import get_task
 
     for name in config.models:  # every name before any work
         check_model_name(name)
     torch.set_num_threads(config.threads)
-    task = get_task("coinflip", fmt="direct")
-    train = task.examples(config.n_train, config.seed, (1, 8))
-    tests = {b: task.examples(config.n_test, config.seed + 1 + i, b) for i, b in enumerate(config.bands)}
     out = {"config": {k: getattr(config, k) for k in config.__dataclass_fields__}, "models": {}}
     for name in config.models:
+        train_task, test_task = tasks_for(name)
+        train = train_task.examples(config.n_train, config.seed, (1, 8))
+        tests = {b: test_task.examples(config.n_test, config.seed + 1 + i, b) for i, b in enumerate(config.bands)}
         model, tok = load_model(name)
         tr = collect(model, tok, train, forced=False, progress=progress)
         probe, layer = fit_probes(tr["X"], tr["truth"], tr["prompt"])
@@ -177,7 +192,7 @@ def main(config: InstrumentConfig, progress=None) -> dict:
             res["random_init_probe_accuracy"] = float(
                 (p0.predict(te0["X"][l0], p0.hooks[l0]).numpy() == te0["truth"]).mean())
         if hasattr(model, "thinking_config"):
-            res["causal"] = causal_check(model, tok, config.causal_n, config.seed + 99)
+            res["causal"] = causal_check(model, tok, config.causal_n, config.seed + 99, test_task)
         res["verdict"] = verdict(name, res["bands"])
         out["models"][name] = res
     return out
