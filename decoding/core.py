@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 import torch
 from beliefscope.cache import KVCache, Provenance
 from beliefscope.decoding.config import SpecConfig
+from beliefscope.models.profile import hf_of
 
 
 def hf_model(model):
     """The HF causal LM behind a TransformerBridge (its modules fire the bridge's hooks too)."""
-    return getattr(model, "original_model", model)
+    return hf_of(model)
 
 
 def hf_logits(model, tokens: torch.Tensor, **kwargs) -> torch.Tensor:

@@ -14,6 +14,8 @@ torch.Size([1, 7, 32])
 
 from __future__ import annotations
 
+from beliefscope.models.profile import hf_of
+
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -158,7 +160,7 @@ def capture(model, names, cache=None, device=None):
         done.remove()
     silent = [n for n in names if not cap.records[n]]
     if cap.forwards and silent:
-        arch = type(getattr(model, "original_model", model)).__name__
+        arch = type(hf_of(model)).__name__
         raise HookNeverFiredError(
             f"hook(s) {', '.join(silent)} never fired in {cap.forwards} complete forward(s) of this {arch}: "
             f"TransformerLens's bridge for {arch} does not compute that activation (e.g. OPT's attention "

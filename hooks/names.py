@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from beliefscope.models.profile import hf_of
+
 import difflib
 
 # short name -> template; "{l}" is the layer
@@ -60,7 +62,7 @@ UNCOMPUTED = {"OPTForCausalLM": ("attn.hook_pattern",)}
 
 def check_computed(model, names) -> None:
     """Raise a ValueError naming the architecture if any of ``names`` is a hook its bridge never fires."""
-    arch = type(getattr(model, "original_model", model)).__name__
+    arch = type(hf_of(model)).__name__
     bad = [n for n in names if any(n.endswith(suffix) for suffix in UNCOMPUTED.get(arch, ()))]
     if bad:
         raise ValueError(f"{', '.join(bad)}: TransformerLens's bridge for {arch} lists this hook but never computes "
@@ -77,7 +79,7 @@ def resolve_hook(model, name: str, hook_dict: dict | None = None):
     if name == "hook_embed" and name not in hooks:
         name = "embed.hook_out"
     if name not in hooks and name.endswith(".hook_resid_mid") and name.replace("_mid", "_pre") in hooks:
-        arch = type(getattr(model, "original_model", model)).__name__
+        arch = type(hf_of(model)).__name__
         raise KeyError(f"{name!r} does not exist in {arch}: its blocks run attention and MLP in parallel on the "
                        "same input, so there is no residual stream between them; use hook_resid_pre, "
                        "hook_attn_out or hook_mlp_out")

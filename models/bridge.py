@@ -35,6 +35,7 @@ from importlib.metadata import version
 
 import torch
 from beliefscope.models.errors import ModelLoadError
+from beliefscope.models.profile import hf_of
 
 _GUARDED = "_beliefscope_cache_guard"
 
@@ -62,7 +63,7 @@ def build_bridge(hf_model, arch: str | None = None, tok=None):
 
 def guard_cache_handoff(model) -> None:
     """Install the hand-off and the growth check on ``model`` (a bridge or a HF model); idempotent."""
-    hf = getattr(model, "original_model", model)
+    hf = hf_of(model)
     if getattr(hf, _GUARDED, False):
         return
     install_handoff(model)
@@ -93,7 +94,7 @@ def install_handoff(model) -> None:
     for module in model.modules():
         if hasattr(module, "_update_kv_cache"):
             module.register_forward_pre_hook(_rename_cache_kwarg, with_kwargs=True)
-    hf = getattr(model, "original_model", model)
+    hf = hf_of(model)
     params = inspect.signature(hf.forward).parameters
     if "cache" in params and "past_key_values" not in params:
         hf.register_forward_pre_hook(_to_new_cache_kwarg, with_kwargs=True)
@@ -109,7 +110,7 @@ def install_growth_check(hf_model) -> None:
 @contextlib.contextmanager
 def growth_check_removed(model):
     """Within the block, ``model`` runs without the growth check (``bench cache`` measures its cost)."""
-    hf = getattr(model, "original_model", model)
+    hf = hf_of(model)
     for h in getattr(hf, "_beliefscope_growth_hooks", ()):
         h.remove()
     try:

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
+from beliefscope.models.profile import hf_of
 from beliefscope.tasks import get_task, parse_events_range
 
 
@@ -77,7 +78,7 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
         model, tokenizer = load_model(model)
     if hasattr(model, "thinking_config"):
         return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering)
-    hf, tok = getattr(model, "original_model", model), tokenizer
+    hf, tok = hf_of(model), tokenizer
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
     result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats)}
     if "direct" in formats:

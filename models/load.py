@@ -30,6 +30,7 @@ from importlib import resources
 
 import torch
 from beliefscope.models.errors import ModelLoadError
+from beliefscope.models.cards import read_card
 
 SMOLLM2 = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -145,14 +146,6 @@ def _missing(name: str):
                          f"shipped names: {shipped}")
 
 
-def _read_card(path: str) -> dict:
-    f = os.path.join(path, "model_card.json")
-    if not os.path.isfile(f):
-        return {}
-    with open(f) as fh:
-        return json.load(fh)
-
-
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "tokenizer_config.json")
@@ -210,7 +203,7 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
         path = checkpoint_path(name_or_path, must_exist=False)
         if path is not None:
             check_folder(path)
-            if _read_card(path).get("kind") == "thinking" and not allow_thinking:
+            if read_card(path).get("kind") == "thinking" and not allow_thinking:
                 raise ModelLoadError(f"{name_or_path!r} is a Thinking States checkpoint: load it with "
                                      "beliefscope.load_model (or models.thinking.load_thinking), which adds its "
                                      "T and C blocks; the plain loader would drop them")
@@ -337,7 +330,7 @@ def load_model(name_or_path: str, device=None, dtype=None):
     device, dtype = default_device(device), resolve_dtype(dtype)
     check_model_name(name_or_path)
     path = checkpoint_path(name_or_path, must_exist=False) if name_or_path != SMOLLM2 else None
-    if path is not None and _read_card(path).get("kind") == "thinking":
+    if path is not None and read_card(path).get("kind") == "thinking":
         from beliefscope.models.thinking import load_thinking
 
         return load_thinking(name_or_path, device=device, dtype=dtype)

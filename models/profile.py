@@ -16,9 +16,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
+
+from beliefscope.models.cards import read_card
 
 import torch
 
@@ -120,17 +121,8 @@ def model_profile(name: str) -> ModelProfile:
     if name == SMOLLM2:
         return ModelProfile(name=name, rendering="natural", thinking=False, pretrained=True)
     path = checkpoint_path(name, must_exist=False)
-    card = _card(path) if path else {}
+    card = read_card(path) if path else {}
     if card:
         return ModelProfile(name=name, rendering=card.get("rendering", "toy"),
                             thinking=card.get("kind") == "thinking", pretrained=False)
     return ModelProfile(name=name, rendering="natural", thinking=False, pretrained=True)
-
-
-def _card(path: str) -> dict:
-    f = os.path.join(path, "model_card.json")
-    if not os.path.isfile(f):
-        return {}
-    with open(f) as fh:
-        card = json.load(fh)
-    return card if isinstance(card, dict) else {}

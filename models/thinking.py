@@ -367,10 +367,10 @@ def load_thinking(name_or_path: str, device=None, dtype=None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from beliefscope.models.load import ModelLoadError, checkpoint_path, default_device, resolve_dtype
+    from beliefscope.models.cards import read_card
 
     path = checkpoint_path(name_or_path)
-    card_file = os.path.join(path, "model_card.json")
-    card = json.load(open(card_file)) if os.path.isfile(card_file) else {}
+    card = read_card(path)
     if card.get("kind") != "thinking" or not os.path.isfile(os.path.join(path, "thinking.safetensors")):
         raise ModelLoadError(f"{name_or_path!r} is not a Thinking States checkpoint (no thinking.safetensors / "
                              "kind 'thinking' in its model card): load it with beliefscope.load_model")

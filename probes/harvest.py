@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 from beliefscope.hooks import stream
+from beliefscope.models.profile import hf_of
 from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
@@ -85,7 +86,7 @@ def checkpoint_hash(model) -> str:
 
     A tensor reachable under several names (tied embeddings, the bridge's aliases of HF modules:
     SmolLM2's state dict lists its 0.54 GB of weights 3-4 times) is hashed once, under its first name."""
-    hf = getattr(model, "original_model", model)
+    hf = hf_of(model)
     h = hashlib.sha256()
     seen = set()
     for name, t in sorted(hf.state_dict().items()):
@@ -102,7 +103,7 @@ def random_init_like(model, seed: int = 0):
     """A freshly initialised model with the same HF config, wrapped as a bridge."""
     from beliefscope.models.load import bridge_from_hf
 
-    hf = getattr(model, "original_model", model)
+    hf = hf_of(model)
     torch.manual_seed(seed)
     twin = type(hf)(hf.config).to(next(hf.parameters()).dtype).eval()
     bridge = bridge_from_hf(twin, getattr(model, "tokenizer", None))

@@ -1,0 +1,16 @@
+"""Model cards: the JSON a checkpoint folder keeps beside its weights (``model_card.json``)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def read_card(path: str) -> dict:
+    """A checkpoint folder's ``model_card.json`` as a dict ({} when it has none): the one card reader."""
+    f = os.path.join(path, "model_card.json")
+    if not os.path.isfile(f):
+        return {}
+    with open(f) as fh:
+        card = json.load(fh)
+    return card if isinstance(card, dict) else {}
