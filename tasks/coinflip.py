@@ -52,6 +52,14 @@ NATURAL_STAYS = (
 # Extra training wordings (wordings="wide"): paraphrases in the train split only, sharing no verb
 # phrase with the held-out sentences, so that a model which learns what a sentence *does* to the
 # coin, rather than which words mark a flip, can be told from one that does not.
+NATURAL_INTROS_EXTRA = (
+    "At the start, the coin is {s}.",
+    "The coin's upper face is {s}.",
+    "We begin with the coin on {s}.",
+    "Initially the coin reads {s}.",
+    "Someone placed the coin {s} side up.",
+    "The coin was set down with {s} on top.",
+)
 NATURAL_FLIPS_EXTRA = (
     "{n} tosses the coin and it lands the other way up.",
     "{n} inverts the coin.",
@@ -82,7 +90,7 @@ class CoinFlipConfig:
     fmt: str = "direct"  # "direct" answer or "cot" (state after each event, then answer)
     split: str = "train"  # natural only: "train" or "heldout" templates and names ("all" mixes)
     p_flip: float = 0.5  # probability that an event is a flip rather than a stay
-    wordings: str = "basic"  # natural train split: "basic" sentences, or "wide" (+ NATURAL_*_EXTRA paraphrases)
+    wordings: str = "basic"  # natural train split: "basic" sentences, or "wide" (+ NATURAL_*_EXTRA intros and events)
 
 
 class CoinFlip:
@@ -144,15 +152,17 @@ class CoinFlip:
 
     def _natural(self, initial: int, kinds: list[str], rng: random.Random, seed: int) -> Example:
         names_pool = _half(NATURAL_NAMES, self.cfg.split)
-        intro_i = rng.randrange(len(_half(NATURAL_INTROS, self.cfg.split)))
+        wide = self.cfg.wordings == "wide" and self.cfg.split == "train"
+        intros = _half(NATURAL_INTROS, self.cfg.split) + (NATURAL_INTROS_EXTRA if wide else ())
+        intro_i = rng.randrange(len(intros))
         q_i = rng.randrange(len(NATURAL_QUESTIONS))
-        text = _half(NATURAL_INTROS, self.cfg.split)[intro_i].format(s=STATES[initial])
+        text = intros[intro_i].format(s=STATES[initial])
         state, events, names = initial, [], []
         for kind in kinds:
             name = rng.choice(names_pool)
             names.append(name)
             pool = _half(NATURAL_FLIPS if kind == "flip" else NATURAL_STAYS, self.cfg.split)
-            if self.cfg.wordings == "wide" and self.cfg.split == "train":
+            if wide:
                 pool = pool + (NATURAL_FLIPS_EXTRA if kind == "flip" else NATURAL_STAYS_EXTRA)
             start = len(text) + 1
             text += " " + rng.choice(pool).format(n=name)
