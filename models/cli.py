@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--checkpoint-every", type=int, default=None,
                    help="smollm2-thinking: steps between resumable checkpoints in OUT/train_state.pt (default 10)")
     p.add_argument("--autocast", default=None, choices=["none", "bfloat16"],
-                   help="smollm2-thinking: bfloat16 matmuls under torch.autocast (default none)")
+                   help="smollm2-thinking: bfloat16 matmuls under torch.autocast (default bfloat16)")
     p.add_argument("--measure-cost", action="store_true",
                    help="smollm2-thinking: time a few steps of each option (full, lora, frozen, frozen+bf16), "
                         "write OUT/training_cost.json (copied into the model card) and stop")
