@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # One sentence for the flags many commands share (a command's own help= wins).
 FLAG_HELP = {
-    "model": "model: a shipped name (target, draft, thinking, direct-rope, cot-rope, smollm2), a checkpoint "
+    "model": "model: a shipped name (target, draft, thinking, direct-rope, cot-rope, smollm2-thinking, smollm2), a checkpoint "
              "folder or an org/name hub model",
     "probes": "probe folder written by `beliefscope probe --out` (fitted on the same model)",
     "task": "task family: coinflip or cups",
