@@ -78,8 +78,11 @@ def _forced_thinking(model, tok, ex) -> ForcedAnswers:
     if any(int(i) not in by_end for i in positions):
         raise ValueError("the model's chunks do not end at the event boundaries; use chunking='events'")
     rows = [by_end[int(i)] for i in positions]
-    words = [tok.convert_ids_to_tokens(r.thoughts[k][0]) if r.thoughts[k] else "" for k in rows]
-    thought = np.asarray([ex.state_names.index(w) if w in ex.state_names else -1 for w in words])
+    from beliefscope.models.thinking_data import thought_word_id
+
+    words = [thought_word_id(tok, s) for s in ex.state_names]  # " heads" for a BPE vocabulary
+    firsts = [r.thoughts[k][0] if r.thoughts[k] else None for k in rows]
+    thought = np.asarray([words.index(w) if w in words else -1 for w in firsts])
     return ForcedAnswers(positions, r.p_answer[rows].numpy(), lab.state[positions], lab.input_ids,
                          q_ids.numpy(), thought_state=thought)
 

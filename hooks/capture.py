@@ -14,17 +14,12 @@ torch.Size([1, 7, 32])
 
 from __future__ import annotations
 
-from beliefscope.models.profile import hf_of
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from beliefscope.hooks.names import check_computed, resolve_hook
-
-
-class HookNeverFiredError(RuntimeError):
-    """A captured hook name exists on the bridge but no forward in the block computed it."""
 
 
 @dataclass
@@ -61,7 +56,7 @@ class Capture:
         self._start = 0
         self._seek: int | None = None
         self._counter = 0
-        self.forwards = 0  # complete bridge forwards seen in the block
+        self.forwards = 0  # complete bridge forwards seen in the block (stacked() names it when a hook stayed silent)
 
     def seek(self, position: int) -> None:
         """The next forward's first token is at absolute `position`."""
@@ -92,7 +87,10 @@ class Capture:
         Returns ``[batch, n_positions, ...]`` for positions 0..max."""
         recs = [r for r in self.records[name] if where is None or where(r.tags)]
         if not recs:
-            raise KeyError(f"nothing captured at {name!r}" + (" with that filter" if where else ""))
+            why = " with that filter" if where else (
+                f" in {self.forwards} complete forward(s): the bridge lists this hook but did not fire it (e.g. "
+                "hook_pos_embed on a rotary model)" if self.forwards else "")
+            raise KeyError(f"nothing captured at {name!r}{why}")
         n = int(max(r.positions.max() for r in recs)) + 1
         out = torch.zeros((recs[0].act.shape[0], n, *recs[0].act.shape[2:]), dtype=recs[0].act.dtype)
         for r in recs:
@@ -158,15 +156,6 @@ def capture(model, names, cache=None, device=None):
     finally:
         handle.remove()
         done.remove()
-    silent = [n for n in names if not cap.records[n]]
-    if cap.forwards and silent:
-        arch = type(hf_of(model)).__name__
-        raise HookNeverFiredError(
-            f"hook(s) {', '.join(silent)} never fired in {cap.forwards} complete forward(s) of this {arch}: "
-            f"TransformerLens's bridge for {arch} does not compute that activation (e.g. OPT's attention "
-            "computes its pattern inside HF's own attention). Capture other hooks; "
-            "hooks.names.SHORT_NAMES lists the kinds, model.hook_dict every name."
-        )
 
 
 @contextmanager

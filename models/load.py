@@ -33,6 +33,7 @@ from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.cards import read_card
 
 SMOLLM2 = "smollm2"
+HOST = torch.device("cpu")  # where weights are staged, hashed and saved (compute goes to default_device())
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # shipped name -> folder under beliefscope/checkpoints (package data)

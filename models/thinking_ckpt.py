@@ -28,6 +28,7 @@ import json
 import os
 
 import torch
+from beliefscope.models.load import HOST
 
 PARTS_FILE = "thinking.safetensors"
 CARD_FILE = "model_card.json"
@@ -37,7 +38,7 @@ def tensors_sha256(tensors: dict) -> str:
     """Hex SHA-256 over names, dtypes, shapes and bytes of a state dict (sorted by name)."""
     h = hashlib.sha256()
     for name in sorted(tensors):
-        t = tensors[name].detach().to("cpu").contiguous()
+        t = tensors[name].detach().to(HOST).contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
@@ -66,7 +67,7 @@ def save_parts(model, out: str, card: dict, backbone: str, backbone_hash: str,
 
     from beliefscope.files import atomic_save, atomic_write_json
 
-    parts = {k: v.detach().to("cpu", parts_dtype).contiguous() for k, v in trained_parts(model).items()}
+    parts = {k: v.detach().to(HOST, parts_dtype).contiguous() for k, v in trained_parts(model).items()}
     parts_hash = tensors_sha256(parts)
     os.makedirs(out, exist_ok=True)
     atomic_save(os.path.join(out, PARTS_FILE), lambda tmp: save_file(parts, tmp))
@@ -94,7 +95,7 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype):
     from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
 
     backbone_name = resolve_backbone(card, path)
-    backbone, tok = load_hf(backbone_name, device="cpu", dtype=torch.float32)
+    backbone, tok = load_hf(backbone_name, device=HOST, dtype=torch.float32)
     got, want = backbone_sha256(backbone), card.get("backbone_sha256")
     if got != want:
         raise ModelLoadError(

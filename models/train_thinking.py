@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 
 from beliefscope.tasks import get_task
+from beliefscope.models.load import HOST
 
 STATE_FILE = "train_state.pt"
 COST_FILE = "training_cost.json"
@@ -99,7 +100,7 @@ def build(cfg: ThinkingTrainConfig, device=None, backbone=None):
 
     cfg.check()
     device = default_device(device if device is not None else cfg.device)
-    hf, tok = backbone if backbone is not None else load_hf(cfg.backbone, device="cpu", dtype=torch.float32)
+    hf, tok = backbone if backbone is not None else load_hf(cfg.backbone, device=HOST, dtype=torch.float32)
     digest = backbone_sha256(hf)
     torch.manual_seed(cfg.seed)
     tcfg = ThinkingConfig(l_in=cfg.l_in, l_out=cfg.l_out, chunking=cfg.chunking, chunk_size=cfg.chunk_size,
@@ -192,7 +193,7 @@ def load_state(out: str, cfg: ThinkingTrainConfig, model, opt) -> tuple[int, lis
     path = os.path.join(out, STATE_FILE)
     if not os.path.exists(path):
         return 0, []
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(path, map_location=HOST, weights_only=True)
     mine = asdict(cfg)
     diff = {f.name: (state["config"].get(f.name), mine[f.name]) for f in fields(cfg)
             if f.name not in RESUME_FREE and state["config"].get(f.name) != mine[f.name]}
@@ -275,7 +276,7 @@ def measure_costs(cfg: ThinkingTrainConfig, options=COST_OPTIONS, steps: int = 3
     from beliefscope.models.load import load_hf
 
     torch.set_num_threads(cfg.threads)
-    hf, tok = load_hf(cfg.backbone, device="cpu", dtype=torch.float32)
+    hf, tok = load_hf(cfg.backbone, device=HOST, dtype=torch.float32)
     table = {}
     for label, trained, autocast in options:
         ocfg = dataclasses.replace(cfg, trained=trained, autocast=autocast, min_events=events, max_events=events)
