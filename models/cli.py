@@ -12,7 +12,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a toy model: GPT-2 presets with a length curriculum, or the RoPE "
                        "presets (direct-rope, cot-rope, thinking) on equal terms; or Thinking States over "
                        "SmolLM2 (smollm2-thinking: resumable, re-run the same command to continue)")
-    p.add_argument("--task", default="coinflip", help="task family: coinflip or cups")
+    p.add_argument("--task", default="coinflip", help="task family: coinflip, cups or variables")
     p.add_argument("--preset", default="target",
                    help="target, draft, tiny (GPT-2), direct-rope, cot-rope, thinking (Llama with RoPE) or "
                         "smollm2-thinking (Thinking States over SmolLM2-135M-Instruct)")
@@ -20,7 +20,8 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=None, help="maximum optimizer steps (default: the preset's)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
     p.add_argument("--cot-fraction", type=float, default=None, help="share of chain-of-thought examples")
-    p.add_argument("--max-events", type=int, default=8, help="longest story in training")
+    p.add_argument("--max-events", type=int, default=None,
+                   help="longest story in training (default: the task's, 8 for coinflip and cups, 10 for variables)")
     p.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: the preset's; use 1 on a machine shared with other jobs)")
@@ -76,7 +77,7 @@ def _train(args) -> int:
                          f"{sorted(PRESETS) + list(ROPE_PRESETS) + list(PRETRAINED_PRESETS)}")
     chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "cot_fraction", "threads")
               if getattr(args, k) is not None}
-    cfg = TrainConfig(task=args.task, preset=args.preset, max_events=args.max_events,
+    cfg = TrainConfig(task=args.task, preset=args.preset, max_events=args.max_events or 8,
                       **{**PRESET_TRAINING[args.preset], **chosen})
     bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr, disable=args.no_progress)
 

@@ -111,10 +111,10 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
 def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
                       batch_size: int = 64, rendering: str = "toy") -> dict:
     """Answer accuracy of a Thinking States model after its own thoughts, and thought accuracy:
-    the share of chunks whose thought starts as the gold thought does (the state word, or a bare
+    the share of chunks whose thought starts as the gold thought does (the state's words, or a bare
     <eos> where the model was trained to leave an unchanged state unsaid). Natural English is
     drawn from the held-out templates and names."""
-    from beliefscope.models.thinking_data import gold_thought, thought_word_id
+    from beliefscope.models.thinking_data import gold_thought, state_words, thought_word_id
 
     lo, hi = parse_events_range(events)
     split = {"split": "heldout"} if rendering == "natural" else {}
@@ -144,10 +144,12 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
             ok.append(good)
             by_ev[ex.n_events][0] += int(good)
             by_ev[ex.n_events][1] += 1
-            state, right, prev = labs[b].state.tolist(), [], None
+            right, prev = [], None
             for end, z in thoughts[b]:
-                right.append(z[:1] == gold_thought(ex, tok, state, end, model.thinking_config, prev)[:1])
-                prev = state[end - 1]
+                gold = gold_thought(ex, tok, labs[b], end, model.thinking_config, prev)
+                k = max(1, len(gold) - 1)  # the state's words (or the bare <eos> of an empty thought)
+                right.append(z[:k] == gold[:k])
+                prev = state_words(ex, labs[b], end)
             t_ok, t_n, p_exact = t_ok + sum(right), t_n + len(right), p_exact + int(all(right))
     return {"answer_accuracy": sum(ok) / len(ok), "thought_accuracy": t_ok / max(1, t_n),
             "thought_exact": p_exact / len(ok), "thoughts": t_n, "n": n, "task": task, "events": f"{lo}-{hi}",
@@ -165,7 +167,8 @@ BANDS = ("1-8", "9-16", "17-32", "33-64")
 
 
 def evaluate_bands(model, tok, task: str = "coinflip", n: int = 500, fmt: str = "direct",
-                   bands=BANDS, seed: int = 12345, rendering: str = "toy") -> dict:
-    """`evaluate` (or `evaluate_thinking`) on each band of event counts."""
+                   bands=None, seed: int = 12345, rendering: str = "toy") -> dict:
+    """`evaluate` (or `evaluate_thinking`) on each band of event counts (None: the task's own bands)."""
+    bands = bands or getattr(get_task(task), "bands", BANDS)
     return {band: evaluate(model, task, band, n, seed, tokenizer=tok, formats=(fmt,), rendering=rendering)
             for band in bands}

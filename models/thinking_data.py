@@ -1,7 +1,8 @@
 """Teacher-forced batches for Thinking States: gold thoughts from the task's per-token labels.
 
 The gold thought after a complete chunk is the state at its last token, then <eos>
-("tails <eos>"): the running belief the model is trained to write down.
+("tails <eos>"; every variable's value for variables, "3 3 _ <eos>"): the running belief the
+model is trained to write down.
 
 >>> from beliefscope.models.tokenizer import toy_tokenizer
 >>> from beliefscope.models.thinking import ThinkingConfig
@@ -62,13 +63,22 @@ def thought_word_id(tok, word: str) -> int:
                      "token per state: rename the state or pick a tokenizer that has the word")
 
 
-def gold_thought(ex, tok, state: list[int], end: int, cfg: ThinkingConfig, prev: int | None) -> list[int]:
-    """Gold thought after a chunk ending at token ``end``: the state word then <eos>; a bare <eos>
-    when ``cfg.empty_unchanged`` and the state is ``prev`` (the state before the chunk)."""
-    now = state[end - 1]
+def state_words(ex, lab, end: int) -> tuple[str, ...]:
+    """The words of the state at token ``end - 1`` (``end`` may run one past the labels, onto the
+    final <eos>): every variable's value for a multi-variable task, else the one state word."""
+    t = min(end, len(lab.state)) - 1
+    if lab.values is not None:
+        return tuple(ex.state_names[int(v)] for v in lab.values[t])
+    return (ex.state_names[int(lab.state[t])],)
+
+
+def gold_thought(ex, tok, lab, end: int, cfg: ThinkingConfig, prev: tuple | None) -> list[int]:
+    """Gold thought after a chunk ending at token ``end``: the state's words then <eos>; a bare <eos>
+    when ``cfg.empty_unchanged`` and the state words are ``prev`` (those before the chunk)."""
+    now = state_words(ex, lab, end)
     if cfg.empty_unchanged and prev is not None and now == prev:
         return [tok.eos_token_id]
-    return [thought_word_id(tok, ex.state_names[now]), tok.eos_token_id]
+    return [thought_word_id(tok, w) for w in now] + [tok.eos_token_id]
 
 
 def make_batch(examples, tok, cfg: ThinkingConfig, device=None) -> ThinkingBatch:
@@ -84,13 +94,12 @@ def make_batch(examples, tok, cfg: ThinkingConfig, device=None) -> ThinkingBatch
         labs.append([-100] * p + ids[p:])
         sp = chunk_spans(ids, cfg, boundary)
         spans.append(sp)
-        state = lab.state.tolist() + [int(lab.state[-1])]
         prev = None
         for j, (a, e, complete) in enumerate(sp):
             if complete:
-                thoughts.append(gold_thought(ex, tok, state, e, cfg, prev))
+                thoughts.append(gold_thought(ex, tok, lab, e, cfg, prev))
                 owner.append((len(rows) - 1, j, a, e))
-                prev = state[e - 1]
+                prev = state_words(ex, lab, e)
     B, T = len(rows), max(map(len, rows))
     ids = torch.full((B, T), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros(B, T, dtype=torch.long)

@@ -32,6 +32,12 @@ from beliefscope.tasks import get_task
 ROPE_PRESETS = ("direct-rope", "cot-rope", "thinking")
 
 
+# Randomised position range per task: at least the token length of the longest evaluated story, so
+# every relative distance met in evaluation was seen in training (coinflip at 64 events is ~200
+# tokens, cups at 64 swaps ~330, variables at 100 updates ~420).
+TASK_POSITIONS = {"coinflip": 256, "cups": 512, "variables": 1024}
+
+
 @dataclass
 class RopeTrainConfig:
     """Everything that determines a trained RoPE checkpoint."""
@@ -44,7 +50,7 @@ class RopeTrainConfig:
     warmup: int = 150  # warm-up steps
     weight_decay: float = 0.01  # AdamW weight decay
     min_events: int = 1  # shortest story in training
-    max_events: int = 8  # longest story in training (longer ones are held out)
+    max_events: int | None = None  # longest story in training (longer ones are held out); None: the task's own
     n_layers: int = 4  # backbone blocks
     d_model: int = 128  # residual width
     n_heads: int = 4  # attention heads
@@ -53,12 +59,19 @@ class RopeTrainConfig:
     l_out: int = -2  # thinking: T reads blocks.{l_out}.hook_resid_post (-2: second-to-last)
     chunking: str = "events"  # thinking: "events" (a chunk per event) or "fixed"
     chunk_size: int = 8  # thinking: tokens per chunk when chunking is "fixed"
-    random_positions: int = 256  # position ids are a sorted random subset of [0, N) in training (randomized
-    #   positional encodings, Ruoss et al. 2023), so relative distances up to N are seen; 0 = plain 0..T-1
+    random_positions: int | None = None  # position ids are a sorted random subset of [0, N) in training
+    #   (randomized positional encodings, Ruoss et al. 2023), so relative distances up to N are seen;
+    #   0 = plain 0..T-1; None = the task's default (TASK_POSITIONS: longer than its longest test story)
     seed: int = 0  # seeds the weights and the data stream
     threads: int = 1  # torch CPU threads (1: OpenMP threads thrash on a shared 2-core machine)
     eval_n: int = 200  # held-out prompts per length band for the model card (0 skips it)
     log_every: int = 25  # steps between progress reports
+
+    def __post_init__(self):
+        if self.random_positions is None:
+            self.random_positions = TASK_POSITIONS.get(self.task, 256)
+        if self.max_events is None:
+            self.max_events = get_task(self.task).train_events[1]
 
 
 def backbone_config(cfg: RopeTrainConfig, vocab_size: int):
@@ -83,7 +96,9 @@ def build(cfg: RopeTrainConfig):
     backbone = LlamaForCausalLM(backbone_config(cfg, len(tok)))
     if cfg.preset != "thinking":
         return backbone, tok
-    tcfg = ThinkingConfig(l_in=cfg.l_in, l_out=cfg.l_out, chunking=cfg.chunking, chunk_size=cfg.chunk_size)
+    words = getattr(get_task(cfg.task), "thought_words", 1)  # state words per thought (variables: one per variable)
+    tcfg = ThinkingConfig(l_in=cfg.l_in, l_out=cfg.l_out, chunking=cfg.chunking, chunk_size=cfg.chunk_size,
+                          max_thought=max(3, words + 1))
     return ThinkingStates(backbone, tok, tcfg), tok
 
 
@@ -140,7 +155,7 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     model.eval()
     card = {"kind": "thinking" if cfg.preset == "thinking" else "lm", "rendering": "toy",
             "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
-            "rebuild": f"beliefscope train --preset {cfg.preset}"}
+            "rebuild": f"beliefscope train --preset {cfg.preset}" + (f" --task {cfg.task}" if cfg.task != "coinflip" else "")}
     if cfg.preset == "thinking":
         card["thinking_config"] = asdict(model.thinking_config)
     if cfg.eval_n:

@@ -12,12 +12,13 @@ import difflib
 from beliefscope.tasks.base import Event, Example, TokenLabels, label_offsets, parse_events_range
 from beliefscope.tasks.coinflip import CoinFlip
 from beliefscope.tasks.cups import Cups
+from beliefscope.tasks.variables import Variables
 
-TASKS = {"coinflip": CoinFlip, "cups": Cups}
+TASKS = {"coinflip": CoinFlip, "cups": Cups, "variables": Variables}
 
 
 def get_task(name: str, **kwargs):
-    """Build a task family by name (``coinflip`` or ``cups``)."""
+    """Build a task family by name (``coinflip``, ``cups`` or ``variables``)."""
     if name not in TASKS:
         close = difflib.get_close_matches(name, TASKS, n=2)
         hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -27,10 +28,10 @@ def get_task(name: str, **kwargs):
 
 def toy_vocabulary() -> list[str]:
     """The union of every toy grammar's words, in a fixed order (shared toy tokenizer)."""
-    from beliefscope.tasks import coinflip, cups
+    from beliefscope.tasks import coinflip, cups, variables
 
-    words: list[str] = []
-    for w in coinflip.toy_vocabulary() + cups.toy_vocabulary():
+    words: list[str] = []  # new grammars append their words, so the ids of earlier words never move
+    for w in coinflip.toy_vocabulary() + cups.toy_vocabulary() + variables.toy_vocabulary():
         if w not in words:
             words.append(w)
     return words
@@ -40,6 +41,7 @@ __all__ = [
     "TASKS",
     "CoinFlip",
     "Cups",
+    "Variables",
     "Event",
     "Example",
     "TokenLabels",

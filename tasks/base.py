@@ -24,6 +24,7 @@ class Event:
     span: tuple[int, int]  # character span [start, end) of the event in `Example.text`
     kind: str  # event kind, e.g. "flip" / "stay" / "swap"
     state_after: int  # index into `Example.state_names` after this event
+    values: tuple[int, ...] = ()  # multi-variable tasks: every variable's value index after this event
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class TokenLabels:
     is_event_boundary: np.ndarray  # [T] bool, token that completes an event
     in_answer: np.ndarray  # [T] bool, token overlaps the final answer span
     in_prompt: np.ndarray  # [T] bool, token lies inside the prompt part of the text
+    values: np.ndarray | None = None  # [T, V] int64 every variable's value index (multi-variable tasks; else None)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Example:
     events: tuple[Event, ...]  # the events, in order
     answer_span: tuple[int, int]  # character span of the final answer word in `text`
     meta: dict = field(default_factory=dict, compare=False)  # template id, names, seed
+    initial_values: tuple[int, ...] = ()  # multi-variable tasks: every variable's value index at the start
 
     @property
     def text(self) -> str:
@@ -115,7 +118,11 @@ def label_offsets(ex: Example, ids: np.ndarray, offsets: np.ndarray) -> TokenLab
     a0, a1 = ex.answer_span
     in_answer = (offsets[:, 0] < a1) & (offsets[:, 1] > a0) & ~empty
     in_prompt = (offsets[:, 1] <= len(ex.prompt)) | empty
-    return TokenLabels(ids, offsets, state, parity, n_done, boundary, in_answer, in_prompt)
+    values = None
+    if ex.initial_values:
+        seq = np.asarray([ex.initial_values] + [e.values for e in ex.events], dtype=np.int64)  # [E+1, V]
+        values = seq[n_done]  # [T, V]
+    return TokenLabels(ids, offsets, state, parity, n_done, boundary, in_answer, in_prompt, values)
 
 
 CHANGING_KINDS = frozenset({"flip", "swap"})

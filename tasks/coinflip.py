@@ -98,6 +98,8 @@ class CoinFlip:
 
     name = "coinflip"
     state_names = STATES
+    train_events = (1, 8)  # event counts of the training stories
+    bands = ("1-8", "9-16", "17-32", "33-64")  # event-count bands a model card is evaluated on
 
     def __init__(self, rendering: str = "toy", fmt: str = "direct", split: str = "train", p_flip=0.5,
                  wordings: str = "basic"):

@@ -24,6 +24,8 @@ class Cups:
 
     name = "cups"
     state_names = CUPS
+    train_events = (1, 8)  # event counts of the training stories
+    bands = ("1-8", "9-16", "17-32", "33-64")  # event-count bands a model card is evaluated on
 
     def __init__(self, rendering: str = "toy", fmt: str = "direct", split: str = "train", p_swap=0.75):
         if rendering not in ("toy", "natural"):

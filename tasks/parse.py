@@ -18,6 +18,7 @@ import re
 from beliefscope.tasks.base import Event, Example
 from beliefscope.tasks.coinflip import NATURAL_FLIPS, NATURAL_INTROS, NATURAL_QUESTIONS, NATURAL_STAYS, STATES
 from beliefscope.tasks.cups import CUPS
+from beliefscope.tasks.variables import parse_program
 
 _NAME = r"(?P<name>[A-Z][a-z]+)"
 
@@ -40,8 +41,10 @@ def parse_prompt(text: str, task: str = "coinflip") -> Example:
     """Recover events, spans and states from a coin-flip (or toy cups) prompt."""
     if task == "cups":
         return _parse_toy_cups(text)
+    if task == "variables":
+        return parse_program(text)
     if task != "coinflip":
-        raise ValueError(f"no prompt parser for task {task!r}; use 'coinflip' or 'cups'")
+        raise ValueError(f"no prompt parser for task {task!r}; use 'coinflip', 'cups' or 'variables'")
     if text.startswith("A coin is "):
         return _parse_toy_coin(text)
     return _parse_natural_coin(text)
@@ -104,6 +107,17 @@ def _parse_natural_coin(text: str) -> Example:
                    (end - len(STATES[state]), end), {"parsed": True})
 
 
+def _check_swap(text: str, pos: int) -> None:
+    """A swap of a cup that does not exist is named rather than reported as text that does not parse."""
+    m = re.match(r" ([A-Z][a-z]+) swaps (\S+) (\S+) \.", text[pos:])
+    if not m:
+        return
+    for g in (2, 3):
+        if m.group(g) not in CUPS:
+            raise ValueError(f"cup {m.group(g)!r} (character {pos + m.start(g)}) does not exist: the cups are "
+                             f"{', '.join(CUPS)}")
+
+
 def _parse_toy_cups(text: str) -> Example:
     m = re.match(r"A ball is under (left|middle|right) \.", text)
     if not m:
@@ -115,6 +129,8 @@ def _parse_toy_cups(text: str) -> Example:
         tm = re.match(r" ([A-Z][a-z]+) stays \.", text[pos:])
         if sm:
             a, b = CUPS.index(sm.group(2)), CUPS.index(sm.group(3))
+            if a == b:
+                raise ValueError(f"'{sm.group(0).strip()}' swaps the {CUPS[a]} cup with itself: name two different cups")
             ball = b if ball == a else a if ball == b else ball
             events.append(Event((pos + 1, pos + sm.end()), "swap", ball))
             pos += sm.end()
@@ -122,6 +138,7 @@ def _parse_toy_cups(text: str) -> Example:
             events.append(Event((pos + 1, pos + tm.end()), "stay", ball))
             pos += tm.end()
         else:
+            _check_swap(text, pos)
             break
     rest = text[pos:]
     if rest not in ("", " Where ?") or not events:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.tasks import CoinFlip, Cups, Event, Example, get_task, parse_events_range
+from beliefscope.tasks.parse import parse_prompt
 from beliefscope.tasks.coinflip import (
     NATURAL_FLIPS,
     NATURAL_INTROS,
@@ -174,3 +175,70 @@ def test_parse_prompt_rejects_unparseable_text():
         parse_prompt("A coin is heads . Alice jumps . State ?")
     with pytest.raises(ValueError, match="opening"):
         parse_prompt("Once upon a time there was a coin.")
+
+
+def test_cups_labels_by_hand_on_a_written_story():
+    # ball under left; swap left/middle moves it to middle; a stay; swap left/right leaves it in the middle
+    ex = parse_prompt("A ball is under left . Bob swaps left middle . Eve stays . Ivan swaps left right . Where ?",
+                      task="cups")
+    tok = toy_tokenizer()
+    lab = ex.labels(tok)
+    words = tok.convert_ids_to_tokens(lab.input_ids.tolist())
+    # 6 words of setup, then "Bob swaps left middle" (left) and its "." (middle), then 3 + 5 + 2 words and the answer
+    by_hand = ["left"] * 6 + ["left"] * 4 + ["middle"] + ["middle"] * (3 + 5 + 2 + 1)
+    assert len(words) == len(by_hand)
+    assert [ex.state_names[s] for s in lab.state] == by_hand
+    assert ex.answer == "middle" and [e.kind for e in ex.events] == ["swap", "stay", "swap"]
+    assert lab.parity.tolist()[-1] == 0  # two swaps: an even permutation
+
+
+def test_cups_bad_cup_is_named():
+    with pytest.raises(ValueError, match="cup 'top'.*does not exist"):
+        parse_prompt("A ball is under left . Bob swaps left top . Where ?", task="cups")
+    with pytest.raises(ValueError, match="with itself"):
+        parse_prompt("A ball is under left . Bob swaps left left . Where ?", task="cups")
+
+
+def test_variables_labels_by_hand():
+    # a = 3 . b = a . a = 5 . c = b . c ?  ->  c is 3 (b copied a's 3 before a became 5)
+    ex = parse_prompt("a = 3 . b = a . a = 5 . c = b . c ?", task="variables")
+    tok = toy_tokenizer()
+    lab = ex.labels(tok)
+    assert ex.answer == "3" and [e.kind for e in ex.events] == ["set", "copy", "set", "copy"]
+    names = ex.state_names
+    every = [[names[v] for v in row] for row in lab.values]  # per token: a, b, c
+    after = {0: ["_", "_", "_"], 1: ["3", "_", "_"], 2: ["3", "3", "_"], 3: ["5", "3", "_"], 4: ["5", "3", "3"]}
+    # each statement is 4 words and completes at its '.'; the question and answer follow the last one
+    by_hand = [after[0]] * 3 + [after[1]] * 4 + [after[2]] * 4 + [after[3]] * 4 + [after[4]] * 4
+    assert every == by_hand
+    assert [names[s] for s in lab.state] == [row[2] for row in by_hand]  # the queried variable is c
+    assert lab.is_event_boundary.nonzero()[0].tolist() == [3, 7, 11, 15]
+
+
+def test_variables_generator_resolves_copies_and_reads_only_assigned():
+    task = get_task("variables")
+    for ex in task.examples(200, seed=3, events="1-12"):
+        values = {}
+        for e in ex.events:  # re-execute the program from its text, independently of the generator
+            target, _, source, _ = ex.text[e.span[0]: e.span[1]].split()
+            values[target] = values[source] if source in values else source
+            assert source.isdigit() or source in values
+        query = ex.prompt.split()[-2]
+        assert ex.answer == values[query]
+
+
+def test_variables_bad_programs_name_the_offending_token():
+    with pytest.raises(ValueError, match="reads 'c', which is not assigned yet"):
+        parse_prompt("a = 3 . b = c . b ?", task="variables")
+    with pytest.raises(ValueError, match="'d', which is not a variable"):
+        parse_prompt("a = 3 . d = 1 . a ?", task="variables")
+    with pytest.raises(ValueError, match="asks for 'b', which the program never assigns"):
+        parse_prompt("a = 3 . b ?", task="variables")
+    with pytest.raises(ValueError, match="rendering 'natural' is not available"):
+        get_task("variables", rendering="natural")
+
+
+def test_variables_chain_of_thought_lists_every_state():
+    ex = parse_prompt("a = 3 . b = a . b ? Think :", task="variables")
+    assert ex.completion == " 3 _ _ ; 3 3 _ . 3"
+    assert ex.text[ex.answer_span[0]: ex.answer_span[1]] == "3"
