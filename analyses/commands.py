@@ -59,13 +59,16 @@ def cmd_instrument(args) -> int:
     for n, flag in ((args.n_train, "--n-train"), (args.n_test, "--n-test"), (args.causal_n, "--causal-n")):
         if n < 1:
             raise ValueError(f"{flag} must be at least 1, got {n}")
-    bands = tuple(b.strip() for b in args.bands.split(","))
+    from beliefscope.tasks import get_task
+
+    task = get_task(args.task)
+    bands = tuple(b.strip() for b in args.bands.split(",")) if args.bands else tuple(task.bands[:3])
     for b in bands:
         parse_events_range(b)
     if args.out:
         check_writable_parent(os.path.join(args.out, "instrument.json"))
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
-    cfg = InstrumentConfig(models=models, n_train=args.n_train, n_test=args.n_test, bands=bands,
+    cfg = InstrumentConfig(models=models, task=args.task, n_train=args.n_train, n_test=args.n_test, bands=bands,
                            causal_n=args.causal_n)
     bar = _bar(args, "prompts read", len(models) * (2 * args.n_train + args.n_test * (len(bands) + 1)))
     res = main(cfg, progress=bar.update)
@@ -152,9 +155,13 @@ def register(subparsers) -> None:
         "event boundary, per model and length band, with controls and a causal check",
         epilog="example: beliefscope instrument --models target,thinking --n-train 200 --n-test 100 --json")
     p.add_argument("--models", default="target,direct-rope,cot-rope,thinking", help="comma-separated model names")
-    p.add_argument("--n-train", type=int, default=400, help="prompts (1-8 events) whose boundaries fit the probes")
+    p.add_argument("--task", default="coinflip", help="task the models were trained on: coinflip, cups or variables")
+    p.add_argument("--n-train", type=int, default=400,
+                   help="prompts of the task's training lengths (1-8 events for coinflip) whose boundaries fit the probes")
     p.add_argument("--n-test", type=int, default=200, help="held-out prompts per length band")
-    p.add_argument("--bands", default="1-8,9-16,17-32", help="event-count bands of the held-out prompts")
+    p.add_argument("--bands", default="",
+                   help="event-count bands of the held-out prompts (default: the task's first three, 1-8,9-16,17-32 "
+                        "for coinflip and cups, 1-10,10-25,25-50 for variables)")
     p.add_argument("--causal-n", type=int, default=200, help="prompts of the causal check (thinking models)")
     p.add_argument("--out", default="", help="write instrument.json and the agreement figure into this folder")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -78,11 +78,10 @@ def _forced_thinking(model, tok, ex) -> ForcedAnswers:
     if any(int(i) not in by_end for i in positions):
         raise ValueError("the model's chunks do not end at the event boundaries; use chunking='events'")
     rows = [by_end[int(i)] for i in positions]
-    from beliefscope.models.thinking_data import thought_word_id
+    from beliefscope.models.thinking_data import thought_state, thought_word_id
 
     words = [thought_word_id(tok, s) for s in ex.state_names]  # " heads" for a BPE vocabulary
-    firsts = [r.thoughts[k][0] if r.thoughts[k] else None for k in rows]
-    thought = np.asarray([words.index(w) if w in words else -1 for w in firsts])
+    thought = np.asarray([thought_state(ex, r.thoughts[k], words) for k in rows])
     return ForcedAnswers(positions, r.p_answer[rows].numpy(), lab.state[positions], lab.input_ids,
                          q_ids.numpy(), thought_state=thought)
 

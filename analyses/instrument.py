@@ -32,9 +32,10 @@ class InstrumentConfig:
     """What `main` measures."""
 
     models: tuple = ("target", "direct-rope", "cot-rope", "thinking")  # shipped names or checkpoint folders
-    n_train: int = 400  # prompts (1-8 events) whose boundaries fit the probes
+    task: str = "coinflip"  # task family the models were trained on: coinflip, cups or variables
+    n_train: int = 400  # prompts (the task's training lengths, 1-8 events for coinflip) that fit the probes
     n_test: int = 200  # held-out prompts per band
-    bands: tuple = ("1-8", "9-16", "17-32")  # event-count bands of the held-out prompts
+    bands: tuple | None = None  # event-count bands of the held-out prompts; None: the task's first three
     seed: int = 20261123  # data seed (test prompts use seed + 1 + band index)
     causal_n: int = 200  # prompts of the causal check (Thinking States models only)
     random_init: bool = True  # also probe a randomly initialised twin of each model
@@ -51,7 +52,8 @@ def collect(model, tok, examples, forced: bool = True, progress=None) -> dict:
     from beliefscope.hooks import capture
 
     hooks = _hooks(model)
-    acts, cols = [], {k: [] for k in ("truth", "control", "forced", "thought", "prompt", "event")}
+    n_classes = len(examples[0].state_names)
+    acts, cols = [], {k: [] for k in ("truth", "control", "forced", "thought", "prompt", "event", "values")}
     for i, ex in enumerate(examples):
         fa = forced_answers(model, tok, ex) if forced else None
         lab = ex.labels(tok, text=ex.prompt[: ex.events[-1].span[1]])
@@ -60,8 +62,10 @@ def collect(model, tok, examples, forced: bool = True, progress=None) -> dict:
             model(torch.as_tensor(lab.input_ids)[None], return_type=None)
         acts.append(torch.stack([cap.stacked(h)[0, pos] for h in hooks]).cpu())  # [L, n, d]
         cols["truth"] += lab.state[pos].tolist()
-        cols["control"] += control_labels(lab.input_ids[pos], pos, 2).tolist()
-        cols["forced"] += (fa.p_state[:, 1] > 0.5).astype(int).tolist() if fa else [-1] * len(pos)
+        cols["control"] += control_labels(lab.input_ids[pos], pos, n_classes).tolist()
+        cols["forced"] += fa.p_state.argmax(-1).tolist() if fa else [-1] * len(pos)
+        if lab.values is not None:  # every variable's value: [n, V]
+            cols["values"] += lab.values[pos].tolist()
         th = fa.thought_state if fa is not None and fa.thought_state is not None else np.full(len(pos), -1)
         cols["thought"] += th.tolist()
         cols["prompt"] += [i] * len(pos)
@@ -71,21 +75,44 @@ def collect(model, tok, examples, forced: bool = True, progress=None) -> dict:
     return {"X": torch.cat(acts, 1).float(), **{k: np.asarray(v) for k, v in cols.items()}}
 
 
-def fit_probes(X: torch.Tensor, y: np.ndarray, prompts: np.ndarray) -> tuple:
+def fit_probes(X: torch.Tensor, y: np.ndarray, prompts: np.ndarray, n_classes: int = 2) -> tuple:
     """Probes for every layer on 80% of the prompts; the best layer is the one most accurate on the
     other 20%; then every layer is refitted on all rows. Returns (probe, best_layer)."""
     from beliefscope.probes import fit_all_layers
 
     held = prompts % 5 == 0
-    val = fit_all_layers(X[:, ~held], torch.as_tensor(y[~held]), n_classes=2)
+    val = fit_all_layers(X[:, ~held], torch.as_tensor(y[~held]), n_classes=n_classes)
     acc = [float((val.predict(X[i, held], val.hooks[i]).numpy() == y[held]).mean()) for i in range(X.shape[0])]
-    return fit_all_layers(X, torch.as_tensor(y), n_classes=2), int(np.argmax(acc))
+    return fit_all_layers(X, torch.as_tensor(y), n_classes=n_classes), int(np.argmax(acc))
 
 
-def agreement(cols: dict, probe_pred: np.ndarray) -> dict:
-    """Accuracies against the truth and pairwise agreement of probe / forced / thought."""
+def confusion(truth: np.ndarray, pred: np.ndarray, n_classes: int) -> list[list[int]]:
+    """``[truth class][predicted class]`` counts.
+
+    >>> confusion(np.array([0, 0, 2]), np.array([0, 1, 2]), 3)
+    [[1, 1, 0], [0, 0, 0], [0, 0, 1]]
+    """
+    out = np.zeros((n_classes, n_classes), dtype=int)
+    np.add.at(out, (truth, pred), 1)
+    return out.tolist()
+
+
+def _variable_probes(cols: dict, n_classes: int) -> dict:
+    """Multi-variable tasks: a probe (and its best layer) for every variable's value; else {}."""
+    if not len(cols["values"]):
+        return {}
+    from beliefscope.tasks.variables import VARIABLES
+
+    return {v: fit_probes(cols["X"], cols["values"][:, k], cols["prompt"], n_classes)
+            for k, v in enumerate(VARIABLES)}
+
+
+def agreement(cols: dict, probe_pred: np.ndarray, n_classes: int = 2) -> dict:
+    """Accuracies against the truth, the probe's confusion matrix, and pairwise agreement of
+    probe / forced / thought."""
     t, f, th = cols["truth"], cols["forced"], cols["thought"]
-    out = {"n_boundaries": len(t), "probe_accuracy": float(np.mean(probe_pred == t))}
+    out = {"n_boundaries": len(t), "probe_accuracy": float(np.mean(probe_pred == t)),
+           "probe_confusion": confusion(t, probe_pred, n_classes)}
     if (f >= 0).all():
         out.update(forced_accuracy=float(np.mean(f == t)), probe_forced_agreement=float(np.mean(probe_pred == f)))
     if (th >= 0).any():
@@ -94,7 +121,7 @@ def agreement(cols: dict, probe_pred: np.ndarray) -> dict:
     return out
 
 
-def verdict(name: str, bands: dict) -> str:
+def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
     """Words computed from the numbers: does the model keep a running state at event boundaries?"""
     probe = min(b["probe_accuracy"] for b in bands.values())
     forced = min(b.get("forced_accuracy", float("nan")) for b in bands.values())
@@ -106,56 +133,108 @@ def verdict(name: str, bands: dict) -> str:
         return (f"{name} computes the state lazily: asked at a boundary it answers {bands[first]['forced_accuracy']:.2f} "
                 f"correctly, but no linear probe reads the state there ({bands[first]['probe_accuracy']:.2f})")
     return (f"{name} keeps no readable running state (probe >= {probe:.2f}, forced answers >= {forced:.2f} "
-            "across bands)")
+            f"across bands; chance is {chance:.2f})")
 
 
-def tasks_for(name: str):
+def tasks_for(name: str, task: str = "coinflip"):
     """(train task, test task) in the model's own rendering: natural English fits on the train
     templates and names and tests on the held-out ones; the toy grammar has one set."""
     from beliefscope.models.profile import model_profile
     from beliefscope.tasks import get_task
 
     if model_profile(name).rendering == "natural":
-        return (get_task("coinflip", rendering="natural", fmt="direct", split="train"),
-                get_task("coinflip", rendering="natural", fmt="direct", split="heldout"))
-    task = get_task("coinflip", fmt="direct")
-    return task, task
+        return (get_task(task, rendering="natural", fmt="direct", split="train"),
+                get_task(task, rendering="natural", fmt="direct", split="heldout"))
+    t = get_task(task, fmt="direct")
+    return t, t
+
+
+def _replay(ex, done: int, start):
+    """States after each event from ``done`` on, had the state been ``start`` there (the task's replay)."""
+    import importlib
+
+    return importlib.import_module(f"beliefscope.tasks.{ex.task}").replay(ex, done, start)
+
+
+def _words(ex, state) -> tuple[str, ...]:
+    """A state's words as a thought writes them (every variable's value, or the one state word)."""
+    return tuple(ex.state_names[int(v)] for v in state) if ex.initial_values else (ex.state_names[int(state)],)
+
+
+def _answer(ex, state) -> int:
+    """The answer a state gives to ``ex``'s question (the queried variable's value, or the state)."""
+    if not ex.initial_values:
+        return int(state)
+    from beliefscope.tasks.variables import VARIABLES
+
+    return int(state[VARIABLES.index(ex.meta["query"])])
+
+
+def _other_state(ex, state, rng):
+    """Another state than ``state``: a different class, or a different value of the queried variable
+    (of an assigned one when the queried variable has none yet)."""
+    n = len(ex.state_names)
+    if not ex.initial_values:
+        return (int(state) + 1 + rng.randrange(n - 1)) % n
+    from beliefscope.tasks.variables import VARIABLES
+
+    q = VARIABLES.index(ex.meta["query"])
+    k = q if state[q] else rng.choice([i for i, v in enumerate(state) if v])
+    new = list(state)
+    new[k] = rng.choice([v for v in range(1, n) if v != state[k]])
+    return tuple(new)
 
 
 def causal_check(model, tok, n: int, seed: int, task=None) -> dict:
-    """Swap S_j at one middle chunk for the other state's gold S; compare with random vectors of equal norm."""
+    """Replace S_j at one middle chunk by the S of another state's gold thought; does the answer
+    become the one that state leads to (the task's replay of the later events), and do the later
+    thoughts name the replayed states? Random vectors of equal norm are the control."""
+    import random
+
     from beliefscope.decoding.thinking import run_thinking
     from beliefscope.models.thinking_data import thought_word_id
     from beliefscope.tasks import get_task
 
     task = task or get_task("coinflip", fmt="direct")
     exs = task.examples(n, seed, (3, 8))
-    names = exs[0].state_names
-    words = [thought_word_id(tok, s) for s in names]
-    gold = model.state_from_thoughts([[w, model.eos_id] for w in words])  # [2, d]
-    g = torch.Generator().manual_seed(seed)
+    answers = [thought_word_id(tok, s) for s in exs[0].state_names]
+    g, rng = torch.Generator().manual_seed(seed), random.Random(seed)
     flips = {"swap": [], "random": []}
     follow = {"swap": [], "random": []}
+    thoughts_follow = {"swap": [], "random": []}
     for ex in exs:
         ids = tok(ex.prompt)["input_ids"]
+        lab = ex.labels(tok, ex.prompt)
         base = run_thinking(model, ids, max_new_tokens=1)
         j = 1 + len(base.thoughts) // 2  # the chunk whose state is replaced
-        word = base.thoughts[j - 1][1][0]
-        other = gold[1 - words.index(word)] if word in words else -gold[0]
+        done = int(lab.events_so_far[base.thoughts[j - 1][0] - 1])  # events read when S_j was written
+        state = lab.values[base.thoughts[j - 1][0] - 1] if lab.values is not None else lab.state[
+            base.thoughts[j - 1][0] - 1]
+        new = _other_state(ex, tuple(int(v) for v in state) if lab.values is not None else int(state), rng)
+        later = _replay(ex, done, new)  # states after each later event
+        expect = answers[_answer(ex, later[-1] if later else new)]
+        gold = model.state_from_thoughts([[thought_word_id(tok, w) for w in _words(ex, new)] + [model.eos_id]])[0]
         for kind in flips:
             if kind == "swap":
-                vec = other
+                vec = gold
             else:
-                r = torch.randn(other.shape, generator=g)
-                vec = base.states[j - 1] + r / r.norm() * (other - base.states[j - 1]).norm()
+                r = torch.randn(gold.shape, generator=g)
+                vec = base.states[j - 1] + r / r.norm() * (gold - base.states[j - 1]).norm()
             run = run_thinking(model, ids, max_new_tokens=1, intervene=lambda k, s, v=vec, jj=j: v if k == jj else s)
             flips[kind].append(run.tokens[0] != base.tokens[0])
-            down = [a[1][:1] != b[1][:1] for a, b in zip(run.thoughts[j:], base.thoughts[j:], strict=True)]
-            follow[kind].append(bool(down) and all(down))
+            follow[kind].append(run.tokens[0] == expect)
+            ok = []
+            for end, z in run.thoughts[j:]:
+                k = int(lab.events_so_far[end - 1]) - done
+                want = _words(ex, later[k - 1] if k >= 1 else new)
+                ok.append([tok.decode([t]).strip() for t in z[: len(want)]] == list(want))
+            thoughts_follow[kind].append(bool(ok) and all(ok))
     return {"n": n, "answer_flip_rate_swap": float(np.mean(flips["swap"])),
             "answer_flip_rate_random": float(np.mean(flips["random"])),
-            "downstream_thoughts_follow_swap": float(np.mean(follow["swap"])),
-            "downstream_thoughts_follow_random": float(np.mean(follow["random"]))}
+            "answer_follows_swap": float(np.mean(follow["swap"])),
+            "answer_follows_random": float(np.mean(follow["random"])),
+            "downstream_thoughts_follow_swap": float(np.mean(thoughts_follow["swap"])),
+            "downstream_thoughts_follow_random": float(np.mean(thoughts_follow["random"]))}
 
 
 def main(config: InstrumentConfig, progress=None) -> dict:
@@ -168,32 +247,41 @@ def main(config: InstrumentConfig, progress=None) -> dict:
     torch.set_num_threads(config.threads)
     out = {"config": {k: getattr(config, k) for k in config.__dataclass_fields__}, "models": {}}
     for name in config.models:
-        train_task, test_task = tasks_for(name)
-        train = train_task.examples(config.n_train, config.seed, (1, 8))
-        tests = {b: test_task.examples(config.n_test, config.seed + 1 + i, b) for i, b in enumerate(config.bands)}
+        train_task, test_task = tasks_for(name, config.task)
+        bands = tuple(config.bands or train_task.bands[:3])
+        n_classes = len(train_task.state_names)
+        train = train_task.examples(config.n_train, config.seed, train_task.train_events)
+        tests = {b: test_task.examples(config.n_test, config.seed + 1 + i, b) for i, b in enumerate(bands)}
         model, tok = load_model(name)
         tr = collect(model, tok, train, forced=False, progress=progress)
-        probe, layer = fit_probes(tr["X"], tr["truth"], tr["prompt"])
-        control, c_layer = fit_probes(tr["X"], tr["control"], tr["prompt"])
-        res = {"best_layer": layer, "hook": _hooks(model)[layer], "bands": {}}
+        probe, layer = fit_probes(tr["X"], tr["truth"], tr["prompt"], n_classes)
+        control, c_layer = fit_probes(tr["X"], tr["control"], tr["prompt"], n_classes)
+        per_var = _variable_probes(tr, n_classes)
+        res = {"task": config.task, "state_names": list(train_task.state_names), "best_layer": layer,
+               "hook": _hooks(model)[layer], "bands": {}}
         for band, exs in tests.items():
             te = collect(model, tok, exs, progress=progress)
             pred = probe.predict(te["X"][layer], probe.hooks[layer]).numpy()
-            res["bands"][band] = agreement(te, pred)
-            res["bands"][band]["control_accuracy"] = float(
-                (control.predict(te["X"][layer], control.hooks[layer]).numpy() == te["control"]).mean())
-            res["bands"][band]["selectivity"] = res["bands"][band]["probe_accuracy"] - res["bands"][band][
-                "control_accuracy"]
+            b = res["bands"][band] = agreement(te, pred, n_classes)
+            b["control_accuracy"] = float((control.predict(te["X"][layer], control.hooks[layer]).numpy()
+                                           == te["control"]).mean())
+            b["selectivity"] = b["probe_accuracy"] - b["control_accuracy"]
+            if per_var:
+                b["variable_probe_accuracy"] = {
+                    v: float((p.predict(te["X"][lv], p.hooks[lv]).numpy() == te["values"][:, k]).mean())
+                    for k, (v, (p, lv)) in enumerate(per_var.items())}
+        if per_var:
+            res["variable_probe_layers"] = {v: _hooks(model)[lv] for v, (_, lv) in per_var.items()}
         if config.random_init:
             twin = random_init_like(model)
             tr0 = collect(twin, tok, train, forced=False, progress=progress)
-            p0, l0 = fit_probes(tr0["X"], tr0["truth"], tr0["prompt"])
-            te0 = collect(twin, tok, tests[config.bands[0]], forced=False, progress=progress)
+            p0, l0 = fit_probes(tr0["X"], tr0["truth"], tr0["prompt"], n_classes)
+            te0 = collect(twin, tok, tests[bands[0]], forced=False, progress=progress)
             res["random_init_probe_accuracy"] = float(
                 (p0.predict(te0["X"][l0], p0.hooks[l0]).numpy() == te0["truth"]).mean())
         if hasattr(model, "thinking_config"):
             res["causal"] = causal_check(model, tok, config.causal_n, config.seed + 99, test_task)
-        res["verdict"] = verdict(name, res["bands"])
+        res["verdict"] = verdict(name, res["bands"], 1 / n_classes)
         out["models"][name] = res
     return out
 
@@ -218,10 +306,16 @@ def table_lines(res: dict) -> list[str]:
         lines.append(f"- {r['verdict']}.")
         if "causal" in r:
             c = r["causal"]
-            lines.append(f"- causal check on {name} ({c['n']} prompts): swapping S at one chunk flips the answer "
-                         f"{c['answer_flip_rate_swap']:.2f} and every downstream thought "
+            lines.append(f"- causal check on {name} ({c['n']} prompts): swapping S at one chunk for another state's "
+                         f"changes the answer {c['answer_flip_rate_swap']:.2f}, to the answer that state leads to "
+                         f"{c['answer_follows_swap']:.2f}, and every later thought names the replayed state "
                          f"{c['downstream_thoughts_follow_swap']:.2f}; random vectors of equal norm "
-                         f"{c['answer_flip_rate_random']:.2f} / {c['downstream_thoughts_follow_random']:.2f}.")
+                         f"{c['answer_flip_rate_random']:.2f} / {c['answer_follows_random']:.2f} / "
+                         f"{c['downstream_thoughts_follow_random']:.2f}.")
+        for band, b in r["bands"].items():
+            if "variable_probe_accuracy" in b:
+                accs = ", ".join(f"{v} {a:.2f}" for v, a in b["variable_probe_accuracy"].items())
+                lines.append(f"- {name}, {band} events: a probe for every variable's value reads {accs}.")
     return lines
 
 
@@ -256,7 +350,7 @@ def figure(res: dict):
         for k, (key, label, color) in enumerate(keys):
             vals = [r["bands"][b].get(key, np.nan) for b in bands]
             ax.bar(np.arange(len(bands)) + (k - 1.5) * 0.2, vals, 0.2, color=color, label=label)
-        ax.axhline(0.5, color="k", lw=0.6, ls=":")
+        ax.axhline(1 / len(r.get("state_names", (0, 1))), color="k", lw=0.6, ls=":")  # chance
         ax.set_xticks(range(len(bands)), [f"{b} ev." for b in bands], fontsize=8)
         ax.set_title(f"{name} (probe at {r['hook']})", fontsize=9)
         ax.set_ylim(0, 1.05)

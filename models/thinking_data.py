@@ -81,6 +81,18 @@ def gold_thought(ex, tok, lab, end: int, cfg: ThinkingConfig, prev: tuple | None
     return [thought_word_id(tok, w) for w in now] + [tok.eos_token_id]
 
 
+def thought_state(ex, thought: list[int], words: list[int]) -> int:
+    """The state a thought names for ``ex``'s question: the index of its word in ``words`` (the
+    state words' ids), read at the queried variable's place for a multi-variable task; -1 when the
+    thought names no state there."""
+    k = 0
+    if ex.initial_values:
+        from beliefscope.tasks.variables import VARIABLES
+
+        k = VARIABLES.index(ex.meta["query"])
+    return words.index(thought[k]) if len(thought) > k and thought[k] in words else -1
+
+
 def make_batch(examples, tok, cfg: ThinkingConfig, device=None) -> ThinkingBatch:
     """Build a `ThinkingBatch` from task examples (direct format), on ``device`` (None: torch's default)."""
     boundary = tok.convert_tokens_to_ids(cfg.boundary) if cfg.chunking == "events" else None

@@ -185,6 +185,21 @@ def _half(items: tuple, split: str) -> tuple:
     return {"train": items[:mid], "heldout": items[mid:], "all": items}[split]
 
 
+def replay(ex: Example, done: int, start: int) -> list[int]:
+    """The coin's state after each event from ``done`` on, had it been ``start`` after the first
+    ``done`` events (the flips and stays stay as they were).
+
+    >>> ex = CoinFlip().example(seed=0, n_events=4)
+    >>> replay(ex, 0, ex.initial) == [e.state_after for e in ex.events]
+    True
+    """
+    state, out = start, []
+    for e in ex.events[done:]:
+        state ^= int(e.kind == "flip")
+        out.append(state)
+    return out
+
+
 def toy_vocabulary() -> list[str]:
     """Every word the toy coin-flip grammar can produce (the toy tokenizer's vocabulary)."""
     return ["A", "coin", "is", *STATES, ".", "?", ":", "State", "Think", "flips", "stays", *TOY_NAMES]

@@ -43,7 +43,7 @@ class Cups:
         pool = TOY_NAMES if not natural else {
             "train": NATURAL_NAMES[:4], "heldout": NATURAL_NAMES[4:], "all": NATURAL_NAMES}[self.split]
         text = (f"A ball is under the {CUPS[ball]} cup." if natural else f"A ball is under {CUPS[ball]} .")
-        events, names = [], []
+        events, names, moves = [], [], []
         for _ in range(n_events):
             name = rng.choice(pool)
             names.append(name)
@@ -54,9 +54,11 @@ class Cups:
                          else f" {name} swaps {CUPS[a]} {CUPS[b]} .")
                 ball = b if ball == a else a if ball == b else ball
                 events.append(Event((start, len(text)), "swap", ball))
+                moves.append((a, b))
             else:
                 text += f" {name} does not touch the cups." if natural else f" {name} stays ."
                 events.append(Event((start, len(text)), "stay", ball))
+                moves.append(None)
         if natural:
             prompt, completion = text + " Where is the ball? A:", f" {CUPS[ball]}"
         elif self.fmt == "direct":
@@ -66,12 +68,29 @@ class Cups:
             completion = " " + " ".join(CUPS[e.state_after] for e in events) + f" . Where ? {CUPS[ball]}"
         end = len(prompt) + len(completion)
         return Example("cups", self.rendering, self.fmt, prompt, completion, CUPS, initial, tuple(events),
-                       (end - len(CUPS[ball]), end), {"seed": seed, "names": names})
+                       (end - len(CUPS[ball]), end), {"seed": seed, "names": names, "moves": moves})
 
     def examples(self, n: int, seed: int, events=(1, 8)) -> list[Example]:
         lo, hi = parse_events_range(events)
         rng = random.Random(f"cups-counts/{seed}")
         return [self.example(seed * 1_000_003 + i, rng.randint(lo, hi)) for i in range(n)]
+
+
+def replay(ex: Example, done: int, start: int) -> list[int]:
+    """The ball's cup after each event from ``done`` on, had it been under cup ``start`` after the
+    first ``done`` events (the swaps, ``ex.meta["moves"]``, stay as they were).
+
+    >>> ex = Cups().example(seed=0, n_events=4)
+    >>> replay(ex, 0, ex.initial) == [e.state_after for e in ex.events]
+    True
+    """
+    ball, out = start, []
+    for move in ex.meta["moves"][done:]:
+        if move is not None:
+            a, b = move
+            ball = b if ball == a else a if ball == b else ball
+        out.append(ball)
+    return out
 
 
 def toy_vocabulary() -> list[str]:

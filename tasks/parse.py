@@ -123,7 +123,7 @@ def _parse_toy_cups(text: str) -> Example:
     if not m:
         raise _fail(text, 0, "'A ball is under left .'")
     initial = ball = CUPS.index(m.group(1))
-    pos, events = m.end(), []
+    pos, events, moves = m.end(), [], []
     while True:
         sm = re.match(r" ([A-Z][a-z]+) swaps (left|middle|right) (left|middle|right) \.", text[pos:])
         tm = re.match(r" ([A-Z][a-z]+) stays \.", text[pos:])
@@ -133,9 +133,11 @@ def _parse_toy_cups(text: str) -> Example:
                 raise ValueError(f"'{sm.group(0).strip()}' swaps the {CUPS[a]} cup with itself: name two different cups")
             ball = b if ball == a else a if ball == b else ball
             events.append(Event((pos + 1, pos + sm.end()), "swap", ball))
+            moves.append((a, b))
             pos += sm.end()
         elif tm:
             events.append(Event((pos + 1, pos + tm.end()), "stay", ball))
+            moves.append(None)
             pos += tm.end()
         else:
             _check_swap(text, pos)
@@ -146,4 +148,4 @@ def _parse_toy_cups(text: str) -> Example:
     prompt = text if rest else text + " Where ?"
     end = len(prompt) + 1 + len(CUPS[ball])
     return Example("cups", "toy", "direct", prompt, " " + CUPS[ball], CUPS, initial, tuple(events),
-                   (end - len(CUPS[ball]), end), {"parsed": True})
+                   (end - len(CUPS[ball]), end), {"parsed": True, "moves": moves})

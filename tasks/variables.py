@@ -111,7 +111,24 @@ def render(statements: list[tuple[str, str, str]], query: str, fmt: str = "direc
         completion = " " + " ; ".join(" ".join(STATE_NAMES[i] for i in f) for f in full) + f" . {answer}"
     end = len(prompt) + len(completion)
     return Example("variables", "toy", fmt, prompt, completion, STATE_NAMES, 0, evs, (end - len(answer), end),
-                   {**(meta or {}), "query": query}, initial_values=(0,) * len(VARIABLES))
+                   {**(meta or {}), "query": query, "statements": list(statements)},
+                   initial_values=(0,) * len(VARIABLES))
+
+
+def replay(ex: Example, done: int, start: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every variable's value index after each statement from ``done`` on, had the values been
+    ``start`` after the first ``done`` statements (the statements stay as they were).
+
+    >>> ex = parse_program("a = 3 . b = a . a = 5 . b ?")
+    >>> [[STATE_NAMES[v] for v in row] for row in replay(ex, 1, (STATE_NAMES.index("7"), 0, 0))]
+    [['7', '7', '_'], ['5', '7', '_']]
+    """
+    values, out = list(start), []
+    for target, source, kind in ex.meta["statements"][done:]:
+        t = VARIABLES.index(target)
+        values[t] = values[VARIABLES.index(source)] if kind == "copy" else STATE_NAMES.index(source)
+        out.append(tuple(values))
+    return out
 
 
 def _check_name(name: str, what: str) -> None:
