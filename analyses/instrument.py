@@ -107,6 +107,28 @@ def _variable_probes(cols: dict, n_classes: int) -> dict:
             for k, v in enumerate(VARIABLES)}
 
 
+@torch.no_grad()
+def story_readout(model, tok, ex, probe, layer: int) -> dict:
+    """One story token by token, for a figure a reader can follow: the truth and the probe's
+    state (argmax and its probability) at every prompt token, the forced answer and the thought at
+    every event boundary."""
+    from beliefscope.analyses.forced import forced_answers
+    from beliefscope.hooks import capture
+
+    lab = ex.labels(tok, text=ex.prompt)
+    hook = _hooks(model)[layer]
+    with capture(model, [hook]) as cap:
+        model(torch.as_tensor(lab.input_ids)[None], return_type=None)
+    p = torch.softmax(probe.logits(cap.stacked(hook)[0].float().cpu(), probe.hooks[layer]), -1)  # [T, n_classes]
+    fa = forced_answers(model, tok, ex)
+    out = {"tokens": [tok.decode([int(t)]) for t in lab.input_ids], "truth": lab.state.tolist(),
+           "probe": p.argmax(-1).tolist(), "probe_p": [round(float(x), 3) for x in p.max(-1).values],
+           "boundaries": fa.positions.tolist(), "forced": fa.p_state.argmax(-1).tolist()}
+    if fa.thought_state is not None:
+        out["thought"] = fa.thought_state.tolist()
+    return out
+
+
 def agreement(cols: dict, probe_pred: np.ndarray, n_classes: int = 2) -> dict:
     """Accuracies against the truth, the probe's confusion matrix, and pairwise agreement of
     probe / forced / thought."""
@@ -281,6 +303,7 @@ def main(config: InstrumentConfig, progress=None) -> dict:
                 (p0.predict(te0["X"][l0], p0.hooks[l0]).numpy() == te0["truth"]).mean())
         if hasattr(model, "thinking_config"):
             res["causal"] = causal_check(model, tok, config.causal_n, config.seed + 99, test_task)
+        res["trajectory"] = story_readout(model, tok, tests[bands[-1]][0], probe, layer)
         res["verdict"] = verdict(name, res["bands"], 1 / n_classes)
         out["models"][name] = res
     return out
@@ -320,18 +343,26 @@ def table_lines(res: dict) -> list[str]:
 
 
 def write(res: dict, folder: str) -> list[str]:
-    """``instrument.json``, ``instrument.md`` and ``instrument.png`` (probe / forced / thought accuracy
-    by band for each model) into `folder`, atomically."""
+    """``instrument.json``, ``instrument.md``, ``instrument.png`` (probe / forced / thought accuracy
+    by band for each model) and ``trajectory.png`` (one story, token by token) into `folder`, atomically."""
     import os
 
     from beliefscope.analyses.common import save_fig
     from beliefscope.files import atomic_write_json, atomic_write_text
 
+    from beliefscope.analyses.state_strips import strips_figure
+
     os.makedirs(folder, exist_ok=True)
-    paths = [os.path.join(folder, f) for f in ("instrument.json", "instrument.md", "instrument.png")]
+    names = ("instrument.json", "instrument.md", "instrument.png", "trajectory.png")
+    paths = [os.path.join(folder, f) for f in names]
     atomic_write_json(paths[0], res, sort_keys=False)
     atomic_write_text(paths[1], "\n".join(table_lines(res)) + "\n")
     save_fig(figure(res), paths[2])
+    first = next(iter(res["models"].values()))
+    panels = [{"name": name, **r["trajectory"]} for name, r in res["models"].items()]
+    band = list(first["bands"])[-1]
+    save_fig(strips_figure(panels, first["state_names"], f"One held-out {first['task']} story ({band} events), "
+                           "token by token"), paths[3])
     return paths
 
 
