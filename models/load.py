@@ -44,6 +44,8 @@ SHIPPED = {
     "direct-rope": "coinflip-direct-rope",
     "cot-rope": "coinflip-cot-rope",
     "smollm2-thinking": "smollm2-thinking",  # trained parts only, composed over smollm2 (models.thinking_ckpt)
+    # three cups and variable binding: Thinking States and its two baselines, on the same RoPE backbone
+    "thinking-cups": "cups-thinking",
 }
 # n-gram stores of the retrieval drafter (decoding.datastore), by name
 STORES = {"smollm2": "smollm2-ngram-store.json",  # coin-flip rewrites (train templates and names)
