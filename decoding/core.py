@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.cache import KVCache, Provenance
+from beliefscope.cache import KVCache
 from beliefscope.decoding.config import SpecConfig
 from beliefscope.models.profile import hf_of
 
@@ -238,9 +238,3 @@ def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 
         out.append(pick(logits, cfg, n + 1))
     return Generation(out, ids.numel(), steps, steps + 1, time.perf_counter() - t0, target_seconds=tgt,
                       tokens_per_step=[1] * steps, cache=cache)
-
-
-def mark_verified(cache: KVCache, start: int, end: int) -> None:
-    """Label committed positions VERIFIED (prefill positions keep their PREFILL label)."""
-    if end > start:
-        cache.mark(start, end, Provenance.VERIFIED)

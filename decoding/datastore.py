@@ -20,13 +20,16 @@ the continuation is uncertain, so the verify window is only as wide as the confi
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
+from beliefscope.decoding.config import TreeConfig
 from beliefscope.decoding.core import vocab_size
-from beliefscope.decoding.drafters import Drafter
+from beliefscope.decoding.drafter import Drafter
+from beliefscope.decoding.tree import TokenTree, layout, one_hot, with_one_hot_q
 
 FORMAT = "beliefscope-ngram-store/1"
 
@@ -174,15 +177,43 @@ class StoreDrafter(Drafter):
         drafts = torch.tensor(out, dtype=torch.long)
         if cfg.temperature == 0:
             return drafts, None
-        q = torch.zeros(len(out), vocab_size_of(self.store, ids), dtype=torch.float64)
-        q[torch.arange(len(out)), drafts] = 1.0  # a deterministic proposal is a one-hot q
-        return drafts, q
+        return drafts, one_hot(out, vocab_size_of(self.store, ids))  # a deterministic proposal is a one-hot q
 
-    def propose_tree(self, ids, shape, cfg):
-        """Best-first tree over the store's and the request's counts (``decoding.tree_drafters.store_propose_tree``)."""
-        from beliefscope.decoding.tree_drafters import store_propose_tree
+    def propose_tree(self, ids, shape: TreeConfig, cfg) -> TokenTree:
+        """Best-first tree over the store's and the request's next-token counts: a node's estimated
+        probability is the product of the count shares along its path (``store_candidates``); the most
+        probable frontier node is added next."""
+        if self.context is None:
+            self.start(None, ids, None, cfg)
+        self._grow(ids)
+        base = ids[-max(self.store.max_n, 256):].tolist()  # the n-gram tables read its tail, the list counter more
+        tokens, parents, ctxs = [], [], []
+        frontier: list = []  # heap of (-probability, tie, parent node, token, depth)
+        tie = 0
 
-        return store_propose_tree(self, ids, shape, cfg)
+        def expand(node: int, ctx: list, prob: float, depth: int):
+            nonlocal tie
+            if depth >= shape.depth:
+                return
+            cands = store_candidates(self, tuple(ctx))
+            counted = self.counter.next_token(ctx) if self.counter is not None else None
+            if counted is not None:  # the next list item's number leads; the tables' guesses follow at half weight
+                cands = [(counted, 1.0)] + [(t, 0.5 * s) for t, s in cands if t != counted]
+            for tok, share in cands[: shape.branch]:
+                if prob * share >= shape.min_share:
+                    heapq.heappush(frontier, (-prob * share, tie, node, tok, depth + 1))
+                    tie += 1
+
+        expand(-1, base, 1.0, 0)
+        while frontier and len(tokens) < shape.nodes:
+            negp, _, parent, tok, depth = heapq.heappop(frontier)
+            ctx = (ctxs[parent] if parent >= 0 else base) + [tok]
+            tokens.append(tok)
+            parents.append(parent)
+            ctxs.append(ctx)
+            expand(len(tokens) - 1, ctx, -negp, depth)
+        tree = layout(tokens, parents)
+        return with_one_hot_q(tree, cfg, vocab_size_of(self.store, ids)) if cfg.temperature > 0 else tree
 
 
 def vocab_size_of(store: NGramStore, ids) -> int:
@@ -192,5 +223,35 @@ def vocab_size_of(store: NGramStore, ids) -> int:
     return int(v)
 
 
-def store_config_dict(config: StoreDraftConfig) -> dict:
-    return asdict(config)
+def _shares(row: dict[int, int]) -> list[tuple[int, float]]:
+    """``[(token, share of the row's counts)]``, largest share first."""
+    if not row:
+        return []
+    total = sum(row.values())
+    return sorted(((t, c / total) for t, c in row.items()), key=lambda x: -x[1])
+
+
+def _row(store: NGramStore, context: tuple, min_n: int):
+    """``(n, {token: count})`` of the longest suffix of ``context`` in ``store`` (n >= min_n), or (0, {})."""
+    for n in range(min(store.max_n, len(context)), min_n - 1, -1):
+        row = store.tables[n].get(tuple(context[-n:]))
+        if row:
+            return n, row
+    return 0, {}
+
+
+def store_candidates(drafter: StoreDrafter, context: tuple) -> list[tuple[int, float]]:
+    """Next-token candidates with estimated probabilities: the longer match of the static store and the
+    request's own n-grams leads (ties go to the request when ``prefer_context``), the other adds its
+    tokens at half weight; shares of the counts of the matched row."""
+    c = drafter.config
+    sn, srow = _row(drafter.store, context, c.min_n)
+    ln, lrow = _row(drafter.context, context, c.min_n) if c.use_context else (0, {})
+    local_leads = ln > sn or (ln == sn and c.prefer_context)
+    lead, other = (lrow, srow) if local_leads else (srow, lrow)
+    out: dict[int, float] = {}
+    for t, s in _shares(lead):
+        out[t] = s
+    for t, s in _shares(other):
+        out[t] = max(out.get(t, 0.0), 0.5 * s)
+    return sorted(out.items(), key=lambda x: -x[1])

@@ -1,7 +1,11 @@
 """Speculative decoding: draft, verify in one forward of the target, roll the cache back.
 
+A chain is a token tree with one branch; it keeps its own step (``ChainStep``) because its verify
+needs no tree mask and its sampling rule is the two-model one, but it runs in the same loop as a
+tree (``decoding.loop``).
+
 >>> from beliefscope.cache.testing import tiny_gpt2
->>> from beliefscope.decoding.drafters import NGramDrafter
+>>> from beliefscope.decoding.ngram import NGramDrafter
 >>> model = tiny_gpt2()
 >>> cfg = SpecConfig(gamma=3, max_new_tokens=6, stop_at_eos=False)
 >>> spec = speculative_generate(model, NGramDrafter(2), [4, 5, 4, 5, 4], cfg)
@@ -11,30 +15,21 @@ True
 
 from __future__ import annotations
 
-import time
-from contextlib import ExitStack, contextmanager
-
 import torch
 from beliefscope.cache import Provenance
 from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.core import (
     Generation,
-    check_prompt,
-    clip_new,
-    eos_id,
     forward,
     generate,
-    hf_model,
-    new_cache,
     pad_window,
-    pick,
     probs,
     sample,
     seeded_generator,
-    token_budget,
 )
-from beliefscope.decoding.drafters import Drafter
-from beliefscope.decoding.trace import Step, Trace, close_step, record_counts
+from beliefscope.decoding.drafter import Drafter
+from beliefscope.decoding.loop import Proposal, speculative_loop
+from beliefscope.decoding.tree_generate import TreeStep
 
 
 def accept_greedy(logits: torch.Tensor, drafts: torch.Tensor) -> tuple[int, int]:
@@ -77,10 +72,46 @@ def accept_sampled(logits: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor, 
     return k, sample(p[k], seeded_generator(cfg.seed, position + k, "target"))
 
 
+class ChainStep:
+    """One branch of up to gamma drafts (adaptive with ``gamma="auto"``), verified under the cache's
+    causal mask: ``[pending, drafts..., padding]``, the padding causally invisible."""
+
+    def __init__(self, cfg: SpecConfig):
+        self.cfg = cfg
+        self.gamma = min(cfg.gamma_start if cfg.adaptive else int(cfg.gamma), cfg.window_size - 1)
+
+    def propose(self, drafter: Drafter, ids: torch.Tensor, left: int) -> Proposal:
+        want = min(self.gamma, left)
+        drafts, q = drafter.propose(ids, want, self.cfg) if want > 0 else (ids[:0], None)
+        drafts = drafts[:want]  # [k]
+        return Proposal(drafts.tolist(), self.gamma, drafts, q)
+
+    def verify(self, model, cache, pending: torch.Tensor, prop: Proposal, width: int) -> torch.Tensor:
+        x = pad_window(torch.cat([pending, prop.drafts]), width)  # [width]: pending token, drafts, padding
+        return forward(model, x, cache)[: len(prop.tokens) + 1]  # [k+1, vocab]
+
+    def accept(self, logits: torch.Tensor, prop: Proposal, position: int) -> tuple[list[int], int]:
+        if self.cfg.temperature == 0:
+            accepted, nxt = accept_greedy(logits, prop.drafts)
+        else:
+            accepted, nxt = accept_sampled(logits, prop.drafts, prop.q, self.cfg, position)
+        return list(range(accepted)), nxt
+
+    def commit(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> None:
+        if self.cfg.keep_rejected and keep < cache.seq_len:
+            cache.mark(keep, cache.seq_len, Provenance.REJECTED)
+        cache.rollback(keep)
+
+    def after(self, res: Generation, prop: Proposal, path: list[int], n_kept: int, width: int) -> dict:
+        self.gamma = min(self.cfg.next_gamma(self.gamma, len(path)), self.cfg.window_size - 1)
+        return {"rejected": prop.tokens[len(path):]}
+
+
 @torch.no_grad()
 def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecConfig | None = None, *,
                          tokenizer=None) -> Generation:
-    """Generate with draft -> verify -> rollback. ``drafter=None`` is plain cached decoding.
+    """Generate with draft -> verify -> rollback. ``drafter=None`` is plain cached decoding;
+    ``cfg.tree`` drafts a token tree per step (``decoding.tree_generate``).
 
     Every verify forward is ``[pending token, drafts...]`` padded to ``cfg.window_size`` when
     ``cfg.fixed_window`` (the default): a fixed shape, so greedy output equals the fixed-shape
@@ -94,116 +125,5 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
     cfg = cfg or SpecConfig()
     if drafter is None:
         return generate(model, prompt_ids, cfg, tokenizer=tokenizer)
-    if cfg.tree is not None:  # token trees: decoding.tree_generate
-        from beliefscope.decoding.tree_generate import tree_generate
-        return tree_generate(model, drafter, prompt_ids, cfg, tokenizer=tokenizer)
-    t_start = time.perf_counter()
-    ids0 = check_prompt(model, prompt_ids)
-    n_prompt, W = ids0.numel(), cfg.window_size
-    eos = eos_id(model, cfg, tokenizer)
-    room = cfg.max_verify_width  # the widest verify forward (padding included)
-    budget = token_budget(model, n_prompt, cfg.max_new_tokens, room)
-    buf = torch.zeros(n_prompt + budget + room, dtype=torch.long)  # committed tokens, prompt first
-    buf[:n_prompt] = ids0
-    cache = new_cache(model, n_prompt + budget + room, cfg.keep_rejected)
-    trace = Trace(n_prompt) if cfg.trace else None
-    res = Generation([], n_prompt, 0, 0, 0.0, trace=trace, cache=cache)
-    with ExitStack() as stack:
-        caps = []
-        if cfg.capture:
-            from beliefscope import hooks
-            caps.append(stack.enter_context(hooks.capture(model, list(cfg.capture), cache=cache)))
-            stack.enter_context(_positions_from_cache(model, caps[-1]))
-            trace.captures = caps
-        _set_pass(caps, "verify")
-        t = time.perf_counter()
-        logits = forward(model, ids0, cache)[-1]  # prefill: cache = prompt (PREFILL)
-        res.target_seconds += time.perf_counter() - t
-        res.target_forwards = 1
-        buf[n_prompt] = pick(logits, cfg, n_prompt)
-        length = n_prompt + 1  # committed tokens; buf[length - 1] is pending, the cache holds length - 1
-        t = time.perf_counter()
-        drafter.start(model, buf[:length], cache, cfg)
-        res.draft_seconds += time.perf_counter() - t
-        _capture_draft_model(stack, caps, drafter, cfg)
-        gamma = cfg.gamma_start if cfg.adaptive else int(cfg.gamma)
-        gamma = min(gamma, W - 1)
-        while length - n_prompt < budget and int(buf[length - 1]) != eos:
-            counts = record_counts(caps)
-            n_events = len(cache.events)
-            pos = length - 1  # absolute position of the pending token
-            want = min(gamma, budget - (length - n_prompt) - 1)  # drafts past the budget are wasted
-            _set_pass(caps, "draft")
-            t = time.perf_counter()
-            drafts, q = drafter.propose(buf[:length], want, cfg) if want > 0 else (buf[:0], None)
-            drafts = drafts[:want]
-            t_draft = time.perf_counter() - t
-            _set_pass(caps, "verify")
-            t = time.perf_counter()
-            x = torch.cat([buf[pos:length], drafts])  # [1 + k]: pending token, then drafts
-            x = pad_window(x, cfg.verify_width(x.numel()))  # [W] when fixed; padding is causally invisible
-            cache.next_provenance = Provenance.VERIFIED
-            logits = forward(model, x, cache)[: drafts.numel() + 1]  # [k+1, vocab]; row j -> position pos+1+j
-            if cfg.temperature == 0:
-                accepted, nxt = accept_greedy(logits, drafts)
-            else:
-                accepted, nxt = accept_sampled(logits, drafts, q, cfg, pos + 1)
-            new = [*drafts[:accepted].tolist(), nxt]
-            new = clip_new(new, budget - (length - n_prompt), eos)
-            # Rollback: keep the pending token and the accepted drafts (the last new token is pending).
-            keep = pos + len(new)
-            if cfg.keep_rejected and keep < cache.seq_len:
-                cache.mark(keep, cache.seq_len, Provenance.REJECTED)
-            cache.rollback(keep)
-            buf[length:length + len(new)] = torch.tensor(new)
-            length += len(new)
-            t_verify = time.perf_counter() - t
-            t = time.perf_counter()
-            drafter.sync(length)
-            t_draft += time.perf_counter() - t
-            res.record_step(drafted=drafts.numel(), accepted=accepted, gamma=gamma, n_new=len(new),
-                            draft_s=t_draft, verify_s=t_verify)
-            if trace is not None:
-                trace.steps.append(Step(res.steps - 1, pos, drafts.tolist(), accepted, new,
-                                        drafts[accepted:].tolist(), gamma, t_draft, t_verify,
-                                        [tuple(e) for e in cache.events[n_events:]]))
-                close_step(caps, counts, res.steps - 1, keep)
-            gamma = min(cfg.next_gamma(gamma, accepted), W - 1)
-    res.tokens = buf[n_prompt:length].tolist()
-    res.draft_forwards = getattr(drafter, "forwards", 0)
-    res.seconds = time.perf_counter() - t_start
-    return res
-
-
-def _set_pass(caps, name: str) -> None:
-    for cap in caps:
-        cap.tags["pass"] = name
-
-
-def _capture_draft_model(stack: ExitStack, caps: list, drafter, cfg: SpecConfig) -> None:
-    """Also capture the draft model's activations (names it has), tagged pass=draft."""
-    model = getattr(drafter, "model", None)
-    if not cfg.capture or model is None or not hasattr(model, "hook_dict"):
-        return
-    from beliefscope import hooks
-    names = [n for n in cfg.capture if n in model.hook_dict]
-    if names:
-        cap = stack.enter_context(hooks.capture(model, names, cache=drafter.cache))
-        stack.enter_context(_positions_from_cache(model, cap))
-        cap.tags["pass"] = "draft"
-        caps.append(cap)
-
-
-@contextmanager
-def _positions_from_cache(model, cap):
-    """We call the HF model under the bridge directly (faster); the bridge's own pre-hook that tells
-    the capture where a forward starts does not fire then, so do it on the HF model."""
-    def pre(module, args, kwargs):
-        tokens = args[0] if args else kwargs.get("input_ids")
-        cap.begin_forward(int(tokens.shape[-1]))
-
-    handle = hf_model(model).register_forward_pre_hook(pre, with_kwargs=True)
-    try:
-        yield
-    finally:
-        handle.remove()
+    kind = TreeStep(cfg) if cfg.tree is not None else ChainStep(cfg)
+    return speculative_loop(model, drafter, prompt_ids, cfg, kind, tokenizer=tokenizer)

@@ -243,3 +243,45 @@ def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: in
     if keep_rejected and keep < cache.seq_len:
         cache.mark(keep, cache.seq_len, Provenance.REJECTED)
     cache.rollback(keep)
+
+
+def layout(tokens: list[int], parents: list[int], q: list | None = None) -> TokenTree:
+    """A tree from nodes given in rank order (parents first), re-laid out depth-first, best child
+    first, with ``rank`` = the given order: a drafter's main chain then takes the first slots, so a
+    fully accepted main chain needs no K/V move.
+
+    >>> t = layout([7, 9, 8], [-1, -1, 0])
+    >>> t.tokens, t.parents, t.rank
+    ([7, 8, 9], [-1, 0, -1], [0, 2, 1])
+    """
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        kids.setdefault(p, []).append(i)
+    order: list[int] = []
+    stack = list(reversed(kids.get(-1, [])))
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        stack.extend(reversed(kids.get(i, [])))
+    new = {old: j for j, old in enumerate(order)}
+    qt = torch.stack([q[i] for i in order]) if q else None  # [n, vocab]
+    return TokenTree([tokens[i] for i in order], [new[parents[i]] if parents[i] >= 0 else -1 for i in order], qt,
+                     order)
+
+
+def one_hot(tokens: list[int], vocab: int) -> torch.Tensor:
+    """``[n, vocab]`` float64 one-hot rows: the draft distribution of a deterministic proposal.
+
+    >>> one_hot([2, 0], 3).tolist()
+    [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    """
+    q = torch.zeros(len(tokens), vocab, dtype=torch.float64)
+    q[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)] = 1.0
+    return q
+
+
+def with_one_hot_q(tree: TokenTree, cfg, vocab: int) -> TokenTree:
+    """When sampling, give a deterministic drafter's tree its one-hot draft distributions (``tree.q``)."""
+    if cfg.temperature > 0 and len(tree):
+        tree.q = one_hot(tree.tokens, vocab)
+    return tree

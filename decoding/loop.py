@@ -1,0 +1,169 @@
+"""The speculative loop, shared by chains and token trees: each step is propose -> verify ->
+accept -> commit, around one setup (prompt, budget, cache, prefill), one clock and one trace.
+
+What differs between a chain and a tree is a *step kind* (``decoding.speculative.ChainStep``,
+``decoding.tree_generate.TreeStep``), an object with five methods:
+
+- ``propose(drafter, ids, left) -> Proposal``: at most ``left`` tokens deep;
+- ``verify(model, cache, pending, proposal, width) -> logits [1 + n, vocab]``: one target forward of
+  ``[pending, drafts..., padding]`` ``width`` wide;
+- ``accept(logits, proposal, position) -> (path, next token)``: the accepted drafts, root to leaf;
+- ``commit(cache, position, proposal, path, keep)``: the cache then holds ``keep`` positions;
+- ``after(result, proposal, path, n_kept, width) -> dict``: its own bookkeeping once ``n_kept`` drafts
+  of ``path`` are committed, and the ``Step`` fields only it knows (``rejected``, a tree's parents and path).
+
+>>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.decoding.core import generate
+>>> from beliefscope.decoding.ngram import NGramDrafter
+>>> from beliefscope.decoding.speculative import ChainStep
+>>> model, cfg = tiny_gpt2(), SpecConfig(gamma=3, max_new_tokens=6, stop_at_eos=False, trace=True)
+>>> out = speculative_loop(model, NGramDrafter(2), [4, 5, 4, 5, 4], cfg, ChainStep(cfg))
+>>> out.tokens == generate(model, [4, 5, 4, 5, 4], cfg, window=cfg.window_size).tokens
+True
+>>> len(out.trace.steps) == out.steps
+True
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import torch
+from beliefscope.cache import Provenance
+from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.core import (
+    Generation,
+    check_prompt,
+    clip_new,
+    eos_id,
+    forward,
+    hf_model,
+    new_cache,
+    pick,
+    token_budget,
+)
+from beliefscope.decoding.trace import Step, Trace, close_step, record_counts
+from beliefscope.decoding.tree import TokenTree
+
+
+@dataclass
+class Proposal:
+    """One step's drafts: a chain, or a token tree."""
+
+    tokens: list[int]  # [n] draft tokens (a tree's in its depth-first order)
+    gamma: int  # drafts a chain asked for, or a tree's deepest branch (what Generation.gammas records)
+    drafts: torch.Tensor | None = None  # [n] a chain's drafts (None for a tree)
+    q: torch.Tensor | None = None  # [n, vocab] a chain's draft distributions when sampling, else None
+    tree: TokenTree | None = None  # a tree's parents, ranks and q (None for a chain)
+
+
+@torch.no_grad()
+def speculative_loop(model, drafter, prompt_ids, cfg: SpecConfig, kind, *, tokenizer=None) -> Generation:
+    """Decode ``prompt_ids`` with ``drafter`` and the step ``kind`` (see the module docstring)."""
+    t_start = time.perf_counter()
+    ids0 = check_prompt(model, prompt_ids)
+    n_prompt = ids0.numel()
+    eos = eos_id(model, cfg, tokenizer)
+    room = cfg.max_verify_width  # the widest verify forward (padding included)
+    budget = token_budget(model, n_prompt, cfg.max_new_tokens, room)
+    buf = torch.zeros(n_prompt + budget + room, dtype=torch.long)  # [n_prompt + budget + room] committed, prompt first
+    buf[:n_prompt] = ids0
+    cache = new_cache(model, n_prompt + budget + room, cfg.keep_rejected)
+    trace = Trace(n_prompt) if cfg.trace else None
+    res = Generation([], n_prompt, 0, 0, 0.0, trace=trace, cache=cache)
+    with ExitStack() as stack:
+        caps = _capture_target(stack, model, cache, trace, cfg)
+        t = time.perf_counter()
+        logits = forward(model, ids0, cache)[-1]  # [vocab]; prefill: cache = prompt (PREFILL)
+        res.target_seconds += time.perf_counter() - t
+        res.target_forwards = 1
+        buf[n_prompt] = pick(logits, cfg, n_prompt)
+        length = n_prompt + 1  # committed tokens; buf[length - 1] is pending, the cache holds length - 1
+        t = time.perf_counter()
+        drafter.start(model, buf[:length], cache, cfg)
+        res.draft_seconds += time.perf_counter() - t
+        _capture_draft_model(stack, caps, drafter, cfg)
+        while length - n_prompt < budget and int(buf[length - 1]) != eos:
+            counts, n_events = record_counts(caps), len(cache.events)
+            pos = length - 1  # absolute position of the pending token
+            _set_pass(caps, "draft")
+            t = time.perf_counter()
+            prop = kind.propose(drafter, buf[:length], budget - (length - n_prompt) - 1)  # drafts past the budget are wasted
+            t_draft = time.perf_counter() - t
+            _set_pass(caps, "verify")
+            t = time.perf_counter()
+            width = cfg.verify_width(1 + len(prop.tokens))
+            cache.next_provenance = Provenance.VERIFIED
+            logits = kind.verify(model, cache, buf[pos:length], prop, width)  # [1 + n, vocab]; row j -> pos + 1 + j
+            path, nxt = kind.accept(logits, prop, pos + 1)
+            new = clip_new([*(prop.tokens[i] for i in path), nxt], budget - (length - n_prompt), eos)
+            keep = pos + len(new)  # the pending token and the accepted drafts stay; the last new token is pending
+            kind.commit(cache, pos, prop, path, keep)
+            buf[length:length + len(new)] = torch.tensor(new)
+            length += len(new)
+            t_verify = time.perf_counter() - t
+            t = time.perf_counter()
+            drafter.sync(length)
+            t_draft += time.perf_counter() - t
+            res.record_step(drafted=len(prop.tokens), accepted=len(path), gamma=prop.gamma, n_new=len(new),
+                            draft_s=t_draft, verify_s=t_verify)
+            fields = kind.after(res, prop, path, len(new) - 1, width)
+            if trace is not None:
+                trace.steps.append(Step(res.steps - 1, pos, prop.tokens, len(path), new, gamma=prop.gamma,
+                                        draft_seconds=t_draft, verify_seconds=t_verify,
+                                        events=[tuple(e) for e in cache.events[n_events:]], **fields))
+                close_step(caps, counts, res.steps - 1, keep)
+    res.tokens = buf[n_prompt:length].tolist()
+    res.draft_forwards = getattr(drafter, "forwards", 0)
+    res.seconds = time.perf_counter() - t_start
+    return res
+
+
+def _set_pass(caps, name: str) -> None:
+    for cap in caps:
+        cap.tags["pass"] = name
+
+
+def _capture_target(stack: ExitStack, model, cache, trace: Trace | None, cfg: SpecConfig) -> list:
+    """Capture ``cfg.capture`` from the target into the trace (records tagged with their pass)."""
+    if not cfg.capture:
+        return []
+    from beliefscope import hooks
+
+    cap = stack.enter_context(hooks.capture(model, list(cfg.capture), cache=cache))
+    stack.enter_context(_positions_from_cache(model, cap))
+    trace.captures = [cap]
+    _set_pass(trace.captures, "verify")
+    return trace.captures
+
+
+def _capture_draft_model(stack: ExitStack, caps: list, drafter, cfg: SpecConfig) -> None:
+    """Also capture the draft model's activations (names it has), tagged pass=draft."""
+    model = getattr(drafter, "model", None)
+    if not cfg.capture or model is None or not hasattr(model, "hook_dict"):
+        return
+    from beliefscope import hooks
+
+    names = [n for n in cfg.capture if n in model.hook_dict]
+    if names:
+        cap = stack.enter_context(hooks.capture(model, names, cache=drafter.cache))
+        stack.enter_context(_positions_from_cache(model, cap))
+        cap.tags["pass"] = "draft"
+        caps.append(cap)
+
+
+@contextmanager
+def _positions_from_cache(model, cap):
+    """We call the HF model under the bridge directly (faster); the bridge's own pre-hook that tells
+    the capture where a forward starts does not fire then, so do it on the HF model."""
+    def pre(module, args, kwargs):
+        tokens = args[0] if args else kwargs.get("input_ids")
+        cap.begin_forward(int(tokens.shape[-1]))
+
+    handle = hf_model(model).register_forward_pre_hook(pre, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
