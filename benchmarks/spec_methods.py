@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from beliefscope.benchmarks.spec import SpecBenchConfig
+    from beliefscope.benchmarks.spec_config import SpecBenchConfig
 
 
 @dataclass

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from transformers.cache_utils import CacheLayerMixin
 
-if TYPE_CHECKING:
-    from .kv import KVCache
+
+class LayerOwner(Protocol):
+    """What a layer reads from the cache that owns it (``cache.KVCache``, which imports this module)."""
+
+    storage: object  # .k[layer] / .v[layer]: [batch, kv_heads, capacity, d_head] buffers; None before the first write
+    layout: object  # .end: physical positions in use
+
+    def _update(self, key_states, value_states, layer: int): ...
+
+    def get_seq_length(self) -> int: ...
 
 
 class KVLayer(CacheLayerMixin):
@@ -26,7 +34,7 @@ class KVLayer(CacheLayerMixin):
     is_croppable = True  # the cache crops (every layer at once); a crop of one layer alone is refused
     is_sliding = False
 
-    def __init__(self, owner: KVCache, idx: int):
+    def __init__(self, owner: LayerOwner, idx: int):
         self._owner = weakref.ref(owner)
         self.idx = idx
 
