@@ -37,6 +37,8 @@ class ThinkingRun:
     cache: KVCache | None = None  # the backbone's context cache (chunks and answer only)
     thought_cache: KVCache | None = None  # T's cache: thoughts written then rolled back (see .rejected)
     chunk_steps: list[tuple[int, int]] = field(default_factory=list)  # (start, end) of each chunk forward
+    spec_steps: list[tuple[int, int, int]] = field(default_factory=list)  # speculative prefill: (start,
+    #   drafted end, kept end) of each drafting forward
 
 
 def _check_room(model, n_total: int) -> None:
@@ -88,31 +90,52 @@ def think_cached(model, h: torch.Tensor, tcache: KVCache) -> list[int]:
 
 @torch.no_grad()
 def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, keep_thoughts: bool = True,
-                 stop_at_eos: bool = True) -> ThinkingRun:
+                 stop_at_eos: bool = True, prefill: str = "chunked", k: int = 4) -> ThinkingRun:
     """Run a Thinking States model chunk by chunk on KV caches and decode greedily.
 
     ``intervene(j, S) -> S`` may replace the state added to chunk j (the causal check).
-    ``keep_thoughts`` keeps the dropped thought spans in ``thought_cache.rejected``."""
+    ``keep_thoughts`` keeps the dropped thought spans in ``thought_cache.rejected`` (and, with
+    speculative prefill, the rolled-back chunks in ``cache.rejected``).
+
+    ``prefill="speculative"`` (the paper's speculative prefill) drafts up to ``k`` complete chunks
+    in one backbone forward, all with the current S, as if every thought before them were empty;
+    T reads all of them in one batched call; the chunks up to and including the first non-empty
+    thought are kept (their S was right), the rest is rolled back, and the run goes on from there.
+    The thoughts and the answer are those of ``prefill="chunked"``; ``run.spec_steps`` holds
+    ``(start, drafted_end, kept_end)`` of every drafting forward."""
     ids = [int(t) for t in prompt_ids]
     if not ids:
         raise ValueError("the prompt is empty: give at least one token")
+    if prefill not in ("chunked", "speculative"):
+        raise ValueError(f"prefill={prefill!r} is unknown: use 'chunked' or 'speculative'")
+    if prefill == "speculative" and (k < 1 or intervene is not None):
+        raise ValueError(f"speculative prefill needs k >= 1 (got {k}) and no intervene (the chunks of one draft "
+                         "share one S): use prefill='chunked' to intervene")
     _check_room(model, len(ids) + max_new_tokens)
-    cache = KVCache.for_model(model.bridge, capacity=len(ids) + max_new_tokens + 1)
+    cache = KVCache.for_model(model.bridge, capacity=len(ids) + max_new_tokens + 1,
+                              keep_rejected=keep_thoughts and prefill == "speculative")
     tcache = KVCache.for_model(model.T, capacity=64, keep_rejected=keep_thoughts)
     run = ThinkingRun(prompt_len=len(ids), tokens=[], thoughts=[], logits=torch.empty(0), cache=cache,
                       thought_cache=tcache)
     logits_all, S, j = [], None, 0
 
-    def after_chunk(h, end):
+    def after_chunk(h, end, z=None):
         nonlocal S, j
-        z = think_cached(model, h, tcache)
-        s = model.state_from_thoughts([z])[0]
+        z = think_cached(model, h, tcache) if z is None else z
+        if model.carries(z):  # an empty thought: S stays (zeros before the first state)
+            s = S if S is not None else torch.zeros(model.out_proj.weight.shape[0], device=h.device)
+        else:
+            s = model.state_from_thoughts([z])[0]
         run.thoughts.append((end, z))
         run.states.append(s)
         j += 1
         S = s if intervene is None else intervene(j, s)
 
     spans = model.spans(ids)
+    if prefill == "speculative":
+        done = _speculative_prefill(model, ids, [(a, e) for a, e, c in spans if c], k, cache, lambda: S,
+                                    after_chunk, run, logits_all)
+        spans = [sp for sp in spans if sp[0] >= done]
     cur_h: list[torch.Tensor] = []  # L_out states of the chunk in progress
     for a, e, complete in spans:
         logits, h = _chunk_forward(model, ids[a:e], cache, S)
@@ -139,6 +162,30 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
             cur_start, cur_h = len(seq), []
     run.logits = torch.cat(logits_all)
     return run
+
+
+def _speculative_prefill(model, ids, chunks, k, cache, current_S, after_chunk, run, logits_all) -> int:
+    """Draft, check and keep the complete chunks ``[(start, end)]`` (see `run_thinking`); returns the
+    end of the last kept chunk."""
+    i, end = 0, 0
+    while i < len(chunks):
+        group = chunks[i: i + k]
+        a0, e1 = group[0][0], group[-1][1]
+        with cache.tagging(Provenance.DRAFT):
+            logits, h = _chunk_forward(model, ids[a0:e1], cache, current_S())  # [n, V], [n, d]
+        zs = model.think([h[a - a0: e - a0] for a, e in group])  # T once for every drafted chunk
+        m = next((n for n, z in enumerate(zs) if not model.carries(z)), len(group) - 1)
+        end = group[m][1]  # chunks after the first non-empty thought saw a stale S: roll them back
+        cache.mark(a0, end, Provenance.VERIFIED)
+        if end < e1:
+            cache.rollback(end)
+        logits_all.append(logits[: end - a0])
+        run.spec_steps.append((a0, e1, end))
+        run.chunk_steps.append((a0, end))
+        for (a, e), z in zip(group[: m + 1], zs[: m + 1], strict=True):
+            after_chunk(h[a - a0: e - a0], e, z)
+        i += m + 1
+    return end
 
 
 @dataclass

@@ -28,6 +28,9 @@ def register(sub) -> None:
     p.add_argument("--eval-n", type=int, default=None,
                    help="RoPE presets: held-out prompts per length band evaluated into the model card "
                         "(default: the preset's 200; 0 skips the evaluation)")
+    p.add_argument("--empty-thoughts", action="store_true",
+                   help="RoPE thinking preset: a bare <eos> thought where the state does not change; S carries over "
+                        "(speculative prefill accepts such chunks without a C call)")
     p.add_argument("--trained", default=None, choices=["frozen", "lora", "full"],
                    help="smollm2-thinking: what is trained (default frozen: T, C and the injection)")
     p.add_argument("--batch-size", type=int, default=None, help="smollm2-thinking: stories per step (default 8)")
@@ -108,7 +111,8 @@ def _train_rope(args) -> int:
 
     check_writable_parent(args.out)
     chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads", "eval_n") if getattr(args, k) is not None}
-    cfg = RopeTrainConfig(preset=args.preset, task=args.task, max_events=args.max_events, **chosen)
+    cfg = RopeTrainConfig(preset=args.preset, task=args.task, max_events=args.max_events,
+                          empty_thoughts=args.empty_thoughts, **chosen)
     bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr, disable=args.no_progress)
 
     def progress(h):

@@ -44,7 +44,8 @@ class ThinkingConfig:
     chunk_size: int = 8  # tokens per chunk when chunking == "fixed"
     boundary: str = "."  # the token that ends an event in the toy grammar (chunking == "events")
     max_thought: int = 3  # most tokens T writes per chunk, <eos> included
-    empty_unchanged: bool = False  # gold thought is a bare <eos> after a chunk that left the state as it was
+    empty_unchanged: bool = False  # gold thought is a bare <eos> after a chunk that left the state as it was;
+    #   an empty thought then carries S over to the next chunk (no C call), which speculative prefill exploits
     init_from_backbone: bool = True  # T starts as a copy of the backbone's last block, C of its first
 
     def check(self, n_layers: int) -> None:
@@ -301,7 +302,8 @@ class ThinkingStates(nn.Module):
                 thoughts[b].append((spans[b][j][1], zs[i]))
                 if j + 1 < len(spans[b]):  # S_{j+1} goes to every token of chunk j+1
                     a, e, _ = spans[b][j + 1]
-                    add[b, a:e] = S[i] if intervene is None else intervene(b, j + 1, S[i])
+                    s = add[b, spans[b][j][0]] if self.carries(zs[i]) else S[i]
+                    add[b, a:e] = s if intervene is None else intervene(b, j + 1, s)
         return add, thoughts
 
     @torch.no_grad()
@@ -323,8 +325,14 @@ class ThinkingStates(nn.Module):
             if complete:
                 z = self.think([h[0]])
                 thoughts.append((e, z[0]))
-                S = self.state_from_thoughts(z)[0]
+                if not self.carries(z[0]):
+                    S = self.state_from_thoughts(z)[0]
         return logits[0, -1], thoughts
+
+    def carries(self, thought: list[int]) -> bool:
+        """Whether ``thought`` is empty (a bare <eos>) and, the model being trained with empty thoughts,
+        carries the current S over to the next chunk."""
+        return self.thinking_config.empty_unchanged and list(thought) == [self.eos_id]
 
     # ------------------------------------------------------------------ teacher-forced training
     def loss(self, batch, position_ids=None) -> tuple[torch.Tensor, dict]:

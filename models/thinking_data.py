@@ -126,9 +126,13 @@ def make_batch(examples, tok, cfg: ThinkingConfig, device=None) -> ThinkingBatch
     feed = torch.full((B, T), -1, dtype=torch.long)
     by_chunk = {(b, j): n for n, (b, j, _, _) in enumerate(owner)}
     for b, sp in enumerate(spans):
-        for j, (a, e, _) in enumerate(sp):
-            if (b, j - 1) in by_chunk:
-                feed[b, a:e] = by_chunk[(b, j - 1)]
+        last = -1  # the thought whose state chunk j receives: the previous one, or with empty thoughts the
+        for j, (a, e, _) in enumerate(sp):  # last non-empty one (an empty thought carries S over)
+            prev = by_chunk.get((b, j - 1))
+            if prev is not None and (not cfg.empty_unchanged or len(thoughts[prev]) > 1):
+                last = prev
+            if last >= 0:
+                feed[b, a:e] = last
     L = max((e - a + len(t) - 1 for (_, _, a, e), t in zip(owner, thoughts, strict=True)), default=1)
     t_src = torch.full((max(N, 1), L), -1, dtype=torch.long)
     t_tok = torch.full((max(N, 1), L), -1, dtype=torch.long)

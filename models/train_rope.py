@@ -64,6 +64,8 @@ class RopeTrainConfig:
     l_out: int = -2  # thinking: T reads blocks.{l_out}.hook_resid_post (-2: second-to-last)
     chunking: str = "events"  # thinking: "events" (a chunk per event) or "fixed"
     chunk_size: int = 8  # thinking: tokens per chunk when chunking is "fixed"
+    empty_thoughts: bool = False  # thinking: a chunk that leaves the state as it was gets a bare <eos> thought
+    #   and S carries over (what speculative prefill in decoding.thinking exploits)
     random_positions: int | None = None  # position ids are a sorted random subset of [0, N) in training
     #   (randomized positional encodings, Ruoss et al. 2023), so relative distances up to N are seen;
     #   0 = plain 0..T-1; None = the task's default (TASK_POSITIONS: longer than its longest test story)
@@ -109,7 +111,7 @@ def build(cfg: RopeTrainConfig):
         return backbone, tok
     words = getattr(get_task(cfg.task), "thought_words", 1)  # state words per thought (variables: one per variable)
     tcfg = ThinkingConfig(l_in=cfg.l_in, l_out=cfg.l_out, chunking=cfg.chunking, chunk_size=cfg.chunk_size,
-                          max_thought=max(3, words + 1))
+                          max_thought=max(3, words + 1), empty_unchanged=cfg.empty_thoughts)
     return ThinkingStates(backbone, tok, tcfg), tok
 
 
@@ -174,7 +176,8 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     model.eval()
     card = {"kind": "thinking" if cfg.preset == "thinking" else "lm", "rendering": "toy",
             "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
-            "rebuild": f"beliefscope train --preset {cfg.preset}" + (f" --task {cfg.task}" if cfg.task != "coinflip" else "")}
+            "rebuild": f"beliefscope train --preset {cfg.preset}" + (f" --task {cfg.task}" if cfg.task != "coinflip" else "")
+            + (" --empty-thoughts" if cfg.empty_thoughts else "")}
     if cfg.preset == "thinking":
         card["thinking_config"] = asdict(model.thinking_config)
     if cfg.eval_n:

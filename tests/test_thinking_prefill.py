@@ -1,0 +1,71 @@
+"""Speculative prefill for Thinking States: drafting several chunks in one forward, keeping those up to
+the first non-empty thought, gives the thoughts, logits and answer of chunk-by-chunk inference."""
+
+import pytest
+import torch
+
+from beliefscope.cache import Provenance
+from beliefscope.decoding.thinking import run_thinking
+from beliefscope.models.train_rope import RopeTrainConfig, build
+from beliefscope.tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def mixed_thinking():
+    """A random Thinking States model whose S changes the forward, where about two thoughts in three
+    count as empty (S carries over): drafts get kept in part and rolled back in part."""
+    torch.manual_seed(1)
+    model, tok = build(RopeTrainConfig(preset="thinking", d_model=32, n_layers=3, n_heads=4, empty_thoughts=True))
+    torch.nn.init.normal_(model.out_proj.weight, std=0.2)
+    model.carries = lambda z: z[0] % 3 != 0
+    return model.eval(), tok
+
+
+@pytest.mark.parametrize("n_events", [1, 5, 12])
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_speculative_prefill_equals_chunk_by_chunk(mixed_thinking, n_events, k):
+    model, tok = mixed_thinking
+    ids = tok(get_task("coinflip").example(seed=n_events, n_events=n_events).prompt)["input_ids"]
+    ref = run_thinking(model, ids, max_new_tokens=3, stop_at_eos=False)
+    spec = run_thinking(model, ids, max_new_tokens=3, stop_at_eos=False, prefill="speculative", k=k)
+    assert spec.thoughts == ref.thoughts and spec.tokens == ref.tokens
+    assert (spec.logits - ref.logits).abs().max() <= 1e-4
+    assert spec.cache.seq_len == ref.cache.seq_len
+    drafted = sum(e - a for a, e, _ in spec.spec_steps)
+    kept = sum(kept - a for a, _, kept in spec.spec_steps)
+    rolled = [e for e in spec.cache.events if e.kind == "rollback"]
+    assert len(rolled) == sum(kept_end < e for _, e, kept_end in spec.spec_steps)  # one rollback per partial keep
+    assert drafted - kept == sum(len(r.ids) if hasattr(r, "ids") else r.provenance.numel()
+                                 for r in spec.cache.rejected)
+    assert not (spec.cache.provenance_of(0) == Provenance.DRAFT).any()  # every kept draft was verified
+
+
+def test_drafts_are_kept_several_chunks_at_a_time(mixed_thinking):
+    model, tok = mixed_thinking
+    ids = tok(get_task("coinflip").example(seed=3, n_events=16).prompt)["input_ids"]
+    spec = run_thinking(model, ids, max_new_tokens=1, prefill="speculative", k=8)
+    chunks = len(spec.thoughts)
+    assert chunks / len(spec.spec_steps) > 1.5  # more than one chunk per backbone forward
+
+
+def test_shipped_thinking_is_unchanged_by_speculative_prefill():
+    from beliefscope.models import load_model
+
+    model, tok = load_model("thinking")
+    for ex in get_task("coinflip").examples(4, seed=4, events="3-8"):
+        ids = tok(ex.prompt)["input_ids"]
+        a = run_thinking(model, ids, max_new_tokens=1)
+        b = run_thinking(model, ids, max_new_tokens=1, prefill="speculative", k=4)
+        assert (a.thoughts, a.tokens) == (b.thoughts, b.tokens)
+
+
+@pytest.mark.parametrize("kw, match", [({"k": 0}, "k >= 1"), ({"intervene": lambda j, s: s}, "intervene"),
+                                       ({"prefill": "eager"}, "prefill='eager' is unknown")])
+def test_bad_prefill_arguments_fail_before_any_forward(mixed_thinking, monkeypatch, kw, match):
+    import beliefscope.decoding.thinking as th
+
+    model, tok = mixed_thinking
+    monkeypatch.setattr(th, "_chunk_forward", lambda *a, **k: pytest.fail("a forward ran"))
+    kw = {"prefill": "speculative", **kw}
+    with pytest.raises(ValueError, match=match):
+        run_thinking(model, tok("A coin is heads . Alice flips . State ?")["input_ids"], **kw)
