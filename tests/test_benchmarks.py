@@ -89,6 +89,8 @@ def _check_outputs(name, res):
     if name == "thinking":  # both models answered, and Thinking States wrote fewer tokens into its context
         assert res["answer_accuracy_thinking"] == 1.0
         assert res["context_tokens_generated_thinking"]["max"] < res["context_tokens_generated_cot"]["min"]
+        for band in res["bands"].values():  # speculative prefill wrote the thoughts and answer chunk by chunk did
+            assert band["speculative_equals_chunked"] == 1.0
     if name == "forced":
         for row in res["toy"].values():
             assert row["positions_equal"] and row["max_abs_diff_p"] < 1e-4 and row["n_boundaries"] > 0
