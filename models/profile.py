@@ -116,7 +116,7 @@ class ModelProfile:
 
 def model_profile(name: str) -> ModelProfile:
     """Profile of a shipped name, a checkpoint folder or a hub name (hub names: natural English)."""
-    from beliefscope.models.load import SMOLLM2, checkpoint_path
+    from beliefscope.models.names import SMOLLM2, checkpoint_path
 
     if name == SMOLLM2:
         return ModelProfile(name=name, rendering="natural", thinking=False, pretrained=True)

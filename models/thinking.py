@@ -137,11 +137,11 @@ class ThinkingStates(nn.Module):
     def bridge(self):
         """The backbone as a TransformerBridge, sharing its weights (built on first use)."""
         if self._bridge is None:
-            from beliefscope.models.load import bridge_from_hf
+            from beliefscope.models.bridge import build_bridge
 
             twin = type(self.backbone)(self.backbone.config)
             twin.load_state_dict(self.backbone.state_dict(), assign=True)  # same tensors, no copy
-            self._bridge = bridge_from_hf(twin.eval(), self.tokenizer).eval()
+            self._bridge = build_bridge(twin.eval(), tok=self.tokenizer).eval()
             self._bridge.name_or_path = self.name_or_path
         return self._bridge
 
@@ -374,8 +374,10 @@ def load_thinking(name_or_path: str, device=None, dtype=None):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from beliefscope.models.load import ModelLoadError, checkpoint_path, default_device, resolve_dtype
     from beliefscope.models.cards import read_card
+    from beliefscope.models.devices import default_device, resolve_dtype
+    from beliefscope.models.errors import ModelLoadError
+    from beliefscope.models.names import checkpoint_path
 
     path = checkpoint_path(name_or_path)
     card = read_card(path)
@@ -383,14 +385,15 @@ def load_thinking(name_or_path: str, device=None, dtype=None):
         raise ModelLoadError(f"{name_or_path!r} is not a Thinking States checkpoint (no thinking.safetensors / "
                              "kind 'thinking' in its model card): load it with beliefscope.load_model")
     device, dtype = default_device(device), resolve_dtype(dtype)
+    cfg = ThinkingConfig(**{**card.get("thinking_config", {}), "init_from_backbone": False})
     if card.get("backbone"):  # only the trained parts: composed over a pretrained backbone
         from beliefscope.models.thinking_ckpt import load_composed
 
-        return load_composed(name_or_path, path, card, device, dtype)
+        return load_composed(name_or_path, path, card, device, dtype,
+                             build=lambda backbone, tok: ThinkingStates(backbone, tok, cfg))
     backbone = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
-    cfg = ThinkingConfig(**{**card.get("thinking_config", {}), "init_from_backbone": False})
     model = ThinkingStates(backbone, tok, cfg)
     parts = {k: v for k, v in load_file(os.path.join(path, "thinking.safetensors")).items()
              if k not in model.dropped_keys}  # older files hold T's and C's unused token tables

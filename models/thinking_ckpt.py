@@ -28,7 +28,8 @@ import json
 import os
 
 import torch
-from beliefscope.models.load import HOST
+from beliefscope.models.devices import HOST
+from beliefscope.models.errors import ModelLoadError
 
 PARTS_FILE = "thinking.safetensors"
 CARD_FILE = "model_card.json"
@@ -86,13 +87,13 @@ def resolve_backbone(card: dict, path: str) -> str:
     return local if not os.path.isabs(name) and os.path.isdir(local) else name
 
 
-def load_composed(name_or_path: str, path: str, card: dict, device, dtype):
-    """`ThinkingStates` from a parts-only checkpoint over its backbone; ``(model, tokenizer)``.
-    The backbone is refused by name when its weights do not hash to the card's ``backbone_sha256``."""
+def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build):
+    """A `ThinkingStates` from a parts-only checkpoint over its backbone; ``(model, tokenizer)``.
+    ``build(backbone, tokenizer)`` makes the model around the loaded backbone (`models.thinking.load_thinking`
+    passes it). The backbone is refused by name when its weights do not hash to the card's ``backbone_sha256``."""
     from safetensors.torch import load_file
 
-    from beliefscope.models.load import ModelLoadError, load_hf
-    from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
+    from beliefscope.models.hf_load import load_hf
 
     backbone_name = resolve_backbone(card, path)
     backbone, tok = load_hf(backbone_name, device=HOST, dtype=torch.float32)
@@ -104,12 +105,11 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype):
             f"model's hidden states, so they are refused on another one. Install the backbone it was trained on, "
             f"or retrain with `{card.get('rebuild', 'beliefscope train')}`")
     parts = load_file(os.path.join(path, PARTS_FILE))
-    cfg = ThinkingConfig(**{**card.get("thinking_config", {}), "init_from_backbone": False})
     if card.get("lora_rank"):  # adapters trained on the backbone: wrap it the same way first
         from beliefscope.models.lora import add_lora
 
         add_lora(backbone, int(card["lora_rank"]))
-    model = ThinkingStates(backbone, tok, cfg)
+    model = build(backbone, tok)
     expected = model.state_dict()
     bad = [k for k in parts if k not in expected] + [k for k in expected
                                                      if not k.startswith("backbone.") and k not in parts]
