@@ -1,9 +1,9 @@
 """The `beliefscope` command line. Each area registers its own subcommands:
 
 - models/cli.py: train, eval
-- decoding/cli.py: generate
+- decoding/cli.py: generate, datastore
 - probes/cli.py: harvest, probe, steer
-- analyses/commands.py: beliefs, forced, trace, determinism, demo
+- analyses/commands.py: beliefs, forced, instrument, trace, determinism, demo
 - benchmarks/cli.py: bench
 
 A module registers with ``register(subparsers)``, adding parsers whose ``func(args) -> int``
@@ -106,7 +106,6 @@ EXAMPLES = {  # one working example per command, shown at the end of its help
     "instrument": "beliefscope instrument --models target,thinking --n-train 60 --n-test 30 --out runs/instrument",
     "trace": "beliefscope trace --model target --drafter draft:draft --probes probes/target --out trace.png",
     "determinism": "beliefscope determinism --model smollm2 --prompts 2 --others 0,3 --max-new-tokens 16 --json",
-    "determinism-chart": "beliefscope determinism-chart --model target --prompts 4 --out determinism.png",
     "demo": "beliefscope demo --out runs/demo",
     "bench": "beliefscope bench determinism --quick",
 }
