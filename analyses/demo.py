@@ -268,11 +268,9 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
 
         step("determinism")
         n_det = cfg.size("n_determinism")
-        try:
-            from beliefscope.analyses import determinism
-        except ImportError as e:  # decoding.Scheduler missing
-            n_det, summary["determinism"] = 0, {"skipped": str(e)}
         if n_det:
+            from beliefscope.analyses import determinism
+
             dk = plan["determinism"]
             bar = bars("determinism", 2 * len(dk["others"].split(",")))
             d = determinism.main(determinism.DeterminismConfig(cfg.model, n_det, out=os.path.join(figs,
