@@ -1,4 +1,4 @@
-"""`beliefscope beliefs | forced | trace | determinism-chart | demo` (registered by beliefscope/cli.py).
+"""`beliefscope beliefs | forced | instrument | trace | determinism | demo` (registered by beliefscope/cli.py).
 
 Shell::
 

@@ -41,9 +41,8 @@ def run_one(name: str, quick: bool) -> dict:
 
 
 def _run_cache(quick: bool) -> dict:
-    """benchmarks/cache.py (owned by the cache engineer) writes its own file (results/quick/ when
-    quick); point its full-run path at ours too, and write the result through our writer as well so
-    that BELIEFSCOPE_BENCH_OUT is honoured."""
+    """benchmarks/cache.py writes its own file (results/quick/ when quick); point its full-run path at
+    ours too, and write the result through our writer as well so that BELIEFSCOPE_BENCH_OUT is honoured."""
     from beliefscope.benchmarks import cache as cache_bench
     from beliefscope.benchmarks.common import result_path, write_result
 
