@@ -9,23 +9,10 @@ True
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 import torch
 from beliefscope.models.profile import hf_of
 from beliefscope.tasks import get_task, parse_events_range
-
-
-@dataclass
-class EvalConfig:
-    """What `evaluate` measures."""
-
-    task: str = "coinflip"  # task family name
-    events: str = "1-8"  # inclusive range of event counts, "LO-HI"
-    n: int = 500  # prompts per format
-    seed: int = 12345  # data seed (training draws from a different stream)
-    batch_size: int = 64  # prompts per forward
-    rendering: str = "toy"  # "toy" for the trained models, "natural" for pretrained ones
 
 
 def _answer_ids(tok, names):
