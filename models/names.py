@@ -30,6 +30,7 @@ SHIPPED = {
     "smollm2-thinking": "smollm2-thinking",  # trained parts only, composed over smollm2 (models.thinking_ckpt)
     # three cups and variable binding: Thinking States and its two baselines, on the same RoPE backbone
     "thinking-cups": "cups-thinking",
+    "direct-cups": "cups-direct-rope",
 }
 # n-gram stores of the retrieval drafter (decoding.datastore), by name
 STORES = {"smollm2": "smollm2-ngram-store.json",  # coin-flip rewrites (train templates and names)
