@@ -31,6 +31,7 @@ SHIPPED = {
     # three cups and variable binding: Thinking States and its two baselines, on the same RoPE backbone
     "thinking-cups": "cups-thinking",
     "direct-cups": "cups-direct-rope",
+    "cot-cups": "cups-cot-rope",
 }
 # n-gram stores of the retrieval drafter (decoding.datastore), by name
 STORES = {"smollm2": "smollm2-ngram-store.json",  # coin-flip rewrites (train templates and names)
