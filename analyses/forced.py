@@ -81,7 +81,11 @@ def _forced_thinking(model, tok, ex) -> ForcedAnswers:
     from beliefscope.models.thinking_data import thought_state, thought_word_id
 
     words = [thought_word_id(tok, s) for s in ex.state_names]  # " heads" for a BPE vocabulary
-    thought = np.asarray([thought_state(ex, r.thoughts[k], words) for k in rows])
+    named, last = [], -1  # the state each chunk's thought names; an empty thought carries the last one over
+    for z in r.thoughts:
+        last = last if model.carries(z) else thought_state(ex, z, words)
+        named.append(last)
+    thought = np.asarray([named[k] for k in rows])
     return ForcedAnswers(positions, r.p_answer[rows].numpy(), lab.state[positions], lab.input_ids,
                          q_ids.numpy(), thought_state=thought)
 

@@ -245,11 +245,13 @@ def causal_check(model, tok, n: int, seed: int, task=None) -> dict:
             run = run_thinking(model, ids, max_new_tokens=1, intervene=lambda k, s, v=vec, jj=j: v if k == jj else s)
             flips[kind].append(run.tokens[0] != base.tokens[0])
             follow[kind].append(run.tokens[0] == expect)
-            ok = []
+            # an empty thought (S carried over) names the state S held: the swapped one, or none for a random S
+            ok, named = [], list(_words(ex, new)) if kind == "swap" else None
             for end, z in run.thoughts[j:]:
                 k = int(lab.events_so_far[end - 1]) - done
                 want = _words(ex, later[k - 1] if k >= 1 else new)
-                ok.append([tok.decode([t]).strip() for t in z[: len(want)]] == list(want))
+                named = named if model.carries(z) else [tok.decode([t]).strip() for t in z[: len(want)]]
+                ok.append(named == list(want))
             thoughts_follow[kind].append(bool(ok) and all(ok))
     return {"n": n, "answer_flip_rate_swap": float(np.mean(flips["swap"])),
             "answer_flip_rate_random": float(np.mean(flips["random"])),

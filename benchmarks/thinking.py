@@ -22,7 +22,7 @@ from beliefscope.benchmarks.common import header, interleaved, spread, write_res
 class ThinkingBenchConfig:
     """What the benchmark times."""
 
-    model: str = "thinking"  # the Thinking States model (one trained with empty thoughts lets prefill draft)
+    model: str = "thinking-empty"  # the Thinking States model (trained with empty thoughts, so prefill can draft)
     cot_model: str = "cot-rope"  # the chain-of-thought model on the same backbone, data and step budget
     bands: tuple = ("1-8", "17-32")  # story lengths timed (the models were trained on 1-8)
     n_prompts: int = 20  # prompts per band, each timed `repeats` times per path

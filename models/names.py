@@ -29,6 +29,7 @@ SHIPPED = {
     "cot-rope": "coinflip-cot-rope",
     "smollm2-thinking": "smollm2-thinking",  # trained parts only, composed over smollm2 (models.thinking_ckpt)
     # three cups and variable binding: Thinking States and its two baselines, on the same RoPE backbone
+    "thinking-empty": "coinflip-thinking-empty",  # thinking with empty thoughts where the coin stays (prefill)
     "thinking-cups": "cups-thinking",
     "direct-cups": "cups-direct-rope",
     "cot-cups": "cups-cot-rope",

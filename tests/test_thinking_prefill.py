@@ -69,3 +69,21 @@ def test_bad_prefill_arguments_fail_before_any_forward(mixed_thinking, monkeypat
     kw = {"prefill": "speculative", **kw}
     with pytest.raises(ValueError, match=match):
         run_thinking(model, tok("A coin is heads . Alice flips . State ?")["input_ids"], **kw)
+
+
+def test_thinking_empty_drafts_and_matches_chunk_by_chunk():
+    """The shipped model trained with empty thoughts: the same thoughts and answers either way, and
+    more than one chunk kept per drafting forward (a stay needs no new state)."""
+    from beliefscope.models import load_model
+
+    model, tok = load_model("thinking-empty")
+    chunks = forwards = 0
+    for ex in get_task("coinflip").examples(6, seed=11, events="6-12"):
+        ids = tok(ex.prompt)["input_ids"]
+        a = run_thinking(model, ids, max_new_tokens=1)
+        b = run_thinking(model, ids, max_new_tokens=1, prefill="speculative", k=8)
+        assert (a.thoughts, a.tokens) == (b.thoughts, b.tokens)
+        assert tok.decode(b.tokens[:1]) == ex.answer
+        assert any(z == [model.eos_id] for _, z in a.thoughts)  # the stays left their thought empty
+        chunks, forwards = chunks + len(b.thoughts), forwards + len(b.spec_steps)
+    assert chunks / forwards > 1.3
