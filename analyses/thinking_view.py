@@ -156,3 +156,41 @@ def demo_step(target, target_tok, target_probes: str, thinking_probes: str, prom
     summary["tokens"] = token_strings(tok, tok(ex.prompt)["input_ids"])
     summary["files"] = [pair, timeline]
     return summary
+
+
+def speculative_prefill_figure(run, tok, title: str = "") -> Figure:
+    """Speculative prefill of one request, a pair of rows per drafting forward: the chunks drafted
+    with the current S (DRAFT) and the thought T wrote after each (empty: a bare <eos>), then what
+    was kept (VERIFIED, up to the first non-empty thought) and what was rolled back (crossed out)."""
+    rows = []  # (label, [(position, provenance code, crossed)], {chunk end: thought})
+    for (a0, e1, kept), drafts in zip(run.spec_steps, run.spec_thoughts, strict=True):
+        before = [(i, int(Provenance.PREFILL if i < a0 else Provenance.DRAFT), False) for i in range(e1)]
+        rows.append((f"draft {a0}-{e1}", before, dict(drafts)))
+        after = [(i, int(Provenance.VERIFIED if a0 <= i < kept else Provenance.REJECTED if i >= kept
+                          else Provenance.PREFILL), i >= kept) for i in range(e1)]
+        rows.append((f"keep {a0}-{kept}" + (f", roll back {kept}-{e1}" if kept < e1 else ""), after, {}))
+    width = max((len(r[1]) for r in rows), default=1) + 1
+    fig = Figure(figsize=(min(18, 2.5 + 0.2 * width), 0.9 + 0.3 * len(rows)))
+    ax = fig.add_subplot()
+    for y, (label, cells, thoughts) in enumerate(reversed(rows)):
+        for i, code, crossed in cells:
+            ax.add_patch(_cell(i, y, PROVENANCE_COLORS[code], alpha=0.45 if crossed else 1))
+            if crossed:
+                ax.plot([i, i + 0.95], [y + 0.1, y + 0.9], color="k", lw=0.6)
+        for end, z in thoughts.items():
+            words = [tok.convert_ids_to_tokens(t) for t in z if t != tok.eos_token_id]
+            ax.text(end - 0.5, y + 1.0, " ".join(words) or "∅", ha="center", va="bottom", fontsize=5,
+                    color=PROVENANCE_COLORS[int(Provenance.THOUGHT)])
+        ax.text(-0.5, y + 0.5, label, ha="right", va="center", fontsize=7)
+    ax.set_xlim(-0.2, width)
+    ax.set_ylim(0, len(rows) + 0.6)
+    ax.set_yticks([])
+    ax.set_xlabel("context cache position (thought above each drafted chunk's end; ∅: empty, S carried over)")
+    codes = [int(Provenance.PREFILL), int(Provenance.DRAFT), int(Provenance.VERIFIED), int(Provenance.REJECTED)]
+    ax.legend(handles=[Patch(color=PROVENANCE_COLORS[c], label=PROVENANCE_NAMES[c]) for c in codes],
+              loc="upper right", fontsize=7, ncols=4)
+    chunks = sum(len(d) for d in run.spec_thoughts)
+    ax.set_title(title or f"Speculative prefill: {len(run.spec_steps)} drafting forwards, {chunks} chunks drafted, "
+                          f"{len(run.thoughts)} thoughts kept", fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -39,6 +39,8 @@ class ThinkingRun:
     chunk_steps: list[tuple[int, int]] = field(default_factory=list)  # (start, end) of each chunk forward
     spec_steps: list[tuple[int, int, int]] = field(default_factory=list)  # speculative prefill: (start,
     #   drafted end, kept end) of each drafting forward
+    spec_thoughts: list[list[tuple[int, list[int]]]] = field(default_factory=list)  # per drafting forward:
+    #   (chunk end, thought T wrote) for every drafted chunk, kept or rolled back
 
 
 def _check_room(model, n_total: int) -> None:
@@ -181,6 +183,7 @@ def _speculative_prefill(model, ids, chunks, k, cache, current_S, after_chunk, r
             cache.rollback(end)
         logits_all.append(logits[: end - a0])
         run.spec_steps.append((a0, e1, end))
+        run.spec_thoughts.append([(e, z) for (_, e), z in zip(group, zs, strict=True)])
         run.chunk_steps.append((a0, end))
         for (a, e), z in zip(group[: m + 1], zs[: m + 1], strict=True):
             after_chunk(h[a - a0: e - a0], e, z)

@@ -87,3 +87,16 @@ def test_thinking_empty_drafts_and_matches_chunk_by_chunk():
         assert any(z == [model.eos_id] for _, z in a.thoughts)  # the stays left their thought empty
         chunks, forwards = chunks + len(b.thoughts), forwards + len(b.spec_steps)
     assert chunks / forwards > 1.3
+
+
+def test_speculative_prefill_figure_shows_every_draft(mixed_thinking):
+    from beliefscope.analyses.thinking_view import speculative_prefill_figure
+
+    model, tok = mixed_thinking
+    run = run_thinking(model, tok(get_task("coinflip").example(seed=2, n_events=9).prompt)["input_ids"],
+                       max_new_tokens=1, prefill="speculative", k=4)
+    assert len(run.spec_thoughts) == len(run.spec_steps) >= 2
+    kept = [(e, z) for d, (_, _, k) in zip(run.spec_thoughts, run.spec_steps, strict=True) for e, z in d if e <= k]
+    assert kept == run.thoughts[: len(kept)]  # the kept drafts are the run's thoughts, in order
+    fig = speculative_prefill_figure(run, tok)
+    assert len(fig.axes[0].patches) >= sum(e for _, e, _ in run.spec_steps)  # a cell per position per row
