@@ -18,10 +18,10 @@ tokenizer (`load_hf`) in `models.hf_load`.
 >>> bridge, tok = load_model("target")
 >>> bridge.cfg.n_layers
 4
->>> load_model("no-such-model")
+>>> load_model("no-such-model")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, direct-rope, cot-rope, smollm2-thinking, smollm2
+beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, ..., smollm2
 """
 
 from __future__ import annotations
