@@ -192,11 +192,19 @@ def test_cups_labels_by_hand_on_a_written_story():
     assert lab.parity.tolist()[-1] == 0  # two swaps: an even permutation
 
 
-def test_cups_bad_cup_is_named():
-    with pytest.raises(ValueError, match="cup 'top'.*does not exist"):
-        parse_prompt("A ball is under left . Bob swaps left top . Where ?", task="cups")
-    with pytest.raises(ValueError, match="with itself"):
-        parse_prompt("A ball is under left . Bob swaps left left . Where ?", task="cups")
+BAD_STORIES = [
+    ("cups", "A ball is under left . Bob swaps left top . Where ?", "cup 'top'.*does not exist"),
+    ("cups", "A ball is under left . Bob swaps left left . Where ?", "with itself"),
+    ("variables", "a = 3 . b = c . b ?", "reads 'c', which is not assigned yet"),
+    ("variables", "a = 3 . d = 1 . a ?", "'d', which is not a variable"),
+    ("variables", "a = 3 . b ?", "asks for 'b', which the program never assigns"),
+]
+
+
+@pytest.mark.parametrize("task, text, match", BAD_STORIES)
+def test_bad_stories_name_the_offending_word(task, text, match):
+    with pytest.raises(ValueError, match=match):
+        parse_prompt(text, task=task)
 
 
 def test_variables_labels_by_hand():
@@ -227,13 +235,7 @@ def test_variables_generator_resolves_copies_and_reads_only_assigned():
         assert ex.answer == values[query]
 
 
-def test_variables_bad_programs_name_the_offending_token():
-    with pytest.raises(ValueError, match="reads 'c', which is not assigned yet"):
-        parse_prompt("a = 3 . b = c . b ?", task="variables")
-    with pytest.raises(ValueError, match="'d', which is not a variable"):
-        parse_prompt("a = 3 . d = 1 . a ?", task="variables")
-    with pytest.raises(ValueError, match="asks for 'b', which the program never assigns"):
-        parse_prompt("a = 3 . b ?", task="variables")
+def test_variables_exist_in_the_toy_grammar_only():
     with pytest.raises(ValueError, match="rendering 'natural' is not available"):
         get_task("variables", rendering="natural")
 
