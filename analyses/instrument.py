@@ -144,7 +144,16 @@ def agreement(cols: dict, probe_pred: np.ndarray, n_classes: int = 2) -> dict:
 
 
 def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
-    """Words computed from the numbers: does the model keep a running state at event boundaries?"""
+    """Words computed from the numbers: does the model keep a running state at event boundaries?
+    With several variables the question is not asked yet at a boundary, so the state is every
+    variable's value: the verdict reads the per-variable probes (their mean)."""
+    if all("variable_probe_accuracy" in b for b in bands.values()):
+        each = [float(np.mean(list(b["variable_probe_accuracy"].values()))) for b in bands.values()]
+        if min(each) >= 0.9:
+            return (f"{name} keeps every variable: probes read each variable's value at every event boundary "
+                    f"with mean accuracy >= {min(each):.2f} in every band")
+        return (f"{name} keeps no complete readable binding at the event boundaries: the per-variable probes "
+                f"read {each[0]:.2f} on average in the first band and {each[-1]:.2f} in the last (chance {chance:.2f})")
     probe = min(b["probe_accuracy"] for b in bands.values())
     forced = min(b.get("forced_accuracy", float("nan")) for b in bands.values())
     first = next(iter(bands))
