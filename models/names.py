@@ -34,6 +34,7 @@ SHIPPED = {
     "direct-cups": "cups-direct-rope",
     "cot-cups": "cups-cot-rope",
     "thinking-variables": "variables-thinking",  # 3000 steps (1000 left it at loss 0.37)
+    "direct-variables": "variables-direct-rope",
 }
 # n-gram stores of the retrieval drafter (decoding.datastore), by name
 STORES = {"smollm2": "smollm2-ngram-store.json",  # coin-flip rewrites (train templates and names)
