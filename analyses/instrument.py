@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
+from beliefscope.analyses.causal import causal_check
 from beliefscope.analyses.forced import forced_answers
 from beliefscope.probes.controls import control_labels
 
@@ -180,96 +180,6 @@ def tasks_for(name: str, task: str = "coinflip"):
     return t, t
 
 
-def _replay(ex, done: int, start):
-    """States after each event from ``done`` on, had the state been ``start`` there (the task's replay)."""
-    import importlib
-
-    return importlib.import_module(f"beliefscope.tasks.{ex.task}").replay(ex, done, start)
-
-
-def _words(ex, state) -> tuple[str, ...]:
-    """A state's words as a thought writes them (every variable's value, or the one state word)."""
-    return tuple(ex.state_names[int(v)] for v in state) if ex.initial_values else (ex.state_names[int(state)],)
-
-
-def _answer(ex, state) -> int:
-    """The answer a state gives to ``ex``'s question (the queried variable's value, or the state)."""
-    if not ex.initial_values:
-        return int(state)
-    from beliefscope.tasks.variables import VARIABLES
-
-    return int(state[VARIABLES.index(ex.meta["query"])])
-
-
-def _other_state(ex, state, rng):
-    """Another state than ``state``: a different class, or a different value of the queried variable
-    (of an assigned one when the queried variable has none yet)."""
-    n = len(ex.state_names)
-    if not ex.initial_values:
-        return (int(state) + 1 + rng.randrange(n - 1)) % n
-    from beliefscope.tasks.variables import VARIABLES
-
-    q = VARIABLES.index(ex.meta["query"])
-    k = q if state[q] else rng.choice([i for i, v in enumerate(state) if v])
-    new = list(state)
-    new[k] = rng.choice([v for v in range(1, n) if v != state[k]])
-    return tuple(new)
-
-
-def causal_check(model, tok, n: int, seed: int, task=None) -> dict:
-    """Replace S_j at one middle chunk by the S of another state's gold thought; does the answer
-    become the one that state leads to (the task's replay of the later events), and do the later
-    thoughts name the replayed states? Random vectors of equal norm are the control."""
-    import random
-
-    from beliefscope.decoding.thinking import run_thinking
-    from beliefscope.models.thinking_data import thought_word_id
-    from beliefscope.tasks import get_task
-
-    task = task or get_task("coinflip", fmt="direct")
-    exs = task.examples(n, seed, (3, 8))
-    answers = [thought_word_id(tok, s) for s in exs[0].state_names]
-    g, rng = torch.Generator().manual_seed(seed), random.Random(seed)
-    flips = {"swap": [], "random": []}
-    follow = {"swap": [], "random": []}
-    thoughts_follow = {"swap": [], "random": []}
-    for ex in exs:
-        ids = tok(ex.prompt)["input_ids"]
-        lab = ex.labels(tok, ex.prompt)
-        base = run_thinking(model, ids, max_new_tokens=1)
-        j = 1 + len(base.thoughts) // 2  # the chunk whose state is replaced
-        done = int(lab.events_so_far[base.thoughts[j - 1][0] - 1])  # events read when S_j was written
-        state = lab.values[base.thoughts[j - 1][0] - 1] if lab.values is not None else lab.state[
-            base.thoughts[j - 1][0] - 1]
-        new = _other_state(ex, tuple(int(v) for v in state) if lab.values is not None else int(state), rng)
-        later = _replay(ex, done, new)  # states after each later event
-        expect = answers[_answer(ex, later[-1] if later else new)]
-        gold = model.state_from_thoughts([[thought_word_id(tok, w) for w in _words(ex, new)] + [model.eos_id]])[0]
-        for kind in flips:
-            if kind == "swap":
-                vec = gold
-            else:
-                r = torch.randn(gold.shape, generator=g)
-                vec = base.states[j - 1] + r / r.norm() * (gold - base.states[j - 1]).norm()
-            run = run_thinking(model, ids, max_new_tokens=1, intervene=lambda k, s, v=vec, jj=j: v if k == jj else s)
-            flips[kind].append(run.tokens[0] != base.tokens[0])
-            follow[kind].append(run.tokens[0] == expect)
-            # an empty thought (S carried over) names the state S held: the swapped one, or none for a random S
-            ok, named = [], list(_words(ex, new)) if kind == "swap" else None
-            for end, z in run.thoughts[j:]:
-                k = int(lab.events_so_far[end - 1]) - done
-                want = _words(ex, later[k - 1] if k >= 1 else new)
-                named = named if model.carries(z) else [tok.decode([t]).strip() for t in z[: len(want)]]
-                ok.append(named == list(want))
-            thoughts_follow[kind].append(bool(ok) and all(ok))
-    return {"n": n, "answer_flip_rate_swap": float(np.mean(flips["swap"])),
-            "answer_flip_rate_random": float(np.mean(flips["random"])),
-            "answer_follows_swap": float(np.mean(follow["swap"])),
-            "answer_follows_random": float(np.mean(follow["random"])),
-            "downstream_thoughts_follow_swap": float(np.mean(thoughts_follow["swap"])),
-            "downstream_thoughts_follow_random": float(np.mean(thoughts_follow["random"]))}
-
-
 def main(config: InstrumentConfig, progress=None) -> dict:
     """Run the validation for every model; returns a JSON-able dict."""
     from beliefscope.models.load import check_model_name, load_model
@@ -288,7 +198,7 @@ def main(config: InstrumentConfig, progress=None) -> dict:
         model, tok = load_model(name)
         tr = collect(model, tok, train, forced=False, progress=progress)
         probe, layer = fit_probes(tr["X"], tr["truth"], tr["prompt"], n_classes)
-        control, c_layer = fit_probes(tr["X"], tr["control"], tr["prompt"], n_classes)
+        control, _ = fit_probes(tr["X"], tr["control"], tr["prompt"], n_classes)  # read at the state probe's layer
         per_var = _variable_probes(tr, n_classes)
         res = {"task": config.task, "state_names": list(train_task.state_names), "best_layer": layer,
                "hook": _hooks(model)[layer], "bands": {}}
@@ -359,9 +269,9 @@ def write(res: dict, folder: str) -> list[str]:
     import os
 
     from beliefscope.analyses.common import save_fig
-    from beliefscope.files import atomic_write_json, atomic_write_text
-
     from beliefscope.analyses.state_strips import strips_figure
+
+    from beliefscope.files import atomic_write_json, atomic_write_text
 
     os.makedirs(folder, exist_ok=True)
     names = ("instrument.json", "instrument.md", "instrument.png", "trajectory.png")

@@ -2,7 +2,8 @@
 check, and the state a thought names for a multi-variable question."""
 
 import numpy as np
-from beliefscope.analyses.instrument import _other_state, _replay, agreement, causal_check
+from beliefscope.analyses.causal import _other_state, _replay, causal_check
+from beliefscope.analyses.instrument import agreement
 from beliefscope.models.thinking_data import thought_state
 from beliefscope.tasks import get_task
 from beliefscope.tasks.parse import parse_prompt
