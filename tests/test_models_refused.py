@@ -36,11 +36,11 @@ def _no_tokenizer(folder):
 
 def _small_embedding(folder):
     tiny_llama_hf(vocab=16).save_pretrained(folder)
-    toy_tokenizer().save_pretrained(folder)  # 32 tokens
+    toy_tokenizer().save_pretrained(folder)
 
 
 CASES = [(_bert, "BertForMaskedLM, not a causal"), (_no_weights, "no weights"), (_no_tokenizer, "no tokenizer"),
-         (_small_embedding, "the tokenizer has 32 tokens but the model's embedding has only 16 rows")]
+         (_small_embedding, f"the tokenizer has {len(toy_tokenizer())} tokens but the model's embedding has only 16 rows")]
 
 
 @pytest.mark.parametrize("make,fragment", CASES, ids=[c[0].__name__ for c in CASES])
