@@ -15,7 +15,8 @@ def register(sub) -> None:
     p.add_argument("--task", default="coinflip", help="task family: coinflip, cups or variables")
     p.add_argument("--preset", default="target",
                    help="target, draft, tiny (GPT-2), direct-rope, cot-rope, thinking (Llama with RoPE) or "
-                        "smollm2-thinking (Thinking States over SmolLM2-135M-Instruct)")
+                        "smollm2-thinking (Thinking States over SmolLM2-135M-Instruct) and its baselines "
+                        "smollm2-direct, smollm2-cot (LoRA adapters answering in text)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--steps", type=int, default=None, help="maximum optimizer steps (default: the preset's)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
@@ -33,6 +34,9 @@ def register(sub) -> None:
                         "(speculative prefill accepts such chunks without a C call)")
     p.add_argument("--trained", default=None, choices=["frozen", "lora", "full"],
                    help="smollm2-thinking: what is trained (default frozen: T, C and the injection)")
+    p.add_argument("--lora-rank", type=int, default=None, help="smollm2-thinking --trained lora: adapter rank (default 8)")
+    p.add_argument("--lora-targets", default=None,
+                   help="smollm2-thinking --trained lora: comma-separated layers given adapters (default q_proj,v_proj)")
     p.add_argument("--batch-size", type=int, default=None, help="smollm2-thinking: stories per step (default 8)")
     p.add_argument("--checkpoint-every", type=int, default=None,
                    help="smollm2-thinking: steps between resumable checkpoints in OUT/train_state.pt (default 10)")
@@ -53,8 +57,9 @@ def register(sub) -> None:
     e.add_argument("--n", type=int, default=500, help="prompts per format")
     e.add_argument("--seed", type=int, default=12345)
     e.add_argument("--rendering", default=None, help="toy or natural (default: natural for smollm2)")
-    e.add_argument("--format", default="both", choices=["both", "direct", "cot"],
-                   help="prompts: direct answers, chain of thought (toy models), or both")
+    e.add_argument("--format", default=None, choices=["both", "direct", "cot"],
+                   help="prompts: direct answers, chain of thought, or both (default: both for toy models, "
+                        "direct for natural English ones; smollm2-cot answers after its chain: --format cot)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=_eval)
 
@@ -133,7 +138,8 @@ def _eval(args) -> int:
     rendering = args.rendering or model_profile(args.model).rendering
     if args.n < 1:
         raise ValueError(f"--n must be at least 1 prompt, got {args.n}")
-    formats = ("direct", "cot") if args.format == "both" else (args.format,)
+    fmt = args.format or ("both" if rendering == "toy" else "direct")
+    formats = ("direct", "cot") if fmt == "both" else (fmt,)
     res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering, formats=formats)
     if args.json:
         print(json.dumps(res))

@@ -15,9 +15,9 @@ def _config(args):
     from beliefscope.models.train_thinking import PRETRAINED_PRESETS, ThinkingTrainConfig
 
     chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads", "eval_n", "trained", "batch_size",
-                                            "checkpoint_every", "autocast") if getattr(args, k, None) is not None}
-    return ThinkingTrainConfig(preset=args.preset, task=args.task, max_events=args.max_events,
-                               **{**PRETRAINED_PRESETS[args.preset], **chosen})
+                                            "checkpoint_every", "autocast", "lora_rank", "lora_targets", "max_events")
+              if getattr(args, k, None) is not None}  # unset flags keep the preset's value
+    return ThinkingTrainConfig(preset=args.preset, task=args.task, **{**PRETRAINED_PRESETS[args.preset], **chosen})
 
 
 def train_pretrained_thinking(args) -> int:
@@ -44,6 +44,8 @@ def train_pretrained_thinking(args) -> int:
 
     def progress(rec):
         if "resumed_from" in rec:  # the bar starts at the resumed step; its rate counts this run's steps only
+            if bar.disable:  # --no-progress: a disabled bar has no clock to reset
+                return
             bar.initial = bar.n = bar.last_print_n = rec["resumed_from"]
             bar.start_t = bar.last_print_t = bar._time()
             bar.refresh()

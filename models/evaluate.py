@@ -54,7 +54,7 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     (natural English: on the held-out templates and names, as for Thinking States models).
 
     `model` is a name/path (loaded with `models.load.load_model`) or an HF model with `tokenizer`.
-    ``formats`` picks the prompts: direct answers, chain of thought (toy rendering only), or both.
+    ``formats`` picks the prompts: direct answers, chain of thought, or both.
     """
     lo, hi = parse_events_range(events)
     if n < 1:
@@ -68,16 +68,16 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     hf, tok = hf_of(model), tokenizer
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
     result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats)}
+    held = {"split": "heldout"} if rendering == "natural" else {}  # natural: held-out templates and names
     if "direct" in formats:
-        held = {"split": "heldout"} if rendering == "natural" else {}  # natural: held-out templates and names
         direct = get_task(task, rendering=rendering, fmt="direct", **held).examples(n, seed, (lo, hi))
         preds = direct_answers(hf, tok, direct, batch_size)
         for ex, p in zip(direct, preds, strict=True):
             by_ev[ex.n_events][2] += int(p == ex.answer)
             by_ev[ex.n_events][3] += 1
         result["answer_accuracy"] = sum(p == e.answer for p, e in zip(preds, direct)) / len(direct)
-    if rendering == "toy" and "cot" in formats:
-        cot = get_task(task, rendering=rendering, fmt="cot").examples(n, seed, (lo, hi))  # the same stories
+    if "cot" in formats:
+        cot = get_task(task, rendering=rendering, fmt="cot", **held).examples(n, seed, (lo, hi))  # the same stories
         max_new = max(len(tok(e.completion)["input_ids"]) for e in cot) + 1
         comps = greedy_completions(hf, tok, [e.prompt for e in cot], max_new, batch_size)
         for ex, c in zip(cot, comps, strict=True):

@@ -7,6 +7,9 @@ Accepted names:
 - a local checkpoint folder (``save_pretrained`` layout);
 - a hub name (``org/model``): tried only when ``HF_HUB_OFFLINE`` is unset and the hub answers.
 
+``smollm2-direct`` and ``smollm2-cot`` hold only LoRA adapters (`models.adapters`), composed over
+the ``smollm2`` weights and merged into them: they load as a plain bridge.
+
 Thinking States checkpoints (``thinking``, ``smollm2-thinking``) load as
 `models.thinking.ThinkingStates`; ``smollm2-thinking`` holds only its trained parts and is
 composed over the ``smollm2`` weights at load time (a backbone with other weights is refused).
@@ -75,11 +78,17 @@ def load_model(name_or_path: str, device=None, dtype=None):
     device, dtype = default_device(device), resolve_dtype(dtype)
     check_model_name(name_or_path)
     path = checkpoint_path(name_or_path, must_exist=False) if name_or_path != SMOLLM2 else None
-    if path is not None and read_card(path).get("kind") == "thinking":
+    card = read_card(path) if path is not None else {}
+    if card.get("kind") == "thinking":
         from beliefscope.models.thinking import load_thinking
 
         return load_thinking(name_or_path, device=device, dtype=dtype)
-    model, tok = load_hf(name_or_path, device, dtype)
+    if card.get("kind") == "adapters":  # adapters composed over their backbone, merged into its weights
+        from beliefscope.models.adapters import load_adapted
+
+        model, tok = load_adapted(name_or_path, path, card, device, dtype)
+    else:
+        model, tok = load_hf(name_or_path, device, dtype)
     bridge = bridge_from_hf(model, tok)
     bridge.eval()
     bridge.name_or_path = name_or_path

@@ -55,3 +55,19 @@ def add_lora(model: nn.Module, rank: int = 8, alpha: float = 16.0,
                 setattr(module, name, LoRALinear(child, rank, alpha))
                 n += 1
     return n
+
+
+@torch.no_grad()
+def merge_lora(model: nn.Module) -> int:
+    """Fold every `LoRALinear` into its base layer (``W += scale * B A``) and put the plain
+    ``nn.Linear`` back, so hooks, caches and weight packing see an ordinary model. Returns the
+    number merged; the outputs are the adapted model's up to float rounding."""
+    n = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, LoRALinear):
+                base = child.base
+                base.weight += (child.lora_B @ child.lora_A).to(base.weight.dtype) * child.scale  # [out, in]
+                setattr(module, name, base)
+                n += 1
+    return n

@@ -124,5 +124,5 @@ def model_profile(name: str) -> ModelProfile:
     card = read_card(path) if path else {}
     if card:
         return ModelProfile(name=name, rendering=card.get("rendering", "toy"),
-                            thinking=card.get("kind") == "thinking", pretrained=False)
+                            thinking=card.get("kind") == "thinking", pretrained=card.get("kind") == "adapters")
     return ModelProfile(name=name, rendering="natural", thinking=False, pretrained=True)

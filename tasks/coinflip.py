@@ -5,7 +5,8 @@ Two renderings:
   ``State ?``; chain-of-thought ends it at ``Think :`` and the completion lists the state after
   each event, then ``State ? <answer>``.
 - ``natural``: English for pretrained models, with several templates and a pool of names.
-  Templates and names are split into a train half and a held-out half.
+  Templates and names are split into a train half and a held-out half. Its chain of thought asks
+  the question "step by step" and lists the state after each event, then ``A: <answer>``.
 
 >>> task = CoinFlip(rendering="toy", fmt="direct")
 >>> ex = task.example(seed=3, n_events=2)
@@ -109,8 +110,6 @@ class CoinFlip:
             raise ValueError(f"fmt {fmt!r} is unknown: use 'direct' or 'cot'")
         if split not in ("train", "heldout", "all"):
             raise ValueError(f"split {split!r} is unknown: use 'train', 'heldout' or 'all'")
-        if fmt == "cot" and rendering == "natural":
-            raise ValueError("the chain-of-thought format exists for the toy rendering only; use fmt='direct'")
         if wordings not in ("basic", "wide"):
             raise ValueError(f"wordings {wordings!r} is unknown: use 'basic' or 'wide' (extra train-split paraphrases)")
         self.cfg = CoinFlipConfig(rendering=rendering, fmt=fmt, split=split, p_flip=p_flip, wordings=wordings)
@@ -170,10 +169,14 @@ class CoinFlip:
             text += " " + rng.choice(pool).format(n=name)
             state ^= int(kind == "flip")
             events.append(Event((start, len(text)), kind, state))
-        prompt = text + " " + NATURAL_QUESTIONS[q_i]
-        completion = f" {STATES[state]}"
+        if self.cfg.fmt == "direct":
+            prompt = text + " " + NATURAL_QUESTIONS[q_i]
+            completion = f" {STATES[state]}"
+        else:  # the state after each event in order, then the answer: "... Step by step: tails, heads. A: heads"
+            prompt = text + " " + NATURAL_QUESTIONS[q_i].removesuffix(" A:") + " Step by step:"
+            completion = " " + ", ".join(STATES[e.state_after] for e in events) + f". A: {STATES[state]}"
         end = len(prompt) + len(completion)
-        return Example("coinflip", "natural", "direct", prompt, completion, STATES, initial,
+        return Example("coinflip", "natural", self.cfg.fmt, prompt, completion, STATES, initial,
                        tuple(events), (end - len(STATES[state]), end),
                        {"seed": seed, "names": names, "intro": intro_i, "question": q_i,
                         "split": self.cfg.split})

@@ -244,3 +244,19 @@ def test_variables_chain_of_thought_lists_every_state():
     ex = parse_prompt("a = 3 . b = a . b ? Think :", task="variables")
     assert ex.completion == " 3 _ _ ; 3 3 _ . 3"
     assert ex.text[ex.answer_span[0]: ex.answer_span[1]] == "3"
+
+
+def test_natural_chain_of_thought_lists_each_state_then_the_answer():
+    """The natural-English chain of thought (the smollm2-cot baseline's format): the states after
+    each event, counted here by hand from the events' kinds, then ``A: <answer>``."""
+    from beliefscope.tasks import get_task
+
+    for seed in range(20):
+        ex = get_task("coinflip", rendering="natural", fmt="cot", split="heldout").example(seed, 1 + seed % 6)
+        state, want = ex.initial, []
+        for e in ex.events:
+            state ^= e.kind == "flip"
+            want.append(("heads", "tails")[state])
+        assert ex.prompt.endswith(" Step by step:") and " A:" not in ex.prompt
+        assert ex.completion == " " + ", ".join(want) + f". A: {want[-1]}"
+        assert ex.answer == want[-1] and ex.text[ex.answer_span[0]:ex.answer_span[1]] == want[-1]
