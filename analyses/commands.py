@@ -96,8 +96,11 @@ def cmd_trace(args) -> int:
 def cmd_determinism(args) -> int:
     from beliefscope.analyses.determinism import DeterminismConfig, main
 
+    from beliefscope.analyses.determinism import int_list
+
     n = len(str(args.others).split(","))
-    bar = _bar(args, "determinism", 2 * n)
+    shapes = len(int_list(args.window, "--window")) * len(int_list(args.verify_slots, "--verify-slots"))
+    bar = _bar(args, "determinism", n * (1 + shapes))
     res = main(DeterminismConfig(model=args.model, prompts=args.prompts, others=args.others, out=args.out,
                                  max_new_tokens=args.max_new_tokens, dtype=args.dtype, window=args.window,
                                  verify_slots=args.verify_slots, n_others=args.n_others, seed=args.seed,
@@ -195,8 +198,10 @@ def register(subparsers) -> None:
     p.add_argument("--max-new-tokens", type=int, default=12)
     p.add_argument("--fast-dtype", dest="dtype", default="float32", choices=["float32", "bfloat16"],
                    help="precision of the unverified fast path (verification runs in the model's dtype)")
-    p.add_argument("--window", type=int, default=4, help="verify window W (pending token + W-1 fast-path drafts)")
-    p.add_argument("--verify-slots", type=int, default=4, help="rows B of every verify forward (the fixed shape)")
+    p.add_argument("--window", default="4", help="verify window W (pending token + W-1 fast-path drafts); "
+                   "several, e.g. 4,16, run the verified requests at every shape of the W x slots grid")
+    p.add_argument("--verify-slots", default="4", help="rows B of every verify forward (the fixed shape); several, "
+                   "e.g. 2,8, for a grid (verified_unique_max then covers every shape)")
     p.add_argument("--n-others", type=int, default=None, help="background requests per configuration "
                    "(default: half the prompts)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed")

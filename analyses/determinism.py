@@ -9,6 +9,12 @@ the largest number of distinct outputs any one prompt produced, for both, and th
 position where a prompt's fast-path outputs differ. On the real model the prompts are open-ended
 questions about standard-library functions (chat template); on the toy they are coin flips.
 
+``window`` and ``verify_slots`` may list several values (``"4,16"``, ``"2,8"``): the verified
+requests then run at every verify shape of the grid, every slot of the same capacity, and
+``verified_unique_max`` counts a prompt's distinct outputs over the whole grid (every k, order, W
+and B together). LLM-42 reports verified outputs that change with the verify window; this is the
+check that ours do not.
+
 >>> res = main(DeterminismConfig(model="target", prompts=2, others="0,1", out=None, max_new_tokens=4))
 >>> res["verified_unique_max"], res["fast_path_dtype"]
 (1, 'float32')
@@ -35,14 +41,29 @@ class DeterminismConfig:
     out: str | None = "determinism.png"  # chart PNG (None: numbers only)
     max_new_tokens: int = 12  # tokens per measured request (open-ended runs: 64 or more)
     quick: bool = False  # 2 arrival orders instead of 3
-    window: int = 4  # verify window W (pending token + W-1 fast-path drafts)
+    window: str = "4"  # verify windows W (pending token + W-1 fast-path drafts), comma-separated for a grid
     seed: int = 0  # prompt seed
     dtype: str = "float32"  # fast-path precision: float32 or bfloat16
     n_others: int | None = None  # other (background) requests per configuration (None: half the prompts)
     costs: str | None = None  # benchmarks/results/determinism.json to draw the throughput-vs-share panel from
-    verify_slots: int = 4  # B of every verify forward, the same for every k (at most B measured requests at once)
+    verify_slots: str = "4"  # B of every verify forward, comma-separated for a grid (at most B measured requests at once)
     partial: str | None = None  # JSON file rewritten after every k with the rows so far (long runs)
     paths: str = "both"  # which paths to run the measured prompts on: both, fast (unverified only) or verified
+
+
+def int_list(text, name: str, minimum: int = 1) -> list[int]:
+    """Comma-separated integers ``>= minimum`` (an int is a one-value list); a clear error otherwise.
+
+    >>> int_list("4,16", "window"), int_list(8, "verify_slots")
+    ([4, 16], [8])
+    """
+    try:
+        values = [int(v) for v in str(text).split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < minimum:
+        raise ValueError(f"{name}={text!r} must be comma-separated integers >= {minimum}, e.g. 4 or 4,16")
+    return values
 
 
 def first_divergence(outputs) -> int | None:
@@ -95,27 +116,40 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
         raise ValueError(f"paths={cfg.paths!r}: use both, fast or verified")
     run_fast, run_verified = cfg.paths in ("both", "fast"), cfg.paths in ("both", "verified")
     paths = [p for p, on in ((("fast_path", False), run_fast), (("verified", True), run_verified)) if on]
+    windows, slots = int_list(cfg.window, "window"), int_list(cfg.verify_slots, "verify_slots")
+    grid = [(w, b) for w in windows for b in slots]
+    longest = max(len(p) for p in [*prompts, *pool])
+    cap = longest + 2 * cfg.max_new_tokens + max(windows)  # one slot capacity for every shape of the grid
+    by_shape, per_k = [], {name: {r["others"]: {} for r in rows} for name, _ in paths}
     for name, flag in paths:  # the fast path first: it is the question
+        for w, b in grid if flag else grid[:1]:  # the fast path's tokens do not depend on the verify shape
+            cell = {}
+            for row in rows:
+                seen = determinism_sweep(model, prompts, pool, others=(row["others"],), orders=orders,
+                                         window=w, max_new_tokens=cfg.max_new_tokens, fast_dtype=dtype,
+                                         deterministic=flag, n_others=cfg.n_others, stats=stats[name],
+                                         verify_slots=b, slot_capacity=cap)
+                for i, v in seen.items():
+                    for acc in (every[name], cell, per_k[name][row["others"]]):
+                        acc.setdefault(i, set()).update(v)
+                if progress:
+                    progress(1)
+                if cfg.partial:
+                    from beliefscope.analyses.common import write_json
+
+                    write_json(cfg.partial, {"outputs": {n: {i: sorted(v) for i, v in e.items()}
+                                                         for n, e in every.items()}})
+            if flag:
+                by_shape.append({"window": w, "verify_slots": b, "unique_max": max(map(len, cell.values()))})
+    for name, _ in paths:
         for row in rows:
-            seen = determinism_sweep(model, prompts, pool, others=(row["others"],), orders=orders,
-                                     window=cfg.window, max_new_tokens=cfg.max_new_tokens, fast_dtype=dtype,
-                                     deterministic=flag, n_others=cfg.n_others, stats=stats[name],
-                                     verify_slots=cfg.verify_slots)
+            seen = per_k[name][row["others"]]
             counts = [len(v) for v in seen.values()]
             row[f"{name}_unique_max"] = max(counts)
             row[f"{name}_unique_mean"] = round(sum(counts) / len(counts), 4)
             firsts = [f for f in map(first_divergence, seen.values()) if f is not None]
             row[f"{name}_prompts_diverged"] = len(firsts)
             row[f"{name}_first_divergence_position"] = min(firsts, default=None)
-            for i, v in seen.items():
-                every[name].setdefault(i, set()).update(v)
-            if progress:
-                progress(1)
-            if cfg.partial:
-                from beliefscope.analyses.common import write_json
-
-                write_json(cfg.partial, {"by_others": rows, "outputs": {n: {i: sorted(v) for i, v in e.items()}
-                                                                        for n, e in every.items()}})
     for name, ran in (("fast_path", run_fast), ("verified", run_verified)):
         if not ran:  # not measured: None, never a made-up 1
             every[name] = {0: {()}}
@@ -124,8 +158,13 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
                 r[f"{name}_unique_max"] = None
     firsts = {name: [first_divergence(v) for v in every[name].values()] for name in every}
     div = sorted(f for f in firsts["fast_path"] if f is not None)
-    vmax = max(r["verified_unique_max"] for r in rows) if run_verified else None
+    # verified: distinct outputs of a prompt over every configuration (k, order, W, B) together
+    vmax = max(map(len, every["verified"].values())) if run_verified else None
     return {"by_others": rows, "verified_unique_max": vmax, "paths": cfg.paths,
+            "verified_by_shape": by_shape, "slot_capacity": cap,
+            "measured_prompts": [list(p) for p in prompts],  # token ids, in the order of `outputs`
+            "outputs": {name: [sorted(map(list, every[name][i])) for i in range(len(prompts))]
+                        for name, ran in (("fast_path", run_fast), ("verified", run_verified)) if ran},
             "fast_path_unique_max": max(r["fast_path_unique_max"] for r in rows) if run_fast else None,
             # over all configurations together (k's and orders): a prompt may differ only across k
             "fast_path_unique_overall_max": max(map(len, every["fast_path"].values())) if run_fast else None,
@@ -159,6 +198,7 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     if not ks or min(ks) < 0:
         raise ValueError(f"others={config.others!r} must be comma-separated numbers of co-batched requests >= 0, "
                          "e.g. 0,1,3,7")
+    int_list(config.window, "window"), int_list(config.verify_slots, "verify_slots")  # refused before loading
     if bridge is None:
         from beliefscope.models.load import load_model
 

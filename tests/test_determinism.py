@@ -117,6 +117,32 @@ def test_empty_workload_and_bad_values_are_refused():
         main(DeterminismConfig(prompts=1, others="1,-2", out=None))
 
 
+def test_verified_outputs_equal_across_the_verify_shape_grid():
+    """The W x slots grid (4 x 3 shapes, 4 numbers of co-batched requests, 2 arrival orders): every
+    verified prompt gives one output over the whole grid, equal to plain greedy decoding of the
+    same model; the grid is validated before the model loads."""
+    from beliefscope.analyses.determinism import DeterminismConfig, main
+    from beliefscope.models.load import load_model
+
+    model, tok = load_model("target", device="cpu")
+    res = main(DeterminismConfig(model="target", prompts=3, others="0,1,3,7", out=None, max_new_tokens=6,
+                                 quick=True, window="1,2,4,8", verify_slots="2,4,8", paths="verified"),
+               bridge=model, tok=tok)
+    assert res["verified_unique_max"] == 1
+    hf = model.original_model
+    for prompt, (out,) in zip(res["measured_prompts"], res["outputs"]["verified"], strict=True):
+        ids = torch.tensor([prompt])
+        ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                          pad_token_id=tok.pad_token_id)[0, len(prompt):].tolist()
+        assert out == ref  # HF's own greedy decoding with its own cache
+    assert [(c["window"], c["verify_slots"]) for c in res["verified_by_shape"]] == \
+        [(w, b) for w in (1, 2, 4, 8) for b in (2, 4, 8)]
+    with pytest.raises(ValueError, match="window='4,x' must be comma-separated integers >= 1"):
+        main(DeterminismConfig(model="no-such-model", prompts=1, window="4,x", out=None))
+    with pytest.raises(ValueError, match="verify_slots='0' must be"):
+        main(DeterminismConfig(model="no-such-model", prompts=1, verify_slots="0", out=None))
+
+
 def test_fast_path_request_too_long_names_slot_capacity():
     sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=4, slot_capacity=16))
     with pytest.raises(ValueError, match="fast-path pool row.*slot_capacity=16"):
