@@ -50,8 +50,8 @@ def train_pretrained_thinking(args) -> int:
             bar.start_t = bar.last_print_t = bar._time()
             bar.refresh()
             return
-        bar.set_postfix(loss=rec["loss"], lm=rec["lm"], thought=rec["thought"], s_per_step=rec["seconds"],
-                        refresh=False)
+        bar.set_postfix({k: rec[k] for k in ("loss", "lm", "thought") if k in rec} | {"s_per_step": rec["seconds"]},
+                        refresh=False)  # the baselines have no thought loss
         bar.update(rec["step"] - bar.n)
 
     _, _, card = train_thinking(cfg, args.out, progress=progress, force=args.force)
