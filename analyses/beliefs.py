@@ -4,6 +4,10 @@ Two figures: a layer × position heatmap with the tokens on the x axis and the t
 strip underneath, and a line plot at the best layer with the true state as a step function (and
 the forced answers at every event boundary as squares).
 
+A Thinking States model (``thinking``, ``smollm2-thinking``) needs no probe: it writes its belief
+down, so the figure shows, token by token, the truth, and at every event boundary the model's
+thought and its forced answer (with a probe folder, the probe's row is added).
+
 Usage (not run as a doctest: it needs stored activations, probes or a model)::
 
     res = main(BeliefsConfig(model="target", probes="runs/demo/probes/target",
@@ -30,6 +34,7 @@ from beliefscope.analyses.common import (
     sibling,
     token_strings,
 )
+from beliefscope.models.profile import model_profile
 
 
 @dataclass
@@ -37,7 +42,7 @@ class BeliefsConfig:
     """`beliefscope beliefs`: one prompt, one probe folder, two figures."""
 
     model: str = "target"  # checkpoint folder or alias (target, smollm2); must be the model the probe was fit on
-    probes: str = ""  # folder written by `beliefscope probe --out`
+    probes: str = ""  # folder written by `beliefscope probe --out` (optional for Thinking States models)
     prompt: str = ""  # free-text prompt, parsed by tasks.parse.parse_prompt
     out: str = "beliefs.png"  # heatmap PNG; the line plot goes to OUT with suffix "-line"
     task: str = "coinflip"  # task whose labeller parses the prompt
@@ -98,11 +103,17 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
 
     out = check_writable_parent(config.out)
     ex = parse_prompt(config.prompt, config.task)  # fails clearly before any model is loaded
-    probe = load_probe(config.probes)
+    thinking = bridge is not None and hasattr(bridge, "thinking_config") or model_profile(config.model).thinking
+    if not config.probes and not thinking:
+        raise ValueError(f"{config.model!r} writes no thoughts, so its beliefs are read with a probe: fit one with "
+                         f"`beliefscope harvest` and `beliefscope probe --out DIR`, then pass --probes DIR")
+    probe = load_probe(config.probes) if config.probes else None
     if bridge is None:
         from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
+    if thinking:
+        return _thinking_beliefs(config, bridge, tok, ex, probe, out)
     check_probe_matches(probe, bridge, config.model)
     layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
     traj = trajectory(bridge, tok, probe, ex)
@@ -118,4 +129,32 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
            "accuracy_at_layer": round(traj.accuracy(layer), 4), "answer": ex.answer, "files": [out, line_path]}
     if forced is not None:
         res["forced_p_state0"] = np.round(forced.p_state[:, 0], 4).tolist()
+    return res
+
+
+def _thinking_beliefs(config: BeliefsConfig, model, tok, ex, probe, out: str) -> dict:
+    """A Thinking States model's own beliefs on one prompt: truth, thought and forced answer at
+    every event boundary (and the probe at every token when one is given), as categorical strips."""
+    from beliefscope.analyses.instrument import story_readout
+    from beliefscope.analyses.state_strips import strips_figure
+
+    layer = None
+    if probe is not None:
+        check_probe_matches(probe, model, config.model)
+        layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
+    r = story_readout(model, tok, ex, probe, layer)
+    names = list(ex.state_names)
+    title = f"{config.model}: thoughts and forced answers at each event (answer {ex.answer})"
+    save_fig(strips_figure([{"name": config.model, **r}], names, title), out)
+    truth = [r["truth"][b] for b in r["boundaries"]]
+    thoughts = [names[k] if k is not None and k >= 0 else None for k in r.get("thought", [])]
+    res = {"prompt": config.prompt, "model": config.model, "probes": os.path.abspath(config.probes) if probe else None,
+           "layer": layer, "tokens": r["tokens"], "state_names": names, "true_state": r["truth"],
+           "event_boundaries": r["boundaries"], "truth_at_boundaries": [names[k] for k in truth],
+           "thoughts": thoughts, "forced": [names[k] for k in r["forced"]],
+           "thought_accuracy": round(float(np.mean([t == names[k] for t, k in zip(thoughts, truth)])), 4)
+           if thoughts else None, "answer": ex.answer, "files": [out]}
+    if probe is not None:
+        res["probe"] = [names[k] for k in r["probe"]]
+        res["accuracy_at_layer"] = round(float(np.mean(np.array(r["probe"]) == np.array(r["truth"]))), 4)
     return res

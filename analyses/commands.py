@@ -33,9 +33,14 @@ def cmd_beliefs(args) -> int:
 
     res = main(BeliefsConfig(model=args.model, probes=args.probes, prompt=args.prompt, out=args.out, task=args.task,
                              layer=args.layer, forced=not args.no_forced))
-    return _emit(args, res, [f"layer {res['layer']}: probe follows the true state on {res['accuracy_at_layer']:.1%} "
-                             f"of tokens after the first event; answer {res['answer']}",
-                             *[f"wrote {p}" for p in res["files"]]])
+    if "thoughts" in res:  # a Thinking States model: its own beliefs
+        lines = [f"thoughts {' '.join(map(str, res['thoughts']))} (truth {' '.join(res['truth_at_boundaries'])}; "
+                 f"{res['thought_accuracy']:.0%} right); forced answers {' '.join(res['forced'])}; "
+                 f"answer {res['answer']}"]
+    else:
+        lines = [f"layer {res['layer']}: probe follows the true state on {res['accuracy_at_layer']:.1%} "
+                 f"of tokens after the first event; answer {res['answer']}"]
+    return _emit(args, res, [*lines, *[f"wrote {p}" for p in res["files"]]])
 
 
 def cmd_forced(args) -> int:
@@ -128,8 +133,10 @@ def cmd_demo(args) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("beliefs", help="belief trajectory of one prompt: heatmap + best-layer line")
-    p.add_argument("--model", required=True, help="checkpoint folder or alias (target, smollm2)")
-    p.add_argument("--probes", required=True, help="probe folder from `beliefscope probe --out` (same model)")
+    p.add_argument("--model", required=True, help="checkpoint folder or alias (target, smollm2, thinking, "
+                   "smollm2-thinking)")
+    p.add_argument("--probes", default="", help="probe folder from `beliefscope probe --out` (same model); optional "
+                   "for Thinking States models, whose thoughts and forced answers are drawn")
     p.add_argument("--prompt", required=True, help='e.g. "A coin is heads . Alice flips . Bob stays . State ?"')
     p.add_argument("--out", required=True, help="heatmap PNG; the line plot goes next to it (-line)")
     p.add_argument("--task", default="coinflip", choices=["coinflip", "cups"])

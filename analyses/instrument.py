@@ -108,22 +108,23 @@ def _variable_probes(cols: dict, n_classes: int) -> dict:
 
 
 @torch.no_grad()
-def story_readout(model, tok, ex, probe, layer: int) -> dict:
+def story_readout(model, tok, ex, probe=None, layer: int | None = None) -> dict:
     """One story token by token, for a figure a reader can follow: the truth and the probe's
     state (argmax and its probability) at every prompt token, the forced answer and the thought at
-    every event boundary."""
+    every event boundary. Without a probe (``probe=None``) the probe rows are left out."""
     from beliefscope.analyses.forced import forced_answers
     from beliefscope.hooks import capture
 
     lab = ex.labels(tok, text=ex.prompt)
-    hook = _hooks(model)[layer]
-    with capture(model, [hook]) as cap:
-        model(torch.as_tensor(lab.input_ids)[None], return_type=None)
-    p = torch.softmax(probe.logits(cap.stacked(hook)[0].float().cpu(), probe.hooks[layer]), -1)  # [T, n_classes]
     fa = forced_answers(model, tok, ex)
     out = {"tokens": [tok.decode([int(t)]) for t in lab.input_ids], "truth": lab.state.tolist(),
-           "probe": p.argmax(-1).tolist(), "probe_p": [round(float(x), 3) for x in p.max(-1).values],
            "boundaries": fa.positions.tolist(), "forced": fa.p_state.argmax(-1).tolist()}
+    if probe is not None:
+        hook = _hooks(model)[layer]
+        with capture(model, [hook]) as cap:
+            model(torch.as_tensor(lab.input_ids)[None], return_type=None)
+        p = torch.softmax(probe.logits(cap.stacked(hook)[0].float().cpu(), probe.hooks[layer]), -1)  # [T, n_classes]
+        out |= {"probe": p.argmax(-1).tolist(), "probe_p": [round(float(x), 3) for x in p.max(-1).values]}
     if fa.thought_state is not None:
         out["thought"] = fa.thought_state.tolist()
     return out
