@@ -38,7 +38,7 @@ class DeterminismConfig:
     model: str = "target"  # checkpoint folder or alias
     prompts: int = 8  # measured prompts (requests)
     others: str = "0,1,3,7"  # co-batched requests k (the Scheduler's max_batch = k + 1), comma-separated
-    out: str | None = "determinism.png"  # chart PNG (None: numbers only)
+    out: str | None = None  # chart PNG (None: numbers only, as the command without --out)
     max_new_tokens: int = 12  # tokens per measured request (open-ended runs: 64 or more)
     quick: bool = False  # 2 arrival orders instead of 3
     window: str = "4"  # verify windows W (pending token + W-1 fast-path drafts), comma-separated for a grid
