@@ -119,14 +119,21 @@ def cmd_demo(args) -> int:
     import time
 
     from beliefscope.analyses.demo import DemoConfig, main
+    from beliefscope.models.profile import model_profile
 
     t = time.perf_counter()
-    s = main(DemoConfig(out=args.out, model=args.model, draft=args.draft, quick=args.quick,
-                        progress=not args.no_progress))
+    cfg = DemoConfig(out=args.out, model=args.model, draft=args.draft, quick=args.quick, progress=not args.no_progress)
+    if model_profile(args.model).thinking:  # a model that writes its belief down: its own report
+        from beliefscope.analyses import demo_thinking
+
+        s = demo_thinking.main(cfg)
+        key = {"instrument_verdicts": [r["verdict"] for r in s["instrument"]["models"].values()]}
+    else:
+        s = main(cfg)
+        key = {"probe_best_layer": s["probe"]["best_layer"]}
     out = os.path.abspath(args.out)
     size = os.path.getsize(os.path.join(out, "report.html"))
-    return _emit(args, {"out": out, "seconds": round(time.perf_counter() - t, 1), "report_bytes": size,
-                        "probe_best_layer": s["probe"]["best_layer"]},
+    return _emit(args, {"out": out, "seconds": round(time.perf_counter() - t, 1), "report_bytes": size, **key},
                  [f"wrote {out}/report.html ({size / 1e6:.2f} MB), summary.json and figures/ in "
                   f"{time.perf_counter() - t:.0f} s"])
 
@@ -223,7 +230,10 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("demo", help="every analysis on the shipped checkpoints -> report.html")
     p.add_argument("--out", default="runs/demo", help="report folder (written atomically)")
-    p.add_argument("--model", default="target", choices=["target", "smollm2"])
+    p.add_argument("--model", default="target",
+                   help="target (toy checkpoints) or smollm2 (the real model); a Thinking States model (thinking, "
+                        "smollm2-thinking) gets its own report: answers and thoughts by band, the instrument beside "
+                        "the same model without thoughts, one story token by token, the causal check")
     p.add_argument("--draft", default="draft", help="toy draft checkpoint (ignored for smollm2)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests; noisy numbers)")
     p.add_argument("--json", action="store_true")

@@ -157,13 +157,21 @@ def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
                 f"read {each[0]:.2f} on average in the first band and {each[-1]:.2f} in the last (chance {chance:.2f})")
     probe = min(b["probe_accuracy"] for b in bands.values())
     forced = min(b.get("forced_accuracy", float("nan")) for b in bands.values())
+    thought = min(b.get("thought_accuracy", 0.0) for b in bands.values())  # 0: the model writes no thoughts
     first = next(iter(bands))
     if probe >= 0.9:
         return (f"{name} keeps a running state: its best-layer probe reads the state at every event boundary "
                 f"with accuracy >= {probe:.2f} in every band")
+    if thought >= 0.9:
+        return (f"{name} writes its running state down: its thoughts name the state at every event boundary with "
+                f"accuracy >= {thought:.2f} in every band, while its best-layer probe at the boundary reads "
+                f">= {probe:.2f}")
     if bands[first].get("forced_accuracy", 0) >= 0.9 and bands[first]["probe_accuracy"] < 0.8:
         return (f"{name} computes the state lazily: asked at a boundary it answers {bands[first]['forced_accuracy']:.2f} "
                 f"correctly, but no linear probe reads the state there ({bands[first]['probe_accuracy']:.2f})")
+    if probe >= chance + (1 - chance) / 2:
+        return (f"{name} keeps a partly readable running state: its best-layer probe reads >= {probe:.2f} in every "
+                f"band (chance {chance:.2f}), forced answers >= {forced:.2f}")
     return (f"{name} keeps no readable running state (probe >= {probe:.2f}, forced answers >= {forced:.2f} "
             f"across bands; chance is {chance:.2f})")
 

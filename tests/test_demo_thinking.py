@@ -1,0 +1,53 @@
+"""`beliefscope demo --model thinking`: the report of a model that writes its belief down. Its
+sentences carry the numbers it measured (checked against summary.json), the instrument's verdicts
+follow their thresholds (hand-made bands), and a model without thoughts is sent to the main demo."""
+
+import json
+import os
+
+import pytest
+
+from beliefscope.analyses.instrument import verdict
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_thinking_demo_report(tmp_path):
+    from beliefscope.analyses.demo import DemoConfig
+    from beliefscope.analyses.demo_thinking import main
+
+    out = tmp_path / "demo"
+    s = main(DemoConfig(out=str(out), model="thinking", quick=True, progress=False))
+    saved = json.load(open(out / "summary.json"))
+    assert saved["eval"] == json.loads(json.dumps(s["eval"])) and set(saved["eval"]) == {"1-8", "9-16", "17-32"}
+    page = open(out / "report.html").read()
+    acc = s["eval"]["1-8"]["answer_accuracy"]
+    assert f"answers {acc:.1%} of 1-8-event stories" in page
+    assert set(s["instrument"]["models"]) == {"thinking", "target"} and "causal" in s["instrument"]["models"]["thinking"]
+    assert s["beliefs"]["thoughts"] and os.path.getsize(out / "figures" / "story.png") > 10_000
+    assert not [f for f in os.listdir(tmp_path) if f != "demo"]  # staged folder renamed, nothing else left
+
+
+def test_model_without_thoughts_is_refused(tmp_path):
+    from beliefscope.analyses.demo import DemoConfig
+    from beliefscope.analyses.demo_thinking import main
+
+    with pytest.raises(ValueError, match="'target' is not a Thinking States model"):
+        main(DemoConfig(out=str(tmp_path / "d"), model="target"))
+    assert not os.listdir(tmp_path)
+
+
+def _bands(probe, forced, thought=None):
+    b = {"probe_accuracy": probe, "forced_accuracy": forced}
+    return {"1-8": {**b, **({"thought_accuracy": thought} if thought is not None else {})}}
+
+
+@pytest.mark.parametrize("bands,words", [
+    (_bands(0.97, 1.0, 1.0), "keeps a running state"),
+    (_bands(0.55, 0.8, 0.95), "writes its running state down"),
+    (_bands(0.6, 0.95), "computes the state lazily"),
+    (_bands(0.8, 0.7), "keeps a partly readable running state"),
+    (_bands(0.55, 0.6), "keeps no readable running state"),
+])
+def test_verdict_words_follow_the_numbers(bands, words):
+    assert verdict("m", bands).startswith(f"m {words}")
