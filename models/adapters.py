@@ -36,7 +36,7 @@ class AdaptedLM(nn.Module):
 
     def make_batch(self, examples, device=None) -> tuple:
         """``(ids [B, T], labels [B, T], mask [B, T])``: right-padded, labels on the completion."""
-        from beliefscope.models.train import make_batch
+        from beliefscope.models.lm_batch import make_batch
 
         return make_batch(self.tok, examples, device)
 

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.models.lm_batch import make_batch
 from beliefscope.tasks import get_task
 from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -69,25 +70,6 @@ class TrainConfig:
         return GPT2Config(vocab_size=vocab_size, n_positions=self.n_positions, n_embd=n_embd,
                           n_layer=n_layer, n_head=n_head, bos_token_id=1, eos_token_id=1,
                           pad_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-
-
-def make_batch(tok, examples, device=None):
-    """Right-padded token batch with loss only on completion tokens and the final <eos>."""
-    rows, labels = [], []
-    for ex in examples:
-        p = tok(ex.prompt)["input_ids"]
-        c = tok(ex.completion)["input_ids"] + [tok.eos_token_id]
-        rows.append(p + c)
-        labels.append([-100] * len(p) + c)
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)  # [batch, pos]
-    lab = torch.full((len(rows), width), -100, dtype=torch.long)  # [batch, pos]
-    mask = torch.zeros((len(rows), width), dtype=torch.long)  # [batch, pos]
-    for i, (r, lb) in enumerate(zip(rows, labels, strict=True)):
-        ids[i, : len(r)] = torch.tensor(r)
-        lab[i, : len(lb)] = torch.tensor(lb)
-        mask[i, : len(r)] = 1
-    return ids.to(device), lab.to(device), mask.to(device)
 
 
 @torch.no_grad()

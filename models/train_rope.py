@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 
 from beliefscope.models.tokenizer import toy_tokenizer
-from beliefscope.models.train import make_batch as lm_batch
+from beliefscope.models.lm_batch import make_batch as lm_batch
 from beliefscope.tasks import get_task
 
 ROPE_PRESETS = ("direct-rope", "cot-rope", "thinking")
