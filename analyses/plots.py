@@ -22,6 +22,25 @@ from matplotlib.ticker import MaxNLocator
 PROVENANCE_COLORS = {0: "#5b8fd9", 1: "#f2c94c", 2: "#6fcf97", 3: "#eb5757", 4: "#bb6bd9"}
 PROVENANCE_NAMES = {0: "prefill", 1: "draft", 2: "verified", 3: "rejected", 4: "thought"}
 
+# The one colour convention for a binary belief in every figure and in the viewer: P(first state),
+# e.g. P(heads), on ColorBrewer's diverging RdBu (Brewer & Harrower 2003; marked colour-blind safe):
+# 1 (heads) is dark blue, 0 (tails) dark red, 0.5 near white.
+BELIEF_CMAP = "RdBu"
+
+
+def belief_stops(n: int = 11) -> list[str]:
+    """`BELIEF_CMAP` sampled at ``n`` evenly spaced values of P(first state), 0 to 1, as hex colours
+    (the viewer interpolates between them, so its colours are the figures' colours).
+
+    >>> s = belief_stops(); len(s), s[0] != s[-1]
+    (11, True)
+    """
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    cmap = colormaps[BELIEF_CMAP]
+    return [to_hex(cmap(i / (n - 1))) for i in range(n)]
+
 
 def _token_axis(ax, tokens, rotate=True):
     ax.set_xticks(range(len(tokens)))
@@ -41,14 +60,14 @@ def belief_heatmap(p_heads: np.ndarray, tokens: list[str], true_state: np.ndarra
     fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(max(6, 0.32 * T + 2), 2.2 + min(0.45 * n_layers, 6.0)),
                                       gridspec_kw={"height_ratios": [n_layers, 1.2]}, sharex=True,
                                       constrained_layout=True)
-    im = ax.imshow(p, aspect="auto", cmap="RdBu_r", vmin=0, vmax=1, interpolation="nearest")
+    im = ax.imshow(p, aspect="auto", cmap=BELIEF_CMAP, vmin=0, vmax=1, interpolation="nearest")
     labels = layer_labels or [f"L{i}" for i in range(n_layers)]
     step = max(1, -(-n_layers // 16))  # at most 16 y labels, so deep models stay legible
     ax.set_yticks(range(0, n_layers, step))
     ax.set_yticklabels(labels[::step], fontsize=8)
     ax.set_ylabel("layer")
     ax.set_title(title or f"Probe readout P({state_name}): layer × position", fontsize=10)
-    ax_true.imshow(np.asarray(true_state, dtype=float)[None, :], aspect="auto", cmap="RdBu_r", vmin=0, vmax=1)
+    ax_true.imshow(np.asarray(true_state, dtype=float)[None, :], aspect="auto", cmap=BELIEF_CMAP, vmin=0, vmax=1)
     ax_true.set_yticks([0])
     ax_true.set_yticklabels([f"true: {state_name}?"], fontsize=8)
     _token_axis(ax_true, tokens)

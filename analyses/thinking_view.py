@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from beliefscope.analyses.plots import PROVENANCE_COLORS, PROVENANCE_NAMES
+from beliefscope.analyses.plots import BELIEF_CMAP, PROVENANCE_COLORS, PROVENANCE_NAMES
 from beliefscope.cache import Provenance
 
 
@@ -80,16 +80,16 @@ def trajectory_pair_figure(panels: list[dict], state_name: str = "heads") -> Fig
         p = np.asarray(pn["p"])
         L, T = p.shape
         img = np.vstack([p, np.full((1, T), np.nan), np.asarray(pn["truth"], float)[None]])
-        im = ax.imshow(img, aspect="auto", cmap="coolwarm_r", vmin=0, vmax=1, interpolation="nearest")
+        im = ax.imshow(img, aspect="auto", cmap=BELIEF_CMAP, vmin=0, vmax=1, interpolation="nearest")
         ax.set_yticks(list(range(L)) + [L + 1], [("emb" if x < 0 else f"L{x}") for x in pn["layers"]] + ["truth"],
                       fontsize=7)
         ax.set_xticks(range(T), pn["tokens"], rotation=90, fontsize=7)
         b = np.asarray(pn["boundaries"])
         if "forced" in pn:
-            ax.scatter(b, np.full(len(b), -0.9), c=np.asarray(pn["forced"]), cmap="coolwarm_r", vmin=0, vmax=1,
+            ax.scatter(b, np.full(len(b), -0.9), c=np.asarray(pn["forced"]), cmap=BELIEF_CMAP, vmin=0, vmax=1,
                        marker="s", s=40, edgecolors="k", linewidths=0.5, clip_on=False, label="forced answer")
         if pn.get("thoughts") is not None:
-            ax.scatter(b, np.full(len(b), L + 0.5), c=np.asarray(pn["thoughts"], float), cmap="coolwarm_r", vmin=0,
+            ax.scatter(b, np.full(len(b), L + 0.5), c=np.asarray(pn["thoughts"], float), cmap=BELIEF_CMAP, vmin=0,
                        vmax=1, marker="D", s=40, edgecolors="k", linewidths=0.5, label="thought")
         ax.set_ylim(L + 1.6, -1.4)
         ax.set_title(pn["title"], fontsize=9)
