@@ -1,4 +1,4 @@
-"""`beliefscope beliefs | forced | instrument | trace | determinism | demo` (registered by beliefscope/cli.py).
+"""`beliefscope beliefs | forced | instrument | trace | determinism | demo | view` (registered by beliefscope/cli.py).
 
 Shell::
 
@@ -138,6 +138,24 @@ def cmd_demo(args) -> int:
                   f"{time.perf_counter() - t:.0f} s"])
 
 
+def cmd_view(args) -> int:
+    from beliefscope.analyses.view import ViewConfig, main
+
+    models = tuple(m.strip() for m in args.model.split(",") if m.strip())
+    cfg = ViewConfig(models=models, task=args.task, events=args.events, n=args.n, seed=args.seed,
+                     prompts=tuple(args.prompt or ()), probes=tuple(args.probes.split(",")) if args.probes else (),
+                     n_train=args.n_train, decode=args.decode, drafter=args.drafter, gamma=args.gamma,
+                     max_new_tokens=args.max_new_tokens, out=args.out, json_out=args.json_out)
+    n = len(args.prompt) if args.prompt else args.n
+    bar = _bar(args, "stories read", n * (len(models) + (1 if args.decode else 0)))
+    res = main(cfg, progress=bar.update)
+    bar.close()
+    lines = [f"{name}: probe at layer {m['best_layer']} follows the truth on {m['probe_accuracy_at_best']:.1%} of "
+             "tokens after the first event" for name, m in res["models"].items()]
+    return _emit(args, res, [*lines, f"wrote {res['out']} ({res['bytes']:,} bytes, {res['n_stories']} stories) in "
+                             f"{res['seconds']} s", *[f"wrote {p}" for p in res["files"][1:]]])
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("beliefs", help="belief trajectory of one prompt: heatmap + best-layer line")
     p.add_argument("--model", required=True, help="checkpoint folder or alias (target, smollm2, thinking, "
@@ -239,3 +257,28 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_demo)
+
+    p = subparsers.add_parser("view", help="one self-contained HTML page: every token coloured by the probe's belief, "
+                              "with every layer, the truth, forced answer, thought and KV-cache provenance on hover")
+    p.add_argument("--model", default="thinking,target", help="comma-separated models shown side by side")
+    p.add_argument("--task", default="coinflip", choices=["coinflip", "cups", "variables"],
+                   help="task of the stories (the models must have been trained on it)")
+    p.add_argument("--events", default="9-16")
+    p.add_argument("--n", type=int, default=6, help="stories")
+    p.add_argument("--seed", type=int, default=2029)
+    p.add_argument("--prompt", action="append", default=None,
+                   help="a story as text instead of sampled ones (repeat the flag for several)")
+    p.add_argument("--probes", default="", help="comma-separated probe folders, one per model (an empty entry "
+                   "fits a probe here); each is refused unless fitted on that model, rendering and task")
+    p.add_argument("--n-train", type=int, default=120,
+                   help="training-length stories whose event boundaries fit the probes fitted here")
+    p.add_argument("--decode", default="auto", help="model decoded speculatively (auto: the first model that writes "
+                   "no thoughts; an empty value: none)")
+    p.add_argument("--drafter", default="draft:draft", help="draft:PATH, early-exit:K or ngram:N")
+    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("--out", default="view.html", help="the page (one file, no network)")
+    p.add_argument("--json-out", default="", help="also write the JSON the page was built from")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_view)

@@ -176,7 +176,8 @@ JS = r"""
     const prov = i < R.provenance.length ? pname(R.provenance[i]) : 'not cached (the last token)';
     dd(dl, 'KV cache', 'ins-provenance', prov);
     const k = R.step_of[i];
-    if (k >= 0) {
+    if (k < 0) dd(dl, 'written by', 'ins-step', i < R.prompt_len ? 'the prefill (the story)' : "the prefill's prediction");
+    else {
       const st = R.steps[k];
       dd(dl, 'committed by', 'ins-step', 'verify step ' + k);
       dd(dl, 'drafted', 'ins-drafted', st.drafted.join(' ') || '\u2014');

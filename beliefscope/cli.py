@@ -3,7 +3,7 @@
 - models/cli.py: train, eval
 - decoding/cli.py: generate, datastore
 - probes/cli.py: harvest, probe, steer
-- analyses/commands.py: beliefs, forced, instrument, trace, determinism, demo
+- analyses/commands.py: beliefs, forced, instrument, trace, determinism, demo, view
 - benchmarks/cli.py: bench
 
 A module registers with ``register(subparsers)``, adding parsers whose ``func(args) -> int``
@@ -107,6 +107,7 @@ EXAMPLES = {  # one working example per command, shown at the end of its help
     "trace": "beliefscope trace --model target --drafter draft:draft --probes probes/target --out trace.png",
     "determinism": "beliefscope determinism --model smollm2 --prompts 2 --others 0,3 --max-new-tokens 16 --json",
     "demo": "beliefscope demo --out runs/demo",
+    "view": "beliefscope view --model thinking,target --task coinflip --events 9-16 --n 6 --out view.html",
     "bench": "beliefscope bench determinism --quick",
 }
 
