@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
-from beliefscope.analyses import plots, report
+from beliefscope.analyses import demo_view, plots, report
 from beliefscope.analyses.common import (
     check_writable_parent,
     progress_bar,
@@ -146,7 +146,7 @@ def main(cfg: DemoConfig) -> dict:
     out = check_writable_parent(cfg.out)  # fail before any work if DIR's parent is not writable
     t_all = time.perf_counter()
     plan = _plan(cfg)
-    steps = "load eval harvest probes beliefs forced trace determinism steering thinking report".split()
+    steps = "load eval harvest probes beliefs forced trace determinism steering thinking view report".split()
     outer = progress_bar("demo", total=len(steps), disable=not cfg.progress)
     bars = lambda desc, total=None: progress_bar(desc, total, disable=not cfg.progress)
     timings, summary, sections = {}, {}, []
@@ -258,12 +258,13 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         t = spec_trace.main(tcfg, target=model, tok=tok, drafter=drafter, progress=bar.update)
         bar.close()
         summary["trace"] = t
-        sections.append(_section("Speculative decoding: draft, verify, rollback", report.reading_trace(t), t["files"],
+        sections.append({"group": "decoding", **_section("Speculative decoding: draft, verify, rollback",
+                                                         report.reading_trace(t), t["files"],
                                  ["The target's KV cache around the first rejected draft of one request, coloured "
                                   "by the cache's own provenance labels (rejected entries kept for study).",
                                   "Drafted tokens accepted and rejected at each verify step of that request.",
                                   "At each rejection: the draft's and the target's probe P(heads) where the "
-                                  "rejected token's claim is made, with the true state."]))
+                                  "rejected token's claim is made, with the true state."])})
         done("trace")
 
         step("determinism")
@@ -278,8 +279,9 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
                                  tok=tok, progress=bar.update)
             bar.close()
             summary["determinism"] = d
-            sections.append(_section("Determinism among other requests", report.reading_determinism(d), d["files"],
-                                     ["Distinct outputs per prompt against the number of co-batched requests."]))
+            sections.append({"group": "decoding", **_section(
+                "Determinism among other requests", report.reading_determinism(d), d["files"],
+                ["Distinct outputs per prompt against the number of co-batched requests."])})
         done("determinism")
 
         step("steering")
@@ -300,6 +302,14 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
         if not cfg.real:
             _thinking(model, tok, pdir, plan, cfg, bars, tmp, figs, summary, sections)
         done("thinking")
+
+        step("view")
+        if not cfg.real:
+            sections.append(demo_view.viewer_section(cfg, tmp, summary, bars))
+        done("view")
+        # the report leads with what is true: the validated instrument on the model whose beliefs are
+        # known, then the lazy target as the contrast, then decoding and determinism, then the viewer
+        sections.sort(key=lambda sec: demo_view.GROUPS.index(sec.get("group", "target")))
 
         step("report")
         summary["model"] = cfg.model
@@ -332,7 +342,9 @@ def _thinking(model, tok, pdir, plan, cfg: DemoConfig, bars, tmp, figs, summary,
     summary["thinking_probe"] = _probe(stores, tdir, plan, cfg, bars)
     th = thinking_view.demo_step(model, tok, pdir, tdir, featured_prompt(plan), figs)
     summary["thinking"] = th
-    sections.append(_section(thinking_view.TITLE, report.reading_thinking(th), th["files"], thinking_view.CAPTIONS))
+    sections.append(demo_view.instrument_section(cfg, summary))
+    sections.append({**_section(thinking_view.TITLE, report.reading_thinking(th), th["files"], thinking_view.CAPTIONS),
+                     "group": "instrument"})
 
 
 def _steering(model, tok, pdir, layer, plan, cfg: DemoConfig, bars) -> dict:

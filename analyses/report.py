@@ -71,6 +71,34 @@ def reading_thinking(th: dict) -> str:
     return s
 
 
+def reading_instrument(r: dict) -> str:
+    """One model's `instrument` result: its verdict, band by band accuracies, and the causal check."""
+    bands = r["bands"]
+    first, last = next(iter(bands)), list(bands)[-1]
+    s = (f"{r['verdict'][0].upper()}{r['verdict'][1:]}: at {first} events its thoughts are right at "
+         f"{_pct(bands[first].get('thought_accuracy'))} of event boundaries and its forced answers at "
+         f"{_pct(bands[first].get('forced_accuracy'))}, at {last} events {_pct(bands[last].get('thought_accuracy'))} "
+         f"and {_pct(bands[last].get('forced_accuracy'))}; its best-layer probe agrees with its thoughts at "
+         f"{_pct(bands[first].get('probe_thought_agreement'))}.")
+    c = r.get("causal")
+    if c:
+        s += (f" Swapping the state S at one chunk changes the answer in {_pct(c['answer_flip_rate_swap'])} of "
+              f"{c['n']} stories (random vectors of equal norm: {_pct(c['answer_flip_rate_random'])}): the state "
+              "it writes down is the one it uses.")
+    return s
+
+
+def reading_view(v: dict) -> str:
+    """The viewer's numbers: how often each model's probe follows the truth, and the decode's acceptance."""
+    parts = [f"{name}'s probe (layer {m['best_layer']}) follows the truth on {_pct(m['probe_accuracy_at_best'])} of "
+             "the tokens after the first event" for name, m in v["models"].items()]
+    s = f"On {v['n_stories']} held-out stories, " + "; ".join(parts) + "."
+    acc = [a for a in ((v.get("decode") or {}).get("acceptance") or []) if a is not None]
+    if acc:
+        s += f" Decoded speculatively, {v['decode']['model']} accepted {_pct(sum(acc) / len(acc))} of drafted tokens."
+    return s
+
+
 def reading_beliefs(b: dict) -> str:
     import numpy as np
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
 from beliefscope.analyses.common import (
     check_probe_matches,
     check_probe_rendering,
@@ -280,6 +279,7 @@ def build(cfg: ViewConfig, progress=None) -> dict:
 def main(cfg: ViewConfig, progress=None) -> dict:
     """Build the data, write the page (and the JSON with `json_out`); returns sizes and timings."""
     from beliefscope.analyses.view_page import render
+
     from beliefscope.files import atomic_write_json, atomic_write_text
 
     out = check_writable_parent(cfg.out)

@@ -205,3 +205,27 @@ def test_sigterm_during_a_staged_run_leaves_nothing(tmp_path):
     proc.wait(timeout=20)
     time.sleep(0.1)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_demo_leads_with_thinking_and_links_the_viewer(demo):
+    """Sections: the validated instrument on thinking first, the lazy target, decoding, the viewer last;
+    the viewer's page sits beside the report, self-contained, and its sentence quotes its numbers."""
+    import re
+
+    from beliefscope.analyses.view_page import page_data
+
+    out, summary = demo
+    html = (out / "report.html").read_text()
+    titles = re.findall(r"<h2 id='s\d+'>(.*?)</h2>", html)
+    assert titles[0].startswith("The validated instrument: thinking") and titles[-1].startswith("The belief viewer")
+    assert titles.index("Speculative decoding: draft, verify, rollback") > max(
+        titles.index(t) for t in titles if t.startswith(("Linear probes", "Belief trajectory", "Forced answers")))
+    c = summary["thinking_instrument"]["models"]["thinking"]["causal"]
+    assert f"{100 * c['answer_flip_rate_swap']:.1f}%" in html
+    page = (out / "view.html").read_text()
+    assert not re.search(r"(?:https?|wss?|ftp)://", page) and summary["view"]["bytes"] == len(page.encode())
+    data = page_data(page)
+    assert [m["name"] for m in data["models"]] == ["thinking", "target"]
+    for m in data["models"]:
+        assert f"{100 * m['probe_accuracy_at_best']:.1f}%" in html

@@ -9,7 +9,6 @@ import re
 import numpy as np
 import pytest
 import torch
-
 from viewpages import page
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # Anything that would make a browser reach outside the file: a URL scheme, a protocol-relative
 # reference, a stylesheet import or an external src/href.
 EXTERNAL = re.compile(r"(?:https?|ftp|wss?)://|(?:src|href)\s*=\s*['\"]?(?!#|data:)[^'\" >]|@import|url\(\s*['\"]?(?!data:)",
-                      re.I)
+                      re.IGNORECASE)
 
 
 def test_page_has_no_external_reference_and_embeds_its_data():
@@ -104,7 +103,7 @@ def test_refuses_a_probe_of_another_model_rendering_or_task(tmp_path):
     from beliefscope.models.load import load_model
     from beliefscope.probes.harvest import checkpoint_hash
 
-    cfg = dict(models=("target",), n=1, events="2-3", decode="")
+    cfg = {"models": ("target",), "n": 1, "events": "2-3", "decode": ""}
     with pytest.raises(ValueError, match="checkpoint hash"):
         build(ViewConfig(**cfg, probes=(_foreign_probe(tmp_path / "a"),)))
     own = checkpoint_hash(load_model("target")[0])

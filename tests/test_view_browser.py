@@ -11,7 +11,6 @@ import json
 import shutil
 
 import pytest
-
 from viewpages import page
 
 pytestmark = pytest.mark.usefixtures("one_thread")
