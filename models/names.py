@@ -28,6 +28,7 @@ SHIPPED = {
     "direct-rope": "coinflip-direct-rope",
     "cot-rope": "coinflip-cot-rope",
     "smollm2-thinking": "smollm2-thinking",  # trained parts only, composed over smollm2 (models.thinking_ckpt)
+    "smollm2-direct": "smollm2-direct",  # its answer-only baseline: LoRA adapters only, merged over smollm2 at load
     # three cups and variable binding: Thinking States and its two baselines, on the same RoPE backbone
     "thinking-empty": "coinflip-thinking-empty",  # thinking with empty thoughts where the coin stays (prefill)
     "thinking-cups": "cups-thinking",

