@@ -33,7 +33,7 @@ def register(sub) -> None:
                    help="RoPE thinking preset: a bare <eos> thought where the state does not change; S carries over "
                         "(speculative prefill accepts such chunks without a C call)")
     p.add_argument("--trained", default=None, choices=["frozen", "lora", "full"],
-                   help="smollm2-thinking: what is trained (default frozen: T, C and the injection)")
+                   help="smollm2-thinking: what is trained (frozen: T, C and the injection; lora, its default: + adapters on the backbone; full)")
     p.add_argument("--lora-rank", type=int, default=None, help="smollm2-thinking --trained lora: adapter rank (default 8)")
     p.add_argument("--lora-targets", default=None,
                    help="smollm2-thinking --trained lora: comma-separated layers given adapters (default q_proj,v_proj)")

@@ -41,7 +41,7 @@ STATE_FILE = "train_state.pt"
 COST_FILE = "training_cost.json"
 
 # Training settings of the pretrained Thinking States presets (`beliefscope train --preset NAME`).
-PRETRAINED_PRESETS = {"smollm2-thinking": {},  # the ThinkingTrainConfig defaults are this preset's
+PRETRAINED_PRESETS = {"smollm2-thinking": {"trained": "lora"},  # + the ThinkingTrainConfig defaults (LoRA q, v, rank 8)
                       # its baselines: the same stories, steps and adapters, answering in text
                       "smollm2-direct": {"method": "direct", "trained": "lora"},
                       "smollm2-cot": {"method": "cot", "trained": "lora"}}
@@ -62,7 +62,7 @@ class ThinkingTrainConfig:
     trained: str = "frozen"  # "frozen": T, C, injection; "lora": + backbone adapters; "full": every weight
     lora_rank: int = 8  # adapter rank when trained == "lora"
     lora_targets: str = "q_proj,v_proj"  # comma-separated linear layers given adapters (Hu et al.'s default: q, v)
-    steps: int = 800  # optimiser steps (the shipped run: 36 min at 1 CPU thread, frozen backbone, bf16 autocast)
+    steps: int = 800  # optimiser steps (the shipped smollm2-thinking: 800, LoRA, bf16 autocast, 1 CPU thread)
     batch_size: int = 8  # stories per step
     lr: float = 1e-3  # peak AdamW learning rate (linear warm-up, then linear decay to 10%)
     warmup: int = 20  # warm-up steps
