@@ -50,10 +50,8 @@ class AdaptedLM(nn.Module):
 
 
 def load_adapted(name_or_path: str, path: str, card: dict, device, dtype):
-    """The backbone with its trained adapters merged in: ``(HF model, tokenizer)``."""
-    from beliefscope.models.lora import merge_lora
+    """The backbone with its trained adapters merged in (`load_composed` merges them): ``(HF model, tokenizer)``."""
     from beliefscope.models.thinking_ckpt import load_composed
 
     model, tok = load_composed(name_or_path, path, card, device, dtype, build=AdaptedLM)
-    merge_lora(model.backbone)
     return model.backbone.eval(), tok

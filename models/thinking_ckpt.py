@@ -114,13 +114,23 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
 
         targets = card.get("lora_targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
         add_lora(backbone, int(card["lora_rank"]), targets=tuple(targets.split(",")))
+    # trained backbone weights (adapters, or every weight) go in first, adapters merged, so the model
+    # is built around a plain backbone: hooks, bridges, caches and random-init twins see ordinary layers
+    trained = {k.removeprefix("backbone."): v.float() for k, v in parts.items() if k.startswith("backbone.")}
+    unexpected = backbone.load_state_dict(trained, strict=False).unexpected_keys
+    unexpected += [f"{n} (missing)" for n, _ in backbone.named_parameters() if "lora_" in n and n not in trained]
+    if card.get("lora_rank"):
+        from beliefscope.models.lora import merge_lora
+
+        merge_lora(backbone)
     model = build(backbone, tok)
     expected = model.state_dict()
-    bad = [k for k in parts if k not in expected] + [k for k in expected
-                                                     if not k.startswith("backbone.") and k not in parts]
+    bad = [f"backbone.{k}" for k in unexpected] + [k for k in parts if not k.startswith("backbone.") and
+                                                   k not in expected]
+    bad += [k for k in expected if not k.startswith("backbone.") and k not in parts]
     if bad:
         raise ModelLoadError(f"{path}/{parts_file} does not match the model built from its card: {bad[:4]}; "
                              "rebuild the checkpoint with the beliefscope version that reads it")
-    model.load_state_dict({k: v.float() for k, v in parts.items()}, strict=False)
+    model.load_state_dict({k: v.float() for k, v in parts.items() if not k.startswith("backbone.")}, strict=False)
     model.name_or_path = name_or_path
     return model.to(device=device, dtype=dtype).eval(), tok

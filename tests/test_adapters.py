@@ -112,3 +112,23 @@ def test_shipped_baseline_equals_its_adapters_over_smollm2(name):
     ids = torch.tensor([tok(ex.prompt)["input_ids"]])
     with torch.no_grad():
         assert (bridge(ids) - ref(ids).logits).abs().max() < 1e-3
+
+
+def test_thinking_with_adapters_loads_merged(backbone, tmp_path):
+    """Thinking States with LoRA on the backbone (the smollm2-thinking recipe): the loaded model has a
+    plain backbone (adapters merged before T and C are attached) and the trained model's logits."""
+    from beliefscope.models.thinking_data import make_batch
+
+    out = str(tmp_path / "run")
+    model, tok, _ = train_thinking(_cfg(backbone, "thinking", lora_rank=4), out)
+    loaded, _ = load_model(out, device="cpu")
+    assert not [m for m in loaded.backbone.modules() if type(m).__name__ == "LoRALinear"]
+    batch = make_batch(get_task("coinflip", rendering="toy").examples(3, 7, (2, 4)), tok, model.thinking_config)
+    model.eval()
+    with torch.no_grad():
+        ref, got = model.teacher_forced_logits(batch), loaded.teacher_forced_logits(batch)
+        for name, p in model.named_parameters():
+            if name.endswith("lora_B"):
+                p.zero_()  # the same model without its adapters' update
+        bare = model.teacher_forced_logits(batch)
+    assert (got - ref).abs().max() < 1e-3 < (bare - ref).abs().max()  # parts stored in float16; adapters matter
