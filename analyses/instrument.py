@@ -162,10 +162,14 @@ def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
     if probe >= 0.9:
         return (f"{name} keeps a running state: its best-layer probe reads the state at every event boundary "
                 f"with accuracy >= {probe:.2f} in every band")
-    if thought >= 0.9:
+    last = list(bands)[-1]
+    if bands[first].get("thought_accuracy", 0.0) >= 0.9:  # a written state is not a lazy one, even where it decays
+        acc, where = ((thought, "in every band") if thought >= 0.9 else
+                      (bands[first]["thought_accuracy"], f"at {first} events ({bands[last]['thought_accuracy']:.2f} at {last})"))
+        best = max(b["probe_accuracy"] for b in bands.values())
         return (f"{name} writes its running state down: its thoughts name the state at every event boundary with "
-                f"accuracy >= {thought:.2f} in every band, while its best-layer probe at the boundary reads "
-                f">= {probe:.2f}")
+                f"accuracy >= {acc:.2f} {where}, while its best-layer probe at the boundary reads at most {best:.2f} "
+                f"(chance {chance:.2f})")
     if bands[first].get("forced_accuracy", 0) >= 0.9 and bands[first]["probe_accuracy"] < 0.8:
         return (f"{name} computes the state lazily: asked at a boundary it answers {bands[first]['forced_accuracy']:.2f} "
                 f"correctly, but no linear probe reads the state there ({bands[first]['probe_accuracy']:.2f})")
@@ -313,7 +317,7 @@ def figure(res: dict):
             ax.bar(np.arange(len(bands)) + (k - 1.5) * 0.2, vals, 0.2, color=color, label=label)
         ax.axhline(1 / len(r.get("state_names", (0, 1))), color="k", lw=0.6, ls=":")  # chance
         ax.set_xticks(range(len(bands)), [f"{b} ev." for b in bands], fontsize=8)
-        ax.set_title(f"{name} (probe at {r['hook']})", fontsize=9)
+        ax.set_title(f"{name}\nprobe at {r['hook']}", fontsize=9)
         ax.set_ylim(0, 1.05)
     axes[0].set_ylabel("accuracy at event boundaries")
     axes[-1].legend(fontsize=7, loc="lower right")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
+from beliefscope.analyses.plots import belief_stops
+
 # Okabe & Ito's colour-blind-safe palette, then two greys: distinct for up to 10 states; cells also
 # carry the state's name, so a reader never has to tell two colours apart.
 CATEGORICAL = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999",
@@ -20,9 +22,25 @@ CATEGORICAL = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00",
 ROWS = (("truth", "truth"), ("probe", "probe (best layer)"), ("forced", "forced answer"), ("thought", "thought"))
 
 
-def state_colour(k: int) -> str:
-    """The colour of state index ``k`` in every categorical figure."""
-    return CATEGORICAL[k % len(CATEGORICAL)]
+def state_colours(n: int) -> list[str]:
+    """The colour of each of ``n`` states in every categorical figure and in the viewer. Two states take
+    the ends of `plots.BELIEF_CMAP` (heads dark blue, tails dark red), the binary belief's one convention.
+
+    >>> state_colours(2) == [belief_stops()[-1], belief_stops()[0]], len(set(state_colours(3)))
+    (True, 3)
+    """
+    if n == 2:
+        stops = belief_stops()
+        return [stops[-1], stops[0]]
+    return [CATEGORICAL[k % len(CATEGORICAL)] for k in range(n)]
+
+
+def _is_dark(colour: str) -> bool:
+    """Whether white text reads better than black on ``colour`` (relative luminance below 0.4)."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(colour)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.4
 
 
 def short_names(names: list[str]) -> list[str]:
@@ -37,13 +55,14 @@ def short_names(names: list[str]) -> list[str]:
 
 
 def _row(ax, y: float, xs, states, names, alphas=None) -> None:
-    names = short_names(names)
+    colours, names = state_colours(len(names)), short_names(names)
     for i, (x, k) in enumerate(zip(xs, states, strict=True)):
         if k < 0:
             continue
-        ax.add_patch(_box(x, y, state_colour(k), 1.0 if alphas is None else max(0.15, alphas[i])))
+        alpha = 1.0 if alphas is None else max(0.15, alphas[i])
+        ax.add_patch(_box(x, y, colours[k], alpha))
         ax.text(x + 0.5, y + 0.45, names[k], ha="center", va="center", fontsize=6,
-                color="white" if k % len(CATEGORICAL) in (4, 5, 8) else "black")
+                color="white" if _is_dark(colours[k]) and alpha > 0.5 else "black")
 
 
 def _box(x, y, colour, alpha):
@@ -81,7 +100,7 @@ def strips_figure(panels: list[dict], state_names: list[str], title: str = "") -
     ax.set_ylim(-y + 0.4, 1.0)
     for side in ("top", "right", "left", "bottom"):
         ax.spines[side].set_visible(False)
-    handles = [_box(0, 0, state_colour(k), 1.0) for k in range(len(state_names))]
+    handles = [_box(0, 0, c, 1.0) for c in state_colours(len(state_names))]
     ax.legend(handles, state_names, ncol=min(len(state_names), 11), fontsize=7, loc="lower left",
               bbox_to_anchor=(0, 1.0), frameon=False, title="state", title_fontsize=7)
     if title:

@@ -200,7 +200,7 @@ def _decoded_versions(cfg: ViewConfig, examples):
 def build(cfg: ViewConfig, progress=None) -> dict:
     """Everything the page draws, as one JSON-able dict (the page embeds it verbatim)."""
     from beliefscope.analyses.plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
-    from beliefscope.analyses.state_strips import CATEGORICAL
+    from beliefscope.analyses.state_strips import state_colours
     from beliefscope.models.load import check_model_name, load_model
     from beliefscope.models.profile import model_profile
     from beliefscope.tasks import get_task
@@ -227,8 +227,7 @@ def build(cfg: ViewConfig, progress=None) -> dict:
     state_names = list(examples[0].state_names)
     torch.set_num_threads(cfg.threads)
     data = {"task": cfg.task, "state_names": state_names, "events": cfg.events, "seed": cfg.seed,
-            "belief_colours": belief_stops(), "state_colours": [CATEGORICAL[k % len(CATEGORICAL)]
-                                                                for k in range(len(state_names))],
+            "belief_colours": belief_stops(), "state_colours": state_colours(len(state_names)),
             "provenance": {str(k): {"name": PROVENANCE_NAMES[k], "colour": c} for k, c in PROVENANCE_COLORS.items()},
             "models": [], "stories": [{"prompt": ex.prompt, "answer": ex.answer, "n_events": len(ex.events),
                                        "models": {}} for ex in examples]}

@@ -37,14 +37,19 @@ def test_model_without_thoughts_is_refused(tmp_path):
     assert not os.listdir(tmp_path)
 
 
-def _bands(probe, forced, thought=None):
-    b = {"probe_accuracy": probe, "forced_accuracy": forced}
-    return {"1-8": {**b, **({"thought_accuracy": thought} if thought is not None else {})}}
+def _bands(probe, forced, thought=None, *later):
+    """One band of 1-8 events, then one per (probe, forced, thought) triple in ``later``."""
+    def band(p, f, t):
+        return {"probe_accuracy": p, "forced_accuracy": f, **({"thought_accuracy": t} if t is not None else {})}
+    names = ["1-8", "9-16", "17-32"]
+    return {names[0]: band(probe, forced, thought), **{names[i + 1]: band(*x) for i, x in enumerate(later)}}
 
 
 @pytest.mark.parametrize("bands,words", [
     (_bands(0.97, 1.0, 1.0), "keeps a running state"),
     (_bands(0.55, 0.8, 0.95), "writes its running state down"),
+    # thoughts right in the trained band and decaying later, the boundary probe at chance: written, not lazy
+    (_bands(0.46, 0.97, 0.97, (0.49, 0.9, 0.9), (0.48, 0.72, 0.72)), "writes its running state down"),
     (_bands(0.6, 0.95), "computes the state lazily"),
     (_bands(0.8, 0.7), "keeps a partly readable running state"),
     (_bands(0.55, 0.6), "keeps no readable running state"),
