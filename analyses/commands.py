@@ -57,7 +57,7 @@ def cmd_forced(args) -> int:
 
 
 def cmd_instrument(args) -> int:
-    from beliefscope.analyses.instrument import InstrumentConfig, main, table_lines, write
+    from beliefscope.analyses.instrument import InstrumentConfig, main, prompts_read, table_lines, write
     from beliefscope.files import check_writable_parent
     from beliefscope.tasks import parse_events_range
 
@@ -75,7 +75,7 @@ def cmd_instrument(args) -> int:
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     cfg = InstrumentConfig(models=models, task=args.task, n_train=args.n_train, n_test=args.n_test, bands=bands,
                            causal_n=args.causal_n)
-    bar = _bar(args, "prompts read", len(models) * (2 * args.n_train + args.n_test * (len(bands) + 1)))
+    bar = _bar(args, "prompts read", prompts_read(cfg))
     res = main(cfg, progress=bar.update)
     bar.close()
     if args.out:

@@ -47,7 +47,7 @@ def main(cfg: DemoConfig) -> dict:
     """Run the Thinking States demo into ``cfg.out``; returns the summary (also summary.json)."""
     from beliefscope.analyses.beliefs import BeliefsConfig
     from beliefscope.analyses.beliefs import main as beliefs_main
-    from beliefscope.analyses.instrument import InstrumentConfig, table_lines, write
+    from beliefscope.analyses.instrument import InstrumentConfig, prompts_read, table_lines, write
     from beliefscope.analyses.instrument import main as instrument_main
     from beliefscope.models.evaluate import evaluate_bands
     from beliefscope.models.load import load_model
@@ -73,9 +73,11 @@ def main(cfg: DemoConfig) -> dict:
         bar.update(1)
 
         bar.set_postfix_str("instrument")
-        inst = instrument_main(InstrumentConfig(models=(cfg.model, contrast), n_train=_size(cfg, "n_train"),
-                                                n_test=_size(cfg, "n_test"), bands=bands,
-                                                causal_n=_size(cfg, "causal_n")))
+        icfg = InstrumentConfig(models=(cfg.model, contrast), n_train=_size(cfg, "n_train"),
+                                n_test=_size(cfg, "n_test"), bands=bands, causal_n=_size(cfg, "causal_n"))
+        inner = progress_bar("prompts read", total=prompts_read(icfg), disable=not cfg.progress)
+        inst = instrument_main(icfg, progress=inner.update)
+        inner.close()
         files = write(inst, os.path.join(figs, "instrument"))
         summary["instrument"] = inst
         verdicts = " ".join(f"{r['verdict']}." for r in inst["models"].values())

@@ -42,6 +42,13 @@ class InstrumentConfig:
     threads: int = 1  # torch CPU threads (toy models gain nothing from more; threads thrash on a busy machine)
 
 
+def prompts_read(config: InstrumentConfig) -> int:
+    """How many prompts `main` reads (the total of its progress bar): per model, the training prompts
+    twice (the model and its random-init twin), every band's held-out prompts, and the twin's first band."""
+    n_bands = len(config.bands) if config.bands else 3
+    return len(config.models) * (2 * config.n_train + config.n_test * (n_bands + 1))
+
+
 def _hooks(model) -> list[str]:
     return ["hook_embed"] + [f"blocks.{i}.hook_resid_post" for i in range(model.cfg.n_layers)]
 
