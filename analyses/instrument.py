@@ -9,6 +9,11 @@ probed, so it can fail there) and the same probe on a randomly initialised twin.
 swaps S_j at one chunk for the other state's and counts how often the downstream thoughts and
 the answer follow, against random vectors of equal norm.
 
+The probe's layer is chosen on prompts it was not fitted on: 20% of the training prompts for the
+toy grammar, and for natural English other prompts of the held-out templates. A probe can learn the
+training templates' words: on `smollm2-thinking` every layer from blocks.1 on reads the state 1.00
+on training-template prompts, and blocks.1 only 0.47 on held-out ones.
+
 >>> cfg = InstrumentConfig(models=("thinking",), n_train=24, n_test=8, bands=("1-4",), causal_n=4)
 >>> res = main(cfg)
 >>> band = res["models"]["thinking"]["bands"]["1-4"]
@@ -42,11 +47,26 @@ class InstrumentConfig:
     threads: int = 1  # torch CPU threads (toy models gain nothing from more; threads thrash on a busy machine)
 
 
+def dev_prompts(config: InstrumentConfig, name: str) -> int:
+    """Prompts of the held-out templates that choose the probe's layer (0 where the model's task has
+    one set of templates: the toy grammar)."""
+    train_task, test_task = tasks_for(name, config.task)
+    return 0 if test_task is train_task else max(10, config.n_test)
+
+
+def dev_examples(name: str, task: str, n: int, seed: int):
+    """``n`` stories of the held-out templates at the trained lengths (seed + 50, so not the test
+    stories) that choose a probe's layer; None where the model's task has one set of templates."""
+    train_task, test_task = tasks_for(name, task)
+    return None if test_task is train_task else test_task.examples(n, seed + 50, train_task.train_events)
+
+
 def prompts_read(config: InstrumentConfig) -> int:
-    """How many prompts `main` reads (the total of its progress bar): per model, the training prompts
-    twice (the model and its random-init twin), every band's held-out prompts, and the twin's first band."""
+    """How many prompts `main` reads (the total of its progress bar): per model, the training and dev
+    prompts twice (the model and its random-init twin), every band's held-out prompts, and the twin's
+    first band."""
     n_bands = len(config.bands) if config.bands else 3
-    return len(config.models) * (2 * config.n_train + config.n_test * (n_bands + 1))
+    return sum(2 * (config.n_train + dev_prompts(config, m)) + config.n_test * (n_bands + 1) for m in config.models)
 
 
 def _hooks(model) -> list[str]:
@@ -82,15 +102,27 @@ def collect(model, tok, examples, forced: bool = True, progress=None) -> dict:
     return {"X": torch.cat(acts, 1).float(), **{k: np.asarray(v) for k, v in cols.items()}}
 
 
-def fit_probes(X: torch.Tensor, y: np.ndarray, prompts: np.ndarray, n_classes: int = 2) -> tuple:
-    """Probes for every layer on 80% of the prompts; the best layer is the one most accurate on the
-    other 20%; then every layer is refitted on all rows. Returns (probe, best_layer)."""
+def fit_probes(X: torch.Tensor, y: np.ndarray, prompts: np.ndarray, n_classes: int = 2,
+               dev: tuple | None = None) -> tuple:
+    """Probes for every layer; returns (probe, best_layer). Without ``dev`` the best layer is the one
+    most accurate on 20% of the prompts when fitted on the other 80%, then every layer is refitted on
+    all rows. With ``dev = (X_dev, y_dev)`` (rows of other prompts, e.g. held-out templates) every
+    layer is fitted on all rows and the best layer is the one most accurate on ``dev``: a probe that
+    only learned the training templates' words then loses to one that reads the state."""
     from beliefscope.probes import fit_all_layers
 
+    if dev is not None:
+        probe = fit_all_layers(X, torch.as_tensor(y), n_classes=n_classes)
+        return probe, int(np.argmax(layer_accuracy(probe, *dev)))
     held = prompts % 5 == 0
     val = fit_all_layers(X[:, ~held], torch.as_tensor(y[~held]), n_classes=n_classes)
-    acc = [float((val.predict(X[i, held], val.hooks[i]).numpy() == y[held]).mean()) for i in range(X.shape[0])]
+    acc = layer_accuracy(val, X[:, held], y[held])
     return fit_all_layers(X, torch.as_tensor(y), n_classes=n_classes), int(np.argmax(acc))
+
+
+def layer_accuracy(probe, X: torch.Tensor, y: np.ndarray) -> list[float]:
+    """Accuracy of ``probe``'s layer ``i`` on rows ``X[i]`` (``[L, n, d]``) against labels ``y``."""
+    return [float((probe.predict(X[i], probe.hooks[i]).numpy() == y).mean()) for i in range(X.shape[0])]
 
 
 def confusion(truth: np.ndarray, pred: np.ndarray, n_classes: int) -> list[list[int]]:
@@ -215,13 +247,22 @@ def main(config: InstrumentConfig, progress=None) -> dict:
         n_classes = len(train_task.state_names)
         train = train_task.examples(config.n_train, config.seed, train_task.train_events)
         tests = {b: test_task.examples(config.n_test, config.seed + 1 + i, b) for i, b in enumerate(bands)}
+        # held-out templates: the layer is chosen on other prompts of them (the trained lengths), so a
+        # probe that learned the training templates' words cannot win by a tie at 1.0
+        dev = dev_examples(name, config.task, dev_prompts(config, name), config.seed)
         model, tok = load_model(name)
         tr = collect(model, tok, train, forced=False, progress=progress)
-        probe, layer = fit_probes(tr["X"], tr["truth"], tr["prompt"], n_classes)
+        dv = collect(model, tok, dev, forced=False, progress=progress) if dev else None
+        probe, layer = fit_probes(tr["X"], tr["truth"], tr["prompt"], n_classes,
+                                  dev=(dv["X"], dv["truth"]) if dv else None)
         control, _ = fit_probes(tr["X"], tr["control"], tr["prompt"], n_classes)  # read at the state probe's layer
         per_var = _variable_probes(tr, n_classes)
         res = {"task": config.task, "state_names": list(train_task.state_names), "best_layer": layer,
-               "hook": _hooks(model)[layer], "bands": {}}
+               "hook": _hooks(model)[layer], "bands": {},
+               "layer_chosen_on": (f"{len(dev)} other prompts of the held-out templates" if dev else
+                                   "20% of the training prompts")}
+        if dv:
+            res["dev_accuracy_by_layer"] = dict(zip(_hooks(model), layer_accuracy(probe, dv["X"], dv["truth"])))
         for band, exs in tests.items():
             te = collect(model, tok, exs, progress=progress)
             pred = probe.predict(te["X"][layer], probe.hooks[layer]).numpy()
@@ -238,7 +279,9 @@ def main(config: InstrumentConfig, progress=None) -> dict:
         if config.random_init:
             twin = random_init_like(model)
             tr0 = collect(twin, tok, train, forced=False, progress=progress)
-            p0, l0 = fit_probes(tr0["X"], tr0["truth"], tr0["prompt"], n_classes)
+            dv0 = collect(twin, tok, dev, forced=False, progress=progress) if dev else None
+            p0, l0 = fit_probes(tr0["X"], tr0["truth"], tr0["prompt"], n_classes,
+                                dev=(dv0["X"], dv0["truth"]) if dv0 else None)
             te0 = collect(twin, tok, tests[bands[0]], forced=False, progress=progress)
             res["random_init_probe_accuracy"] = float(
                 (p0.predict(te0["X"][l0], p0.hooks[l0]).numpy() == te0["truth"]).mean())

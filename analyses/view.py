@@ -95,12 +95,15 @@ def _hooks(model) -> list[str]:
 def fit_here(model, tok, name: str, task: str, n_train: int, seed: int):
     """Probes at every layer fitted on `n_train` training-length stories (event boundaries), as
     `instrument` fits them. Returns (probe, [(layer, model hook, probe hook)], best row, source)."""
-    from beliefscope.analyses.instrument import collect, fit_probes, tasks_for
+    from beliefscope.analyses.instrument import collect, dev_examples, fit_probes, tasks_for
 
     train_task, _ = tasks_for(name, task)
     exs = train_task.examples(n_train, seed, train_task.train_events)
     cols = collect(model, tok, exs, forced=False)
-    probe, best = fit_probes(cols["X"], cols["truth"], cols["prompt"], len(train_task.state_names))
+    dev = dev_examples(name, task, max(10, n_train // 2), seed)  # held-out templates choose the layer
+    dv = collect(model, tok, dev, forced=False) if dev else None
+    probe, best = fit_probes(cols["X"], cols["truth"], cols["prompt"], len(train_task.state_names),
+                             dev=(dv["X"], dv["truth"]) if dv else None)
     rows = [(k - 1, h, probe.hooks[k]) for k, h in enumerate(_hooks(model))]
     return probe, rows, best, {"fitted": f"here, on the event boundaries of {n_train} stories "
                                          f"({train_task.train_events[0]}-{train_task.train_events[1]} events)"}
