@@ -37,6 +37,7 @@ SHIPPED = {
     "cot-cups": "cups-cot-rope",
     "thinking-variables": "variables-thinking",  # 3000 steps (1000 left it at loss 0.37)
     "direct-variables": "variables-direct-rope",
+    "cot-variables": "variables-cot-rope",  # the chain-of-thought baseline, same backbone, data and 3000 steps
 }
 # n-gram stores of the retrieval drafter (decoding.datastore), by name
 STORES = {"smollm2": "smollm2-ngram-store.json",  # coin-flip rewrites (train templates and names)
