@@ -206,9 +206,12 @@ def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
         acc, where = ((thought, "in every band") if thought >= 0.9 else
                       (bands[first]["thought_accuracy"], f"at {first} events ({bands[last]['thought_accuracy']:.2f} at {last})"))
         best = max(b["probe_accuracy"] for b in bands.values())
+        p_first, p_last = bands[first]["probe_accuracy"], bands[last]["probe_accuracy"]
+        probe_words = (f"and its best-layer probe reads it at the boundary too ({p_first:.2f} at {first} events, "
+                       f"{p_last:.2f} at {last})" if p_first >= 0.9 else
+                       f"while its best-layer probe at the boundary reads at most {best:.2f} (chance {chance:.2f})")
         return (f"{name} writes its running state down: its thoughts name the state at every event boundary with "
-                f"accuracy >= {acc:.2f} {where}, while its best-layer probe at the boundary reads at most {best:.2f} "
-                f"(chance {chance:.2f})")
+                f"accuracy >= {acc:.2f} {where}, {probe_words}")
     if bands[first].get("forced_accuracy", 0) >= 0.9 and bands[first]["probe_accuracy"] < 0.8:
         return (f"{name} computes the state lazily: asked at a boundary it answers {bands[first]['forced_accuracy']:.2f} "
                 f"correctly, but no linear probe reads the state there ({bands[first]['probe_accuracy']:.2f})")
