@@ -79,7 +79,7 @@ def _train(args) -> int:
     if args.preset in PRETRAINED_PRESETS:
         from beliefscope.models.cli_thinking import train_pretrained_thinking
 
-        return train_pretrained_thinking(args)
+        return train_pretrained_thinking(args, _echo)
     if args.preset not in PRESETS:
         raise ValueError(f"preset {args.preset!r} is unknown; choose one of "
                          f"{sorted(PRESETS) + list(ROPE_PRESETS) + list(PRETRAINED_PRESETS)}")
@@ -149,3 +149,8 @@ def _eval(args) -> int:
         for k, v in res.get("exact_match_by_events", res["answer_accuracy_by_events"]).items():
             print(f"  {k:>2} events: {v:.4f}")
     return 0
+
+
+def _echo(text: str, err: bool = False) -> None:
+    """The commands' one printer: a line on stdout, or on stderr (flushed) when ``err``."""
+    print(text, file=sys.stderr if err else sys.stdout, flush=err)

@@ -1,7 +1,8 @@
 """`beliefscope train --preset smollm2-thinking`: Thinking States over a pretrained backbone.
 
 Resumable: re-running the same command continues from ``OUT/train_state.pt``. The progress bar
-(stderr) shows the loss and the seconds per step.
+(stderr) shows the loss and the seconds per step. Every line of output goes through ``echo``
+(`models.cli`'s printer), so this module writes nothing itself.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ def _config(args):
     return ThinkingTrainConfig(preset=args.preset, task=args.task, **{**PRETRAINED_PRESETS[args.preset], **chosen})
 
 
-def train_pretrained_thinking(args) -> int:
+def train_pretrained_thinking(args, echo) -> int:
+    """Run the command; ``echo(text, err=False)`` prints a line (on stderr when ``err``)."""
+    from beliefscope.models.train_thinking import COST_FILE, check_out, measure_costs, train_thinking
     from tqdm import tqdm
 
     from beliefscope.files import atomic_write_json
-    from beliefscope.models.train_thinking import COST_FILE, check_out, measure_costs, train_thinking
 
     cfg = _config(args)
     cfg.check()
@@ -32,12 +34,12 @@ def train_pretrained_thinking(args) -> int:
     if args.measure_cost:
         def show(rec):
             if not args.json:
-                print(f"{rec['option']:>12}: {', '.join(f'{s:.1f}' for s in rec['seconds'])} s/step "
-                      f"({rec['trained_params']:,} trained weights)", file=sys.stderr, flush=True)
+                echo(f"{rec['option']:>12}: {', '.join(f'{s:.1f}' for s in rec['seconds'])} s/step "
+                     f"({rec['trained_params']:,} trained weights)", err=True)
 
         table = measure_costs(cfg, progress=show)
         atomic_write_json(os.path.join(args.out, COST_FILE), table)
-        print(json.dumps(table) if args.json else f"wrote {os.path.join(args.out, COST_FILE)}")
+        echo(json.dumps(table) if args.json else f"wrote {os.path.join(args.out, COST_FILE)}")
         return 0
     bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr, disable=args.no_progress,
                dynamic_ncols=True, mininterval=0)
@@ -58,8 +60,8 @@ def train_pretrained_thinking(args) -> int:
     bar.close()
     res = {"out": args.out, "steps": card["steps"], "parts_bytes": card["parts_bytes"], "eval": card.get("eval")}
     if args.json:
-        print(json.dumps(res))
+        echo(json.dumps(res))
     else:
-        print(f"wrote {args.out} after {card['steps']} steps ({card['parts_bytes'] / 2**20:.1f} MiB of trained "
+        echo(f"wrote {args.out} after {card['steps']} steps ({card['parts_bytes'] / 2**20:.1f} MiB of trained "
               "parts over the backbone)")
     return 0
