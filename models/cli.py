@@ -30,7 +30,7 @@ def register(sub) -> None:
                    help="RoPE presets: held-out prompts per length band evaluated into the model card "
                         "(default: the preset's 200; 0 skips the evaluation)")
     p.add_argument("--empty-thoughts", action="store_true",
-                   help="RoPE thinking preset: a bare <eos> thought where the state does not change; S carries over "
+                   help="thinking presets: a bare <eos> thought where the state does not change; S carries over "
                         "(speculative prefill accepts such chunks without a C call)")
     p.add_argument("--trained", default=None, choices=["frozen", "lora", "full"],
                    help="smollm2-thinking: what is trained (frozen: T, C and the injection; lora, its default: + adapters on the backbone; full)")
@@ -42,6 +42,10 @@ def register(sub) -> None:
                    help="smollm2-thinking: steps between resumable checkpoints in OUT/train_state.pt (default 10)")
     p.add_argument("--autocast", default=None, choices=["none", "bfloat16"],
                    help="smollm2-thinking: bfloat16 matmuls under torch.autocast (default bfloat16)")
+    p.add_argument("--wordings", default=None, choices=["basic", "wide", "wider"],
+                   help="smollm2-thinking: natural train sentences (default wide; wider adds stays that mention flipping)")
+    p.add_argument("--init-from", default=None,
+                   help="smollm2-thinking: warm-start from this checkpoint's trained parts (same backbone and adapters)")
     p.add_argument("--measure-cost", action="store_true",
                    help="smollm2-thinking: time a few steps of each option (full, lora, frozen, frozen+bf16), "
                         "write OUT/training_cost.json (copied into the model card) and stop")

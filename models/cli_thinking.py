@@ -16,8 +16,11 @@ def _config(args):
     from beliefscope.models.train_thinking import PRETRAINED_PRESETS, ThinkingTrainConfig
 
     chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads", "eval_n", "trained", "batch_size",
-                                            "checkpoint_every", "autocast", "lora_rank", "lora_targets", "max_events")
+                                            "checkpoint_every", "autocast", "lora_rank", "lora_targets", "max_events",
+                                            "wordings", "init_from")
               if getattr(args, k, None) is not None}  # unset flags keep the preset's value
+    if args.empty_thoughts:
+        chosen["empty_unchanged"] = True
     return ThinkingTrainConfig(preset=args.preset, task=args.task, **{**PRETRAINED_PRESETS[args.preset], **chosen})
 
 

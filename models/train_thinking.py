@@ -58,7 +58,10 @@ class ThinkingTrainConfig:
     backbone: str = "smollm2"  # the pretrained model: a name models.load.load_hf knows, or a folder
     task: str = "coinflip"  # task family (tasks.get_task)
     rendering: str = "natural"  # task rendering the backbone reads ("natural" English, or "toy" in tests)
-    wordings: str = "wide"  # natural train sentences: "basic" (2 flip / 2 stay) or "wide" (+ 6 / 6 paraphrases)
+    wordings: str = "wide"  # natural train sentences: "basic" (2 flip / 2 stay), "wide" (+ 6 / 6 paraphrases)
+    #   or "wider" (+ 6 / 6 more, with stays that mention flipping: tasks.coinflip.NATURAL_*_MORE)
+    init_from: str | None = None  # warm start: a composed checkpoint (name or folder) of the same method, adapters
+    #   and backbone whose trained parts replace the fresh ones before step 1 (a resumed run ignores it)
     trained: str = "frozen"  # "frozen": T, C, injection; "lora": + backbone adapters; "full": every weight
     lora_rank: int = 8  # adapter rank when trained == "lora"
     lora_targets: str = "q_proj,v_proj"  # comma-separated linear layers given adapters (Hu et al.'s default: q, v)
@@ -239,6 +242,32 @@ def load_state(out: str, cfg: ThinkingTrainConfig, model, opt) -> tuple[int, lis
     return int(state["step"]), list(state["history"])
 
 
+def warm_start(model, name_or_path: str, digest: str) -> None:
+    """Copy a composed checkpoint's trained parts (T, C, the injection, LoRA weights) into ``model``,
+    whose trained parameters must be exactly those parts; refused by name on another backbone."""
+    from safetensors.torch import load_file
+
+    from beliefscope.models.cards import read_card
+    from beliefscope.models.names import checkpoint_path
+    from beliefscope.models.thinking_ckpt import PARTS_FILES
+
+    path = checkpoint_path(name_or_path)
+    card = read_card(path)
+    if card.get("backbone_sha256") != digest:
+        raise ValueError(f"init_from={name_or_path!r} was trained over another backbone (weights hash "
+                         f"{str(card.get('backbone_sha256'))[:16]}..., this one {digest[:16]}...): warm-start from a "
+                         "checkpoint of the same backbone, or leave init_from unset")
+    parts = load_file(os.path.join(path, PARTS_FILES[card.get("kind", "thinking")]))
+    named = _trained_named(model)
+    if set(parts) != set(named):
+        raise ValueError(f"init_from={name_or_path!r} holds other trained parts than this model "
+                         f"(e.g. {sorted(set(parts) ^ set(named))[:3]}): warm-start from a checkpoint trained with "
+                         "the same method, trained parts, lora_rank and lora_targets")
+    with torch.no_grad():
+        for n, p in named.items():
+            p.copy_(parts[n].to(p.dtype))
+
+
 def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict], None] | None = None,
                    force: bool = False, backbone=None):
     """Train (or resume) into `out`; at the end write the parts-only checkpoint there.
@@ -255,6 +284,8 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
     os.makedirs(out, exist_ok=True)
     opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay)
     start, history = load_state(out, cfg, model, opt)
+    if start == 0 and cfg.init_from:
+        warm_start(model, cfg.init_from, digest)
     if progress:
         progress({"resumed_from": start})
     model.train()

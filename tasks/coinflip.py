@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from beliefscope.tasks.base import Event, Example, parse_events_range
 
 STATES = ("heads", "tails")
+WORDINGS = ("basic", "wide", "wider")  # natural train-split sentence sets (CoinFlipConfig.wordings)
 
 TOY_NAMES = ("Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy")
 
@@ -77,6 +78,27 @@ NATURAL_STAYS_EXTRA = (
     "{n} just watches the coin.",
     "The coin stays as it was while {n} waits.",
 )
+# Still more training wordings (wordings="wider" = "wide" + these): stays that mention flipping
+# or handling the coin and are still no change ("... but ..."), beside flips built the same way, so
+# that the words "coin" and "flip" alone do not decide the state. Added after a model trained on
+# "wide" misread the held-out "looks at the coin but does not flip it" as a flip in 1 thought of 9;
+# they share no verb phrase with the held-out sentences ("looks at", "does not touch", "turns ... over").
+NATURAL_FLIPS_MORE = (
+    "{n} picks up the coin and puts it back the other way up.",
+    "{n} flicks the coin so it lands on its other face.",
+    "{n} gives the coin a single flip.",
+    "After a pause, {n} flips the coin.",
+    "{n} grabs the coin and overturns it.",
+    "{n} hesitates, then flips the coin.",
+)
+NATURAL_STAYS_MORE = (
+    "{n} picks up the coin but puts it back the same way up.",
+    "{n} thinks about flipping it but decides against it.",
+    "{n} glances at the coin without flipping it.",
+    "{n} reaches for the coin, then stops.",
+    "{n} nods at the coin but never flips it.",
+    "Nobody flips the coin while {n} talks.",
+)
 NATURAL_QUESTIONS = (
     "What's the state? A:",
     "Is the coin heads or tails now? A:",
@@ -91,7 +113,8 @@ class CoinFlipConfig:
     fmt: str = "direct"  # "direct" answer or "cot" (state after each event, then answer)
     split: str = "train"  # natural only: "train" or "heldout" templates and names ("all" mixes)
     p_flip: float = 0.5  # probability that an event is a flip rather than a stay
-    wordings: str = "basic"  # natural train split: "basic" sentences, or "wide" (+ NATURAL_*_EXTRA intros and events)
+    wordings: str = "basic"  # natural train split: "basic" sentences, "wide" (+ NATURAL_*_EXTRA intros and
+    #   events) or "wider" (+ NATURAL_*_MORE events as well)
 
 
 class CoinFlip:
@@ -110,8 +133,9 @@ class CoinFlip:
             raise ValueError(f"fmt {fmt!r} is unknown: use 'direct' or 'cot'")
         if split not in ("train", "heldout", "all"):
             raise ValueError(f"split {split!r} is unknown: use 'train', 'heldout' or 'all'")
-        if wordings not in ("basic", "wide"):
-            raise ValueError(f"wordings {wordings!r} is unknown: use 'basic' or 'wide' (extra train-split paraphrases)")
+        if wordings not in WORDINGS:
+            raise ValueError(f"wordings {wordings!r} is unknown: use 'basic', 'wide' or 'wider' (extra train-split "
+                             "paraphrases)")
         self.cfg = CoinFlipConfig(rendering=rendering, fmt=fmt, split=split, p_flip=p_flip, wordings=wordings)
 
     # -- sampling ---------------------------------------------------------------------------
@@ -153,7 +177,8 @@ class CoinFlip:
 
     def _natural(self, initial: int, kinds: list[str], rng: random.Random, seed: int) -> Example:
         names_pool = _half(NATURAL_NAMES, self.cfg.split)
-        wide = self.cfg.wordings == "wide" and self.cfg.split == "train"
+        wide = self.cfg.wordings in ("wide", "wider") and self.cfg.split == "train"
+        wider = self.cfg.wordings == "wider" and self.cfg.split == "train"
         intros = _half(NATURAL_INTROS, self.cfg.split) + (NATURAL_INTROS_EXTRA if wide else ())
         intro_i = rng.randrange(len(intros))
         q_i = rng.randrange(len(NATURAL_QUESTIONS))
@@ -165,6 +190,8 @@ class CoinFlip:
             pool = _half(NATURAL_FLIPS if kind == "flip" else NATURAL_STAYS, self.cfg.split)
             if wide:
                 pool = pool + (NATURAL_FLIPS_EXTRA if kind == "flip" else NATURAL_STAYS_EXTRA)
+            if wider:
+                pool = pool + (NATURAL_FLIPS_MORE if kind == "flip" else NATURAL_STAYS_MORE)
             start = len(text) + 1
             text += " " + rng.choice(pool).format(n=name)
             state ^= int(kind == "flip")

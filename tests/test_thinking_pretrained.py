@@ -118,6 +118,27 @@ def test_other_backbone_is_refused_by_name(backbone, straight, tmp_path):
         load_model(str(moved), device="cpu")
 
 
+def test_warm_start_copies_the_stored_parts_and_refuses_a_mismatch(backbone, straight, tmp_path):
+    """init_from: with a zero learning rate, the trained weights after step 1 are the stored parts
+    (float16, as shipped); a run that trains other parts, or another backbone, is refused by name."""
+    from safetensors.torch import load_file
+
+    out = straight[0]
+    model, _, _ = train_thinking(_cfg(backbone, steps=1, lr=0.0, init_from=out), str(tmp_path / "warm"))
+    stored = load_file(os.path.join(out, PARTS_FILE))
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            assert torch.equal(p.detach(), stored[name].float()), name
+    fresh, _, _ = train_thinking(_cfg(backbone, steps=1, lr=0.0), str(tmp_path / "cold"))
+    assert not torch.equal(fresh.out_proj.weight, model.out_proj.weight)  # the copy is not the fresh init
+    with pytest.raises(ValueError, match="other trained parts than this model"):
+        train_thinking(_cfg(backbone, steps=1, trained="lora", lora_targets="q_proj", init_from=out),
+                       str(tmp_path / "lora"))
+    other = _backbone(tmp_path / "other", seed=1)
+    with pytest.raises(ValueError, match="trained over another backbone"):
+        train_thinking(_cfg(other, steps=1, init_from=out), str(tmp_path / "other-run"))
+
+
 def test_shipped_folder_needs_force_and_full_disk_stops(tmp_path):
     from beliefscope.models.load import checkpoints_dir
 
