@@ -31,6 +31,7 @@ import torch
 from beliefscope.decoding.core import check_prompt, forward, hf_model, new_cache, pad_window, token_budget
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.decoding.speculative import accept_greedy
+from beliefscope.models.invariant_attention import row_invariant_copy
 
 
 @dataclass
@@ -44,6 +45,10 @@ class SchedulerConfig:
     fast_dtype: torch.dtype = torch.float32  # dtype of the fast path (bfloat16 = LLM-42's low-precision path)
     eos_token_id: int | None = None  # stop a request after this token (None: never stop early)
     pad_token_id: int = 0  # filler of verify windows and of dummy verify rows
+    verify_kernels: str = "auto"  # "row-invariant": a packed, tiled-attention copy verifies only the due rows
+    #   over their own keys (cost follows the work; CPU float32); "fixed-shape": [verify_slots, W] over the
+    #   whole capacity with dummy rows (any device); "auto": row-invariant where packing is available
+    fast_kernels: str = "default"  # "row-invariant": the fast path runs on that copy too (batch-invariant)
 
 
 @dataclass
@@ -92,10 +97,35 @@ class Scheduler:
             self.fast = hf
         else:
             self.fast = copy.deepcopy(hf).to(self.cfg.fast_dtype).eval()
+        self.verify_kernels = self._resolve_kernels(hf)
+        self.verifier = row_invariant_copy(hf) if self.verify_kernels == "row-invariant" else None
+        if self.cfg.fast_kernels == "row-invariant":
+            if self.cfg.fast_dtype != torch.float32 or fast is not None:
+                raise ValueError("fast_kernels='row-invariant' runs the fast path on the float32 row-invariant copy: "
+                                 f"leave fast_dtype float32 (got {self.cfg.fast_dtype}) and fast unset")
+            self.fast = self.verifier if self.verifier is not None else row_invariant_copy(hf)
+        elif self.cfg.fast_kernels != "default":
+            raise ValueError(f"SchedulerConfig.fast_kernels={self.cfg.fast_kernels!r} is unknown: use 'default' or "
+                             "'row-invariant'")
         self.rounds = 0  # scheduler rounds of the last run
         self.batch_sizes: Counter = Counter()  # fast-path decode forwards of the last run, by batch size
-        self.verify_forwards = 0  # fixed-shape verify forwards of the last run
+        self.verify_forwards = 0  # verify forwards of the last run
+        self.verify_rows = 0  # rows they computed for requests (not counting fixed-shape dummy rows)
         self.min_margin = float("inf")  # smallest top-1 minus top-2 logit of any fast-path token of the last run
+
+    def _resolve_kernels(self, hf) -> str:
+        """The verify kernels this run uses: ``cfg.verify_kernels``, with "auto" resolved."""
+        from beliefscope.models.packed import packing_available
+
+        kind = self.cfg.verify_kernels
+        if kind not in ("auto", "row-invariant", "fixed-shape"):
+            raise ValueError(f"SchedulerConfig.verify_kernels={kind!r} is unknown: use 'auto', 'row-invariant' or "
+                             "'fixed-shape'")
+        if kind != "auto":
+            return kind
+        p = next(hf.parameters())
+        cpu32 = p.device.type == "cpu" and p.dtype == torch.float32
+        return "row-invariant" if cpu32 and packing_available() else "fixed-shape"
 
     def _check(self, requests: list[Request]) -> None:
         cfg = self.cfg
@@ -120,6 +150,7 @@ class Scheduler:
         waiting = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, i))
         active: list[Request] = []
         self.rounds, self.batch_sizes, self.verify_forwards, self.min_margin = 0, Counter(), 0, float("inf")
+        self.verify_rows = 0
         self.slots = SlotCache.for_model(self.target, cfg.verify_slots, cfg.slot_capacity)
         self.pool = SlotCache.for_model(self.fast, cfg.max_batch, cfg.slot_capacity)  # fast-path KV, row per request
         self.rows: list[Request] = []  # rows[i] owns pool row i (compacted as requests finish)
@@ -217,17 +248,23 @@ class Scheduler:
         (the verify slot keeps the pending token and the accepted drafts; the fast pool row is cut back
         to the committed tokens)."""
         pad = self.cfg.pad_token_id
-        x = torch.full((self.cfg.verify_slots, window), pad, dtype=torch.long)  # [B, W]
+        invariant = self.verifier is not None
+        x = torch.full((len(due) if invariant else self.cfg.verify_slots, window), pad, dtype=torch.long)  # [B, W]
         rows = []
-        for r in due:
+        for i, r in enumerate(due):
             budget = r.max_new_tokens - len(r.tokens)
             drafts = torch.tensor(r.drafts[: max(0, min(window - 1, budget - 1))], dtype=torch.long)
-            x[r.slot] = pad_window(torch.cat([torch.tensor(r.tokens[-1:]), drafts]), window, pad)
-            rows.append((r, drafts, budget))
-        logits = self.slots.verify(self.target, x)  # [B, W, vocab]
+            row = i if invariant else r.slot
+            x[row] = pad_window(torch.cat([torch.tensor(r.tokens[-1:]), drafts]), window, pad)
+            rows.append((r, drafts, budget, row))
+        if invariant:  # the due rows only, over their own keys: a row's bits do not depend on the others
+            logits = self.slots.verify_rows(self.verifier, x, [r.slot for r in due])  # [n, W, vocab]
+        else:
+            logits = self.slots.verify(self.target, x)  # [B, W, vocab]
         self.verify_forwards += 1
-        for r, drafts, budget in rows:
-            accepted, nxt = accept_greedy(logits[r.slot, : drafts.numel() + 1], drafts)
+        self.verify_rows += len(due)
+        for r, drafts, budget, row in rows:
+            accepted, nxt = accept_greedy(logits[row, : drafts.numel() + 1], drafts)
             new = [*drafts[:accepted].tolist(), nxt][:budget]
             if self.cfg.eos_token_id in new:
                 new = new[: new.index(self.cfg.eos_token_id) + 1]

@@ -10,6 +10,11 @@ the batch composition or on the other rows' lengths, a request's verified logits
 Writes go to each row's own length (``scatter`` along the position axis); rollback is moving a
 row's length, O(1).
 
+``verify_rows`` is the other way, for kernels whose rows are bitwise independent of the batch
+(linear layers packed by `models.packed`, attention by `models.invariant_attention`): only the
+rows with work to verify, over their own keys (``[n, W]`` over the longest of those rows), so a
+verify costs in proportion to the work, and a row's logits still do not depend on its neighbours.
+
 >>> from beliefscope.cache.testing import tiny_gpt2
 >>> model = tiny_gpt2()
 >>> slots = SlotCache.for_model(model, slots=2, capacity=16)
@@ -89,19 +94,22 @@ class SlotCache(Cache):
         pos = (self.lengths[:, None] + torch.arange(w)).clamp(max=self.capacity - 1).to(self.device)  # [B, W]
         return pos[:, None, :, None].expand(b, h, w, d)
 
-    def mask(self, width: int):
+    def mask(self, width: int, lengths: torch.Tensor | None = None, span: int | None = None):
         """Boolean ``[B, 1, W, C]``: query i of row r sees keys ``0 .. lengths[r] + i`` (and, on a
-        layer with a sliding window w, only the last w of them: a dict per layer type when layers differ)."""
-        if int(self.lengths.max()) + width > self.capacity:
+        layer with a sliding window w, only the last w of them: a dict per layer type when layers differ).
+        ``lengths [n]`` and ``span``: the same for a subset of rows over their first ``span`` keys."""
+        lengths = self.lengths if lengths is None else lengths
+        if int(lengths.max()) + width > self.capacity:
             raise ValueError(f"a slot would grow past its capacity {self.capacity}: raise the scheduler's "
-                             f"slot capacity (longest row {int(self.lengths.max())} + window {width})")
-        last = (self.lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W] last visible key per query
-        keys = torch.arange(self.capacity, device=self.device)  # [C]
+                             f"slot capacity (longest row {int(lengths.max())} + window {width})")
+        last = (lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W] last visible key per query
+        keys = torch.arange(self.capacity if span is None else span, device=self.device)  # [C]
         mask = (keys[None, None, :] <= last[:, :, None])[:, None]  # [B, 1, W, C]
         return apply_windows(mask, last, keys.expand(last.shape[0], -1), self.windows)
 
-    def position_ids(self, width: int) -> torch.Tensor:
-        return (self.lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W]
+    def position_ids(self, width: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        lengths = self.lengths if lengths is None else lengths
+        return (lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W]
 
     def load(self, row: int, keys: list, values: list) -> None:
         """Put a prefilled context (per layer ``[kv_heads, n, d_head]``) into ``row``; its length becomes n."""
@@ -140,3 +148,49 @@ class SlotCache(Cache):
         w = tokens.shape[1]
         return hf_logits(model, tokens, past_key_values=self, attention_mask=self.mask(w),
                          position_ids=self.position_ids(w))
+
+    @torch.no_grad()
+    def verify_rows(self, model, tokens: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """A forward of ``tokens [n, W]`` for slots ``rows`` only, over their first ``max(lengths) + W``
+        keys; logits ``[n, W, vocab]``. Their K/V are written into their slots (lengths not advanced).
+        A row's logits depend on the others only through the kernels: give ``model`` row-invariant
+        ones (`models.invariant_attention.row_invariant_copy`)."""
+        if len(set(rows)) != len(rows) or not rows or min(rows) < 0 or max(rows) >= self.slots:
+            raise ValueError(f"rows {rows} must be distinct slots in 0 .. {self.slots - 1}")
+        w = tokens.shape[1]
+        idx = torch.tensor(rows, dtype=torch.long)
+        lengths = self.lengths[idx]  # [n]
+        span = int(lengths.max()) + w
+        mask = self.mask(w, lengths, span)  # [n, 1, W, span] (checks the capacity)
+        sub = RowsView(self, idx, lengths, span)
+        return hf_logits(model, tokens, past_key_values=sub, attention_mask=mask, position_ids=self.position_ids(w, lengths))
+
+
+class RowsLayer(SlotLayer):
+    """One layer of a `RowsView`: the chosen rows' keys ``[n, kv_heads, span, d_head]`` (a copy), whose
+    writes also land in the parent's slots."""
+
+    def __init__(self, owner: RowsView, parent: SlotLayer):
+        idx = owner.rows.to(parent.keys.device)
+        super().__init__(owner, parent.keys[idx, :, : owner.capacity], parent.values[idx, :, : owner.capacity])
+        self.parent = parent
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        keys, values = super().update(key_states, value_states)  # into the copy, at each row's length
+        rows, pos = self.owner.rows.to(keys.device), self.owner.write_positions(key_states.shape[2])  # [n], [n, W]
+        self.parent.keys[rows[:, None], :, pos] = key_states.transpose(1, 2)  # [n, W, kv_heads, d_head]
+        self.parent.values[rows[:, None], :, pos] = value_states.transpose(1, 2)
+        return keys, values
+
+
+class RowsView(SlotCache):
+    """Slots ``rows`` of a `SlotCache` over their first ``span`` positions, as a cache of their own
+    (the subset forward of `SlotCache.verify_rows`)."""
+
+    def __init__(self, parent: SlotCache, rows: torch.Tensor, lengths: torch.Tensor, span: int):
+        self.rows, self.lengths, self.capacity, self.slots = rows, lengths, span, len(rows)
+        self.windows, self.device, self._width = parent.windows, parent.device, 0
+        Cache.__init__(self, layers=[RowsLayer(self, layer) for layer in parent.layers])
+
+    def write_positions(self, width: int) -> torch.Tensor:
+        return (self.lengths[:, None] + torch.arange(width)).to(self.device)  # [n, W]
