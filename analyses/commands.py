@@ -105,14 +105,16 @@ def cmd_determinism(args) -> int:
 
     n = len(str(args.others).split(","))
     shapes = len(int_list(args.window, "--window")) * len(int_list(args.verify_slots, "--verify-slots"))
-    bar = _bar(args, "determinism", n * (1 + shapes))
+    bar = _bar(args, "determinism", n * ({"all": 2, "both": 1, "fast": 1, "invariant": 1}.get(args.paths, 0)
+                                         + shapes * (args.paths in ("all", "both", "verified"))))
     res = main(DeterminismConfig(model=args.model, prompts=args.prompts, others=args.others, out=args.out,
                                  max_new_tokens=args.max_new_tokens, dtype=args.dtype, window=args.window,
                                  verify_slots=args.verify_slots, n_others=args.n_others, seed=args.seed,
                                  partial=args.partial, paths=args.paths), progress=bar.update)
     bar.close()
     return _emit(args, res, [f"verified unique max {res['verified_unique_max']}, fast path unique max "
-                             f"{res['fast_path_unique_max']}", *[f"wrote {p}" for p in res["files"]]])
+                             f"{res['fast_path_unique_max']}, batch-invariant fast path unique max "
+                             f"{res['fast_path_invariant_unique_max']}", *[f"wrote {p}" for p in res["files"]]])
 
 
 def cmd_demo(args) -> int:
@@ -238,9 +240,10 @@ def register(subparsers) -> None:
                    "(default: half the prompts)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed")
     p.add_argument("--partial", default=None, help="JSON rewritten after every configuration (long runs)")
-    p.add_argument("--paths", default="both", choices=["both", "fast", "verified"],
-                   help="run the measured prompts on the unverified fast path, as verified requests, or both "
-                        "(a path not run reports null)")
+    p.add_argument("--paths", default="all", choices=["all", "both", "fast", "invariant", "verified"],
+                   help="paths the measured prompts run on: all three (default), both (fast + verified), the "
+                        "unverified fast path, the batch-invariant fast path (float32, packed linears, tiled "
+                        "attention) or verified requests (a path not run reports null)")
     p.add_argument("--out", default=None, help="chart PNG (default: print the numbers only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")

@@ -31,6 +31,12 @@ from beliefscope.analyses.common import check_writable_parent, save_fig
 from beliefscope.models.profile import model_profile
 
 
+# Every path a measured prompt can run on: (name, flagged deterministic, fast-path kernels, --paths values).
+PATHS = (("fast_path", False, "default", ("all", "both", "fast")),
+         ("fast_path_invariant", False, "row-invariant", ("all", "invariant")),
+         ("verified", True, "default", ("all", "both", "verified")))
+
+
 @dataclass
 class DeterminismConfig:
     """`beliefscope determinism-chart` (or `determinism` when decoding does not register one)."""
@@ -48,7 +54,8 @@ class DeterminismConfig:
     costs: str | None = None  # benchmarks/results/determinism.json to draw the throughput-vs-share panel from
     verify_slots: str = "4"  # B of every verify forward, comma-separated for a grid (at most B measured requests at once)
     partial: str | None = None  # JSON file rewritten after every k with the rows so far (long runs)
-    paths: str = "both"  # which paths to run the measured prompts on: both, fast (unverified only) or verified
+    paths: str = "all"  # paths the measured prompts run on: all (PATHS), both (fast + verified), fast, invariant
+    #   (the batch-invariant fast path: packed linears, tiled attention, float32) or verified
 
 
 def int_list(text, name: str, minimum: int = 1) -> list[int]:
@@ -109,26 +116,28 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
     ks = [int(k) for k in str(cfg.others).split(",")]
     orders = 2 if cfg.quick else 3
     dtype = getattr(torch, cfg.dtype)
-    every = {"fast_path": {}, "verified": {}}
-    stats = {"fast_path": {}, "verified": {}}
+    every, stats = {name: {} for name, *_ in PATHS}, {name: {} for name, *_ in PATHS}
     rows = [{"others": k, "configurations": 1 if k == 0 else orders} for k in ks]
-    if cfg.paths not in ("both", "fast", "verified"):
-        raise ValueError(f"paths={cfg.paths!r}: use both, fast or verified")
-    run_fast, run_verified = cfg.paths in ("both", "fast"), cfg.paths in ("both", "verified")
-    paths = [p for p, on in ((("fast_path", False), run_fast), (("verified", True), run_verified)) if on]
+    choices = sorted({c for *_, cs in PATHS for c in cs})
+    if cfg.paths not in choices:
+        raise ValueError(f"paths={cfg.paths!r}: use one of {', '.join(choices)}")
+    paths = [(name, flag, kernels) for name, flag, kernels, cs in PATHS if cfg.paths in cs]
+    ran = {name: any(n == name for n, *_ in paths) for name, *_ in PATHS}
+    run_fast, run_verified = ran["fast_path"], ran["verified"]
     windows, slots = int_list(cfg.window, "window"), int_list(cfg.verify_slots, "verify_slots")
     grid = [(w, b) for w in windows for b in slots]
     longest = max(len(p) for p in [*prompts, *pool])
     cap = longest + 2 * cfg.max_new_tokens + max(windows)  # one slot capacity for every shape of the grid
-    by_shape, per_k = [], {name: {r["others"]: {} for r in rows} for name, _ in paths}
-    for name, flag in paths:  # the fast path first: it is the question
+    by_shape, per_k = [], {name: {r["others"]: {} for r in rows} for name, *_ in paths}
+    for name, flag, kernels in paths:  # the fast paths first: they are the question
         for w, b in grid if flag else grid[:1]:  # the fast path's tokens do not depend on the verify shape
             cell = {}
             for row in rows:
                 seen = determinism_sweep(model, prompts, pool, others=(row["others"],), orders=orders,
-                                         window=w, max_new_tokens=cfg.max_new_tokens, fast_dtype=dtype,
+                                         window=w, max_new_tokens=cfg.max_new_tokens,
+                                         fast_dtype=dtype if kernels == "default" else torch.float32,
                                          deterministic=flag, n_others=cfg.n_others, stats=stats[name],
-                                         verify_slots=b, slot_capacity=cap)
+                                         verify_slots=b, slot_capacity=cap, fast_kernels=kernels)
                 for i, v in seen.items():
                     for acc in (every[name], cell, per_k[name][row["others"]]):
                         acc.setdefault(i, set()).update(v)
@@ -141,7 +150,7 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
                                                          for n, e in every.items()}})
             if flag:
                 by_shape.append({"window": w, "verify_slots": b, "unique_max": max(map(len, cell.values()))})
-    for name, _ in paths:
+    for name, *_ in paths:
         for row in rows:
             seen = per_k[name][row["others"]]
             counts = [len(v) for v in seen.values()]
@@ -150,8 +159,8 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
             firsts = [f for f in map(first_divergence, seen.values()) if f is not None]
             row[f"{name}_prompts_diverged"] = len(firsts)
             row[f"{name}_first_divergence_position"] = min(firsts, default=None)
-    for name, ran in (("fast_path", run_fast), ("verified", run_verified)):
-        if not ran:  # not measured: None, never a made-up 1
+    for name, *_ in PATHS:
+        if not ran[name]:  # not measured: None, never a made-up 1
             every[name] = {0: {()}}
             stats[name] = {"accepted": 0, "drafted": 0, "batch_sizes": {}, "min_margin": None}
             for r in rows:
@@ -164,8 +173,11 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
             "verified_by_shape": by_shape, "slot_capacity": cap,
             "measured_prompts": [list(p) for p in prompts],  # token ids, in the order of `outputs`
             "outputs": {name: [sorted(map(list, every[name][i])) for i in range(len(prompts))]
-                        for name, ran in (("fast_path", run_fast), ("verified", run_verified)) if ran},
+                        for name, *_ in PATHS if ran[name]},
             "fast_path_unique_max": max(r["fast_path_unique_max"] for r in rows) if run_fast else None,
+            # the batch-invariant fast path (float32, packed linears, tiled attention), unverified
+            "fast_path_invariant_unique_max": (max(map(len, every["fast_path_invariant"].values()))
+                                               if ran["fast_path_invariant"] else None),
             # over all configurations together (k's and orders): a prompt may differ only across k
             "fast_path_unique_overall_max": max(map(len, every["fast_path"].values())) if run_fast else None,
             "verified_unique_overall_max": max(map(len, every["verified"].values())) if run_verified else None,
@@ -233,12 +245,17 @@ def chart(res: dict | list[dict], costs: str | dict | None = None):
     series = {f"fast path, {r['fast_path_dtype']}" + _overall(r): ([x["others"] for x in r["by_others"]],
                                                      [x["fast_path_unique_max"] for x in r["by_others"]])
               for r in runs if r.get("fast_path_unique_max") is not None}
+    inv = [r for r in runs if r.get("fast_path_invariant_unique_max") is not None]
+    if inv:
+        series["batch-invariant fast path, float32"] = (
+            [x["others"] for x in inv[0]["by_others"]],
+            [max(r["by_others"][j]["fast_path_invariant_unique_max"] for r in inv) for j in range(len(inv[0]["by_others"]))])
     checked = [r for r in runs if r.get("verified_unique_max") is not None]  # runs with verified requests
     if checked:
         series["verified"] = ([x["others"] for x in checked[0]["by_others"]],
                               [max(r["by_others"][j]["verified_unique_max"] for r in checked)
                                for j in range(len(checked[0]["by_others"]))])
-    if not costs and len(runs) == 1 and checked and runs[0].get("fast_path_unique_max") is not None:
+    if not costs and len(runs) == 1 and checked and not inv and runs[0].get("fast_path_unique_max") is not None:
         r = runs[0]["by_others"]
         return plots.determinism_chart([x["others"] for x in r], [x["fast_path_unique_max"] for x in r],
                                        [x["verified_unique_max"] for x in r])

@@ -146,3 +146,33 @@ def test_bad_rows_and_an_overfull_slot_are_refused():
     with pytest.raises(ValueError, match="dropout=0.5 must be 0"):
         tiled_attention(None, torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4), None,
                         dropout=0.5)
+
+
+def test_fast_path_decode_rows_bitwise_in_any_batch():
+    """The batch-invariant fast path's decode step (`SlotCache.view(...).verify`, one token per row
+    over the longest row's keys): a row's logits have the same bits alone and among 1-7 rows of other
+    lengths, in any row position; with default kernels the run would follow the batch's shape."""
+    hf = hf_model(tiny_llama())
+    twin = row_invariant_copy(hf)
+    g = torch.Generator().manual_seed(3)
+    n_layers = len(SlotCache.for_model(hf, 1, 8).layers)
+    prompt = [4, 8, 15, 16, 23, 42 % 40]
+
+    def decode(row, others):
+        pool = SlotCache.for_model(twin, slots=8, capacity=128)
+        lengths = {row: prompt}
+        lengths |= {o: torch.randint(1, 40, (int(torch.randint(2, 100, (1,), generator=g)),), generator=g).tolist()
+                    for o in others}
+        n = 1 + len(others)
+        for r, p in lengths.items():
+            c = new_cache(twin, 128)
+            forward(twin, torch.tensor(p), c)
+            pool.load(r, [c.keys(i) for i in range(n_layers)], [c.values(i) for i in range(n_layers)])
+        x = torch.randint(1, 40, (n, 1), generator=g)
+        x[row] = 7
+        span = int(pool.lengths[:n].max()) + 1
+        return pool.view(0, n, span).verify(twin, x)[row]  # [1, vocab]
+
+    alone = decode(0, [])
+    for row, others in [(1, [0]), (3, [0, 1, 2]), (5, [0, 1, 2, 3, 4, 6, 7])]:
+        assert torch.equal(decode(row, others), alone), (row, others)
