@@ -48,7 +48,9 @@ class SchedulerConfig:
     verify_kernels: str = "auto"  # "row-invariant": a packed, tiled-attention copy verifies only the due rows
     #   over their own keys (cost follows the work; CPU float32); "fixed-shape": [verify_slots, W] over the
     #   whole capacity with dummy rows (any device); "auto": row-invariant where packing is available
-    fast_kernels: str = "default"  # "row-invariant": the fast path runs on that copy too (batch-invariant)
+    fast_kernels: str = "default"  # "row-invariant": the fast path runs on that copy too (batch-invariant), and
+    #   deterministic requests need no verify: their fast tokens are the bits a verify would compute
+    verify_invariant_fast: bool = False  # verify them anyway (a check: every draft is then accepted)
 
 
 @dataclass
@@ -98,6 +100,10 @@ class Scheduler:
         else:
             self.fast = copy.deepcopy(hf).to(self.cfg.fast_dtype).eval()
         self.verify_kernels = self._resolve_kernels(hf)
+        # on a batch-invariant fast path with the verifier's kernels, a deterministic request's fast tokens
+        # already are its verified tokens (the same bits): it is verified only when asked, as a check
+        self._verified = not (self.cfg.fast_kernels == "row-invariant" and self.verify_kernels == "row-invariant"
+                              and not self.cfg.verify_invariant_fast)
         self.verifier = row_invariant_copy(hf) if self.verify_kernels == "row-invariant" else None
         if self.cfg.fast_kernels == "row-invariant":
             if self.cfg.fast_dtype != torch.float32 or fast is not None:
@@ -160,12 +166,12 @@ class Scheduler:
                 r = requests[i]
                 if len(active) >= cfg.max_batch:
                     break
-                if r.deterministic:
+                if self._checked(r):
                     if not free:  # every verify slot is taken: wait for one (later requests may pass)
                         continue
                     r.slot = free.pop(0)
                     self._prefill(r)
-                if not (r.deterministic and cfg.window == 1):
+                if not (self._checked(r) and cfg.window == 1):
                     self._fast_prefill(r)
                 waiting.remove(i)
                 active.append(r)
@@ -175,7 +181,7 @@ class Scheduler:
             active = self._retire(active, free)
             if self.rows:
                 self._fast_round()
-            det = [r for r in active if r.deterministic]
+            det = [r for r in active if self._checked(r)]
             if any(len(r.drafts) >= min(cfg.window - 1, r.max_new_tokens - len(r.tokens) - 1)
                    or self._stopped(r.drafts) for r in det):
                 # grouped verification: when one is due, every deterministic request with drafts rides
@@ -206,6 +212,10 @@ class Scheduler:
             self.pool.lengths[len(kept):] = 0
         return [r for r in active if not r.done]
 
+    def _checked(self, r: Request) -> bool:
+        """Whether ``r``'s fast tokens are drafts for a verify (else they are its tokens)."""
+        return r.deterministic and self._verified
+
     def _stopped(self, drafts) -> bool:
         return self.cfg.eos_token_id is not None and self.cfg.eos_token_id in drafts
 
@@ -213,8 +223,9 @@ class Scheduler:
         """Reference prefill ``[1, n]`` (its shape depends on the prompt only); its argmax is the first
         token, and its K/V go into the request's slot."""
         ids = torch.tensor(r.prompt)
-        cache = new_cache(self.target, len(r.prompt))
-        r.tokens = [int(forward(self.target, ids, cache)[-1].argmax())]
+        model = self.verifier if self.verifier is not None else self.target  # the verifier's own kernels
+        cache = new_cache(model, len(r.prompt))
+        r.tokens = [int(forward(model, ids, cache)[-1].argmax())]
         n_layers = len(self.slots.layers)
         self.slots.load(r.slot, [cache.keys(i) for i in range(n_layers)], [cache.values(i) for i in range(n_layers)])
 
@@ -225,7 +236,7 @@ class Scheduler:
         self.pool.lengths[r.row] = 0
         logits = self.pool.view(r.row, r.row + 1, len(r.prompt)).verify(self.fast, torch.tensor([r.prompt]))
         self.pool.lengths[r.row] = len(r.prompt)
-        if not r.deterministic:
+        if not self._checked(r):
             r.tokens = [int(logits[0, -1].argmax())]
 
     def _fast_round(self) -> None:
@@ -240,7 +251,7 @@ class Scheduler:
         top = logits[:, -1].topk(2, dim=-1).values  # [batch, 2]
         self.min_margin = min(self.min_margin, float((top[:, 0] - top[:, 1]).min()))
         for r, t in zip(self.rows, logits[:, -1].argmax(-1).tolist()):
-            (r.drafts if r.deterministic else r.tokens).append(t)
+            (r.drafts if self._checked(r) else r.tokens).append(t)
 
     def _verify(self, due: list[Request], window: int) -> None:
         """One fixed-shape ``[verify_slots, window]`` reference forward; each due row holds

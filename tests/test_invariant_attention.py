@@ -176,3 +176,35 @@ def test_fast_path_decode_rows_bitwise_in_any_batch():
     alone = decode(0, [])
     for row, others in [(1, [0]), (3, [0, 1, 2]), (5, [0, 1, 2, 3, 4, 6, 7])]:
         assert torch.equal(decode(row, others), alone), (row, others)
+
+
+def test_invariant_fast_path_tokens_are_the_verified_tokens():
+    """On the batch-invariant fast path, a verify recomputes the fast path's own bits: with the check
+    on, every draft of every deterministic request is accepted, in any batch; its outputs equal the
+    verified outputs under the default fast path and greedy decoding by uncached forwards."""
+    from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
+
+    bridge = tiny_llama(n_layer=3)
+    hf = hf_model(bridge)
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(1, 40, (int(n),), generator=g).tolist() for n in torch.randint(3, 30, (6,), generator=g)]
+
+    def run(**kw):
+        s = Scheduler(bridge, SchedulerConfig(window=4, max_batch=6, verify_slots=6, slot_capacity=80, **kw))
+        reqs = [Request(p, 10, deterministic=i % 2 == 0, arrival=i) for i, p in enumerate(prompts)]
+        return s.run(reqs), reqs, s
+
+    checked, reqs, s = run(fast_kernels="row-invariant", verify_invariant_fast=True)
+    det = [r for r in reqs if r.deterministic]
+    assert s.verify_forwards > 0 and sum(r.drafted for r in det) > 0
+    assert all(r.accepted == r.drafted for r in det)  # the fast path's bits are the verifier's bits
+    unchecked, _, s2 = run(fast_kernels="row-invariant")
+    assert s2.verify_forwards == 0 and unchecked == checked
+    verified, _, _ = run()  # default fast path, deterministic requests verified by the row-invariant copy
+    for i, p in enumerate(prompts):
+        ref = list(p)
+        for _ in range(10):  # no eos stop: the scheduler has none here
+            ref.append(int(hf(torch.tensor([ref])).logits[0, -1].argmax()))
+        assert checked[i] == ref[len(p):], i
+        if i % 2 == 0:
+            assert verified[i] == checked[i], i
