@@ -15,12 +15,18 @@ def test_quick_bench_writes_the_table(tmp_path, monkeypatch):
     res = json.loads((tmp_path / "determinism.json").read_text())
     assert res["quick"] is True and "ratio_at_10pct" in res and res["outputs_identical"] is True
     m = res["models"]["target"]
-    assert [r["config"] for r in m["rows"]] == ["share 0%", "share 2%", "share 10%", "share 50%", "share 100%",
-                                                "all verified", "fixed shape"]
+    assert [r["config"] for r in m["rows"]] == [
+        "share 0%", "share 2%", "share 10%", "share 25%", "share 50%", "share 100%", "fixed-shape verify, 50%",
+        "fixed-shape verify, 100%", "fixed shape", "batch-invariant fast path, 0%", "batch-invariant fast path, 50%",
+        "batch-invariant fast path, 100%"]
     rows = {r["config"]: r for r in m["rows"]}
     assert rows["share 0%"]["deterministic_requests"] == 0 and rows["share 0%"]["verify_forwards"] == 0
     assert rows["share 2%"]["deterministic_requests"] == 1  # at least one when the share is > 0
-    assert rows["share 100%"]["deterministic_requests"] == rows["all verified"]["deterministic_requests"] == 8
+    assert rows["share 100%"]["deterministic_requests"] == rows["fixed-shape verify, 100%"]["deterministic_requests"] == 8
+    # row-invariant verify computes only the due rows; fixed-shape verify computes every slot of every forward
+    assert rows["share 100%"]["verify_rows"] > 0 and rows["share 100%"]["verify_kernels"] == "row-invariant"
+    assert rows["batch-invariant fast path, 100%"]["verify_forwards"] == 0  # deterministic by construction
+    assert set(m["goals"]) == {"ratio_at_50pct", "ratio_at_100pct"} and m["ratio_at_50pct"] > 0
     assert rows["fixed shape"]["window"] == 1 and rows["fixed shape"]["mean_fast_batch"] == 0  # no fast path
     assert all(r["ratio"]["median"] > 0 and r["tokens_per_s"] > 0 for r in m["rows"])
     assert m["tokens"] == sum(range(4, 9)) or m["tokens"] > 0
