@@ -1,0 +1,145 @@
+"""Batched Thinking States inference: many stories at once on one ragged `cache.KVCache`.
+
+`decoding.thinking.run_thinking` runs one story chunk by chunk. Here a list of stories goes in,
+and every backbone forward, every T call and every C call serves all of them:
+
+- step j feeds chunk j of every story that has one in one ``[B, width]`` forward (shorter chunks
+  padded; each row is then rolled back to its own length, so the pads become holes the cache's
+  mask hides, and each row keeps its own positions);
+- T reads the chunks completed at step j in one batched call (`ThinkingStates.think`), and C
+  compresses the non-empty thoughts in one call; an empty thought leaves the row's S as it was;
+- the answer is decoded the same way, one ``[B, 1]`` forward per token, and a chunk completed by
+  decoding gets its thought as in the one-story run.
+
+A story's thoughts and answer are those it gets alone (``tests/test_thinking_batch.py``: stories
+of 1 to 32 events in one batch). Calls per story fall from about five per chunk to five per
+chunk index divided by the batch, which is what makes batches fast on a small model.
+
+>>> from beliefscope.models import load_model
+>>> model, tok = load_model("thinking")
+>>> stories = ["A coin is heads . Alice flips . State ?", "A coin is tails . Bob stays . Eve flips . State ?"]
+>>> out = run_thinking_batch(model, [tok(s)["input_ids"] for s in stories], max_new_tokens=1)
+>>> [tok.decode(t) for t in out.tokens]
+['tails', 'heads']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from beliefscope.cache import KVCache
+from beliefscope.decoding.thinking import _check_room
+
+
+@dataclass
+class BatchThinkingRun:
+    """What one batched run produced, per story in input order."""
+
+    tokens: list[list[int]]  # generated tokens (the answer) per story
+    thoughts: list[list[tuple[int, list[int]]]]  # per story: (chunk end, thought tokens) per complete chunk
+    backbone_forwards: int  # [B, width] backbone forwards (prefill steps + decode steps)
+    think_calls: int  # batched T calls
+    cache: KVCache  # the backbone's ragged context cache (prompts and answers)
+
+
+@torch.no_grad()
+def run_thinking_batch(model, prompts, max_new_tokens: int = 1, stop_at_eos: bool = True) -> BatchThinkingRun:
+    """Run Thinking States over every prompt (lists of token ids) together; see the module doc."""
+    prompts = [[int(t) for t in p] for p in prompts]
+    if not prompts or any(not p for p in prompts):
+        raise ValueError(f"give at least one non-empty prompt (got {len(prompts)} prompts, "
+                         f"{sum(not p for p in prompts)} empty)")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1 (the answer is at least one token)")
+    for p in prompts:
+        _check_room(model, len(p) + max_new_tokens)
+    n, d = len(prompts), model.out_proj.weight.shape[0]
+    dev = next(model.backbone.parameters()).device
+    spans = [model.spans(p) for p in prompts]
+    steps = max(len(s) for s in spans)
+    widths = [max(s[j][1] - s[j][0] for s in spans if j < len(s)) for j in range(steps)]
+    cache = KVCache.for_model(model.bridge, batch=n, capacity=sum(widths) + max_new_tokens + 1)
+    pad = model.tokenizer.pad_token_id if getattr(model, "tokenizer", None) is not None else 0
+    state = _States(model, n, d, dev)
+    last = [None] * n  # logits [V] at each story's last prompt token
+    cur_h: list[list[torch.Tensor]] = [[] for _ in range(n)]  # L_out states of an incomplete last chunk
+    forwards = 0
+    for j in range(steps):
+        lens = [s[j][1] - s[j][0] if j < len(s) else 0 for s in spans]
+        x = torch.full((n, widths[j]), pad or 0, dtype=torch.long)
+        for b, s in enumerate(spans):
+            if lens[b]:
+                x[b, : lens[b]] = torch.tensor(prompts[b][s[j][0]: s[j][1]])
+        ends = [b for b, s in enumerate(spans) if j == len(s) - 1]  # stories whose prompt ends at this step
+        logits, h = _step(model, cache, x.to(dev), state.S, lens, keep=sorted({lens[b] - 1 for b in ends}))
+        forwards += 1
+        for b in ends:
+            last[b] = logits[b, sorted({lens[c] - 1 for c in ends}).index(lens[b] - 1)]
+        done = [b for b, s in enumerate(spans) if lens[b] and s[j][2]]
+        state.think([h[b, : lens[b]] for b in done], done, [spans[b][j][1] for b in done])
+        for b, s in enumerate(spans):
+            if j == len(s) - 1 and not s[j][2]:
+                cur_h[b] = [h[b, : lens[b]]]
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    seqs = [list(p) for p in prompts]
+    starts = [s[-1][0] if not s[-1][2] else len(p) for s, p in zip(spans, prompts)]  # incomplete chunk start
+    active = list(range(n))
+    for i in range(max_new_tokens):
+        for b in active:
+            nxt = int(last[b].argmax())
+            tokens[b].append(nxt)
+            seqs[b].append(nxt)
+        active = [b for b in active if not (stop_at_eos and tokens[b][-1] == model.eos_id)]
+        if not active or i + 1 == max_new_tokens:
+            break  # the last token is returned, not fed back
+        lens = [1 if b in active else 0 for b in range(n)]
+        x = torch.tensor([[seqs[b][-1] if lens[b] else (pad or 0)] for b in range(n)])
+        logits, h = _step(model, cache, x.to(dev), state.S, lens, keep=[0])
+        forwards += 1
+        done = []
+        for b in active:
+            last[b] = logits[b, 0]
+            cur_h[b].append(h[b, :1])
+            if model.spans(seqs[b][starts[b]:])[0][2]:  # the chunk in progress just completed
+                done.append(b)
+        state.think([torch.cat(cur_h[b]) for b in done], done, [len(seqs[b]) for b in done])
+        for b in done:
+            starts[b], cur_h[b] = len(seqs[b]), []
+    return BatchThinkingRun(tokens=tokens, thoughts=state.thoughts, backbone_forwards=forwards,
+                            think_calls=state.calls, cache=cache)
+
+
+class _States:
+    """Every story's current S ``[B, d]`` and thoughts; T and C batched over the stories given."""
+
+    def __init__(self, model, n: int, d: int, dev):
+        self.model, self.S, self.calls = model, torch.zeros(n, d, device=dev), 0
+        self.thoughts: list[list[tuple[int, list[int]]]] = [[] for _ in range(n)]
+
+    def think(self, chunk_states: list[torch.Tensor], rows: list[int], ends: list[int]) -> None:
+        if not rows:
+            return
+        zs = self.model.think(chunk_states)  # T once for every chunk completed at this step
+        self.calls += 1
+        said = [i for i, z in enumerate(zs) if not self.model.carries(z)]  # an empty thought keeps S
+        if said:
+            S = self.model.state_from_thoughts([zs[i] for i in said])  # C once: [len(said), d]
+            for k, i in enumerate(said):
+                self.S[rows[i]] = S[k]
+        for b, e, z in zip(rows, ends, zs, strict=True):
+            self.thoughts[b].append((e, z))
+
+
+def _step(model, cache: KVCache, x: torch.Tensor, S: torch.Tensor, lens: list[int], keep: list[int]):
+    """One ``[B, w]`` forward of ``x`` with each row's S added at L_in; every row is then rolled back
+    to its own ``lens[b]`` new tokens. Returns (logits ``[B, len(keep), V]``, h_out ``[B, w, d]``)."""
+    before = cache.lengths
+    w = x.shape[1]
+    kw = cache.forward_kwargs(w)
+    add = S[:, None, :].expand(-1, w, -1)  # [B, w, d]
+    logits, h = model.backbone_forward(x, kw["attention_mask"], add, kw["position_ids"],
+                                       keep_logits=torch.tensor(keep or [0]), past_key_values=cache)
+    cache.rollback([a + k for a, k in zip(before, lens, strict=True)])
+    return logits, h
