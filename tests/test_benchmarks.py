@@ -89,6 +89,9 @@ def _check_outputs(name, res):
     if name == "thinking":  # both models answered, and Thinking States wrote fewer tokens into its context
         assert res["answer_accuracy_thinking"] == 1.0
         assert res["context_tokens_generated_thinking"]["max"] < res["context_tokens_generated_cot"]["min"]
+        batched = res["bands"]["3-4"]["batched"]  # 4 stories at once: one forward per chunk index
+        assert batched["batch"] == 4 and batched["answer_accuracy_thinking"] == 1.0
+        assert batched["backbone_forwards_thinking"] <= 7 and "speedup_vs_cot_batch_3_4" in res
         for band in res["bands"].values():  # speculative prefill wrote the thoughts and answer chunk by chunk did
             assert band["speculative_equals_chunked"] == 1.0
     if name == "forced":
