@@ -8,9 +8,13 @@
 
 from __future__ import annotations
 
-from beliefscope.models.profile import hf_of
-
 import difflib
+
+def hf_of(model):
+    """The HF model under a TransformerBridge (or the model itself). The one definition: every
+    package reads a bridge's model through it (`models.profile` re-exports it)."""
+    return getattr(model, "original_model", model)
+
 
 # short name -> template; "{l}" is the layer
 SHORT_NAMES = {

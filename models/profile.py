@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 
 from beliefscope.models.cards import read_card
+from beliefscope.hooks.names import hf_of  # noqa: F401  (re-exported: models.profile.hf_of)
 
 import torch
 
@@ -38,11 +39,6 @@ class ModelShapes:
     device: torch.device  # device of the weights
     name: str  # the config's _name_or_path, or the class name
     windows: tuple  # per layer: sliding-window length (keys within `w` positions), or None for full attention
-
-
-def hf_of(model):
-    """The HF model under a TransformerBridge (or the model itself)."""
-    return getattr(model, "original_model", model)
 
 
 def model_shapes(model) -> ModelShapes:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from beliefscope.hooks.capture import hooked
 
 
 @dataclass
@@ -165,20 +166,13 @@ class ThinkingStates(nn.Module):
     @contextmanager
     def injecting(self, add: torch.Tensor):
         """Add ``add`` (``[batch, pos, d_model]``, aligned with the forward's tokens) at
-        ``blocks.{l_in}.hook_resid_pre`` of the bridge for the duration of the block (a TransformerLens
-        hook point, attached and removed here so this module needs nothing above `models`)."""
+        ``blocks.{l_in}.hook_resid_pre`` of the bridge for the duration of the block."""
 
         def fn(act, *, hook):
             return act + add[:, -act.shape[1]:].to(act.dtype)
 
-        point = self.bridge.hook_dict[f"blocks.{self.l_in}.hook_resid_pre"]
-        handle = point.add_hook(fn)
-        try:
+        with hooked(self.bridge, [(f"blocks.{self.l_in}.hook_resid_pre", fn)]):
             yield
-        finally:
-            handle.hook.remove()
-            if handle in getattr(point, "fwd_hooks", []):
-                point.fwd_hooks.remove(handle)
 
     # ------------------------------------------------------------------ the blocks
     def embed(self, ids):

@@ -1,5 +1,6 @@
-"""Layering, read from the source with ast: data flows tasks -> models -> hooks / cache ->
-decoding / probes -> analyses -> benchmarks, with the command line (beliefscope/cli.py) on top.
+"""Layering, read from the source with ast: data flows tasks -> hooks -> models -> cache ->
+decoding / probes -> analyses -> benchmarks, with the command line (beliefscope/cli.py) on top
+(hooks sit below models, so a model's own hook points are attached with `hooks.capture.hooked`).
 
 Every import counts, at module level or inside a function (a lazy import is still a dependency),
 and so does ``importlib.import_module("beliefscope.x")`` with a literal name. No package imports a
@@ -15,9 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RANK = {"tasks": 0, "models": 1, "hooks": 2, "cache": 2, "decoding": 3, "probes": 3, "analyses": 4,
-        "benchmarks": 5, "cli": 6}
-ANYONE = {"beliefscope.files": -1, "beliefscope.models.profile": 1}  # module -> lowest rank allowed to use it
+RANK = {"tasks": 0, "hooks": 1, "models": 2, "cache": 3, "decoding": 4, "probes": 4, "analyses": 5,
+        "benchmarks": 6, "cli": 7}
+ANYONE = {"beliefscope.files": -1, "beliefscope.models.profile": 2}  # module -> lowest rank allowed to use it
 
 # Imports that break the rule today, in code another package owns: (file, imported package, why).
 # Each must still exist (test_known_exceptions_still_exist), so fixing one means deleting its line.
