@@ -4,14 +4,22 @@ Every active request decodes through the *fast path*: continuous batching over a
 (one row per request, prefilled alone when it arrives, then one ``[batch, 1]`` decode forward per
 round over the active rows). The decode batch grows and shrinks as requests arrive and finish,
 so its shapes, and on most hardware its rounding, follow the batch; it may also run in
-bfloat16. A request flagged ``deterministic`` also owns one of ``verify_slots`` rows of a static
+bfloat16. A request flagged ``deterministic`` also owns one of ``verify_slots`` rows of a
 :class:`decoding.slots.SlotCache` and is verified every ``window - 1`` fast tokens by the
-reference, together with the other deterministic requests that are due, in one forward of fixed
-shape ``[verify_slots, window]`` over the slots' whole capacity (rows with nothing to verify, and
-free slots, are dummy rows). No shape of the verifier depends on the batch, so a deterministic
-request's output depends only on the request (and W, B, capacity). Other requests keep the fast
-path's tokens unverified. With ``window=1`` a deterministic request skips the fast path: every
-token comes from a ``[verify_slots, 1]`` forward (the batch-invariant, fixed-shape way).
+reference, together with the other deterministic requests that are due:
+
+- ``verify_kernels="row-invariant"`` (the default for float32 on a CPU): a copy of the model
+  whose rows keep their bits in any batch (`models.invariant_attention`) verifies the due rows
+  only, over their own keys, so a verify costs what its rows need and its output depends on
+  neither the batch, nor W, nor the number of slots;
+- ``verify_kernels="fixed-shape"``: one forward of shape ``[verify_slots, window]`` over the
+  slots' whole capacity (rows with nothing to verify, and free slots, are dummy rows); no shape
+  depends on the batch, so the output depends only on the request and (W, B, capacity).
+
+Other requests keep the fast path's tokens unverified. With ``window=1`` a deterministic request
+skips the fast path: every token comes from a verify forward. With ``fast_kernels="row-invariant"``
+the fast path itself runs on the row-invariant copy: every request is deterministic, and flagged
+ones are not verified (their fast tokens are the verifier's bits).
 
 >>> from beliefscope.cache.testing import tiny_gpt2
 >>> sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=3, max_batch=2, slot_capacity=32))
