@@ -36,6 +36,7 @@ True
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -128,16 +129,29 @@ def row_invariant_copy(model):
     The HF model under a TransformerLens 4 bridge has the bridge's components in place of its
     own (they compute attention themselves, to fire ``hook_pattern``); the copy puts the HF
     modules back, so its attention goes through transformers' AttentionInterface. It fires no
-    TransformerLens hooks: it is a verifier, not an instrument."""
+    TransformerLens hooks: it is a verifier, not an instrument.
+
+    The copy is made once per model and reused while no weight of ``model`` changes (each
+    parameter's storage and in-place version are compared), so many schedulers over one model
+    share one copy; an edited weight gets a fresh copy."""
     import copy
 
     from beliefscope.models.packed import pack_linears, require_packable
 
     require_packable(model)
+    stamp = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    cached = _COPIES.get(id(model))
+    if cached is not None and cached[0]() is model and cached[1] == stamp:
+        return cached[2]
     twin = _unbridged(copy.deepcopy(model).eval())
     pack_linears(twin)
     twin.config._attn_implementation = register()
+    _COPIES[id(model)] = (weakref.ref(model), stamp, twin)
+    weakref.finalize(model, _COPIES.pop, id(model), None)
     return twin
+
+
+_COPIES: dict = {}  # id(model) -> (weak reference to it, weight stamp, its row-invariant copy)
 
 
 def _unbridged(module: torch.nn.Module) -> torch.nn.Module:

@@ -208,3 +208,16 @@ def test_invariant_fast_path_tokens_are_the_verified_tokens():
         assert checked[i] == ref[len(p):], i
         if i % 2 == 0:
             assert verified[i] == checked[i], i
+
+
+def test_the_copy_is_shared_until_a_weight_changes():
+    hf = hf_model(tiny_llama())
+    a, b = row_invariant_copy(hf), row_invariant_copy(hf)
+    assert a is b
+    x = torch.tensor([[3, 4, 5]])
+    before = a(x).logits
+    with torch.no_grad():
+        next(hf.parameters()).mul_(1.5)  # an in-place edit of the original: a fresh copy follows it
+    c = row_invariant_copy(hf)
+    assert c is not a and (c(x).logits - hf(x).logits).abs().max() < 1e-5
+    assert not torch.allclose(c(x).logits, before)
