@@ -29,18 +29,19 @@ class ThinkingBenchConfig:
     bands: tuple = ("1-8", "17-32")  # story lengths timed (the models were trained on 1-8)
     n_prompts: int = 20  # prompts per band, each timed `repeats` times per path
     repeats: int = 3  # timed calls per prompt and path (interleaved)
-    k: int = 8  # chunks drafted per forward by speculative prefill
+    k: int | None = None  # chunks drafted per forward by speculative prefill (None: decoding.tune.choose_prefill_k
+    #   picks it from 1/2/4/8/16 on 6 other stories of the first band, timed before the benchmark)
     threads: int = 1  # torch threads
     rendering: str = "toy"  # story rendering: "toy" grammar, or "natural" English on held-out templates and names
     batch: int = 32  # stories per batch in the batched comparison (0 skips it)
     batch_repeats: int = 3  # timed calls of each batched path (interleaved)
 
 
-QUICK = ThinkingBenchConfig(bands=("3-4",), n_prompts=2, repeats=1, batch=4, batch_repeats=1)
+QUICK = ThinkingBenchConfig(bands=("3-4",), n_prompts=2, repeats=1, batch=4, batch_repeats=1, k=8)
 # the same comparison on SmolLM2-135M-Instruct: smollm2-thinking against smollm2-cot (the same stories,
 # 800 steps and LoRA adapters), on held-out English stories
 SMOLLM2 = ThinkingBenchConfig(model="smollm2-thinking", cot_model="smollm2-cot", bands=("1-8", "17-32"), n_prompts=20,
-                              repeats=2, k=4, rendering="natural")
+                              repeats=2, rendering="natural")
 
 
 def _cot_answer(model, tok, prompt: str, max_new: int) -> list[int]:
@@ -140,7 +141,19 @@ def _run_bands(cfg: ThinkingBenchConfig, progress) -> dict:
     torch.set_num_threads(cfg.threads)
     thinking, tok = load_model(cfg.model)
     cot, ctok = load_model(cfg.cot_model)
-    out = {b: _band(cfg, b, thinking, tok, cot, ctok, progress) for b in cfg.bands}
+    chosen = {}
+    if cfg.k is None:  # measured here, on stories the benchmark does not time (another seed)
+        from dataclasses import replace
+
+        from beliefscope.decoding.tune import choose_prefill_k
+        from beliefscope.tasks import get_task
+
+        held = {"split": "heldout"} if cfg.rendering == "natural" else {}
+        calib = get_task("coinflip", rendering=cfg.rendering, fmt="direct", **held).examples(6, 4040, cfg.bands[0])
+        k, secs = choose_prefill_k(thinking, [tok(e.prompt)["input_ids"] for e in calib])
+        chosen = {"k_chosen": k, "k_seconds": {str(a): round(b, 4) for a, b in secs.items()}}
+        cfg = replace(cfg, k=k)
+    out = {b: {**_band(cfg, b, thinking, tok, cot, ctok, progress), **chosen} for b in cfg.bands}
     if cfg.batch:
         for b in cfg.bands:
             out[b]["batched"] = _batched(cfg, b, thinking, tok, cot, ctok, progress)

@@ -84,3 +84,34 @@ def choose_tree_nodes(path_ranks: list[list[int]], costs: dict[int, float], max_
         raise ValueError(f"costs cover widths {sorted(costs)}; measure widths up to at least 2 (one node + the pending token)")
     best = max(value.values())
     return min(n for n, v in value.items() if v >= best - 1e-12), value
+
+
+@torch.no_grad()
+def choose_prefill_k(model, prompts, ks=(1, 2, 4, 8, 16), repeats: int = 3) -> tuple[int, dict]:
+    """The speculative-prefill width k (chunks drafted per backbone forward) that runs a Thinking
+    States model fastest on ``prompts`` (lists of token ids) on this machine, as `measure_verify_widths`
+    does for verify widths: ``(k, {k: seconds})``, each the fastest of ``repeats`` interleaved passes
+    over all the prompts. ``{"chunked": seconds}`` is there too, for reference.
+
+    >>> from beliefscope.models import load_model
+    >>> model, tok = load_model("thinking-empty")
+    >>> k, secs = choose_prefill_k(model, [tok("A coin is heads . Alice stays . State ?")["input_ids"]], ks=(1, 4),
+    ...                            repeats=1)
+    >>> k in (1, 4) and sorted(secs, key=str)
+    [1, 4, 'chunked']
+    """
+    from beliefscope.decoding.thinking import run_thinking
+
+    if not prompts or not ks or min(ks) < 1 or repeats < 1:
+        raise ValueError(f"need prompts, ks >= 1 and repeats >= 1; got {len(prompts)} prompts, ks={ks!r}, "
+                         f"repeats={repeats}")
+    runs = {k: dict(prefill="speculative", k=k) for k in ks} | {"chunked": dict(prefill="chunked")}
+    times: dict = {k: [] for k in runs}
+    for r in range(repeats):
+        for k in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+            t0 = time.perf_counter()
+            for p in prompts:
+                run_thinking(model, p, max_new_tokens=1, keep_thoughts=False, **runs[k])
+            times[k].append(time.perf_counter() - t0)
+    secs = {k: min(v) for k, v in times.items()}
+    return min(ks, key=lambda k: (secs[k], k)), secs
