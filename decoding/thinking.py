@@ -1,7 +1,7 @@
 """Thinking States inference, chunk by chunk, on `cache.KVCache` (what the model really runs).
 
-For each chunk of the prompt, the backbone (through its TransformerBridge) appends the chunk to
-the context cache with S_i added at ``blocks.{l_in}.hook_resid_pre``; when the chunk is
+For each chunk of the prompt, the backbone appends the chunk to the context cache with S_i added
+at the input of block ``l_in`` (``blocks.{l_in}.hook_resid_pre``); when the chunk is
 complete, the Thinking block T reads its ``blocks.{l_out}.hook_resid_post`` states in its own
 `KVCache`, writes the thought tokens there tagged ``Provenance.THOUGHT``, and the span is rolled
 back (dropped, kept in ``thought_cache.rejected`` for study). C turns the thought into S_{i+1}.
@@ -52,22 +52,15 @@ def _check_room(model, n_total: int) -> None:
 
 @torch.no_grad()
 def _chunk_forward(model, ids: list[int], cache: KVCache, S: torch.Tensor | None):
-    """Append `ids` to the context with S added at L_in; return (logits [n, V], h_out [n, d])."""
-    from beliefscope.hooks import hooked
-
-    keep: dict = {}
-
-    def add(act, *, hook):
-        return act if S is None else act + S.to(act.dtype)
-
-    def out(act, *, hook):
-        keep["h"] = act[0].detach()
-
+    """Append `ids` to the context with S added at L_in; return (logits [n, V], h_out [n, d]).
+    It runs the plain backbone (`ThinkingStates.backbone_forward`, two PyTorch hooks), not the
+    TransformerBridge: the bridge's per-component wrappers were 65% of a toy run's time, and
+    nothing here needs its hook points (capture activations by calling the model itself)."""
     dev = next(model.backbone.parameters()).device
-    with hooked(model.bridge, [(f"blocks.{model.l_in}.hook_resid_pre", add),
-                               (f"blocks.{model.l_out}.hook_resid_post", out)]):
-        logits = model.bridge(torch.tensor([ids], device=dev), past_key_values=cache, return_type="logits")
-    return logits[0], keep["h"]
+    x = torch.tensor([ids], device=dev)  # [1, n]
+    add = None if S is None else S.to(dev).expand(1, len(ids), -1)  # [1, n, d]
+    logits, h = model.backbone_forward(x, None, add, past_key_values=cache)
+    return logits[0], h[0]
 
 
 @torch.no_grad()
@@ -114,7 +107,7 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
         raise ValueError(f"speculative prefill needs k >= 1 (got {k}) and no intervene (the chunks of one draft "
                          "share one S): use prefill='chunked' to intervene")
     _check_room(model, len(ids) + max_new_tokens)
-    cache = KVCache.for_model(model.bridge, capacity=len(ids) + max_new_tokens + 1,
+    cache = KVCache.for_model(model.backbone, capacity=len(ids) + max_new_tokens + 1,
                               keep_rejected=keep_thoughts and prefill == "speculative")
     tcache = KVCache.for_model(model.T, capacity=64, keep_rejected=keep_thoughts)
     run = ThinkingRun(prompt_len=len(ids), tokens=[], thoughts=[], logits=torch.empty(0), cache=cache,

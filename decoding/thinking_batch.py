@@ -60,7 +60,7 @@ def run_thinking_batch(model, prompts, max_new_tokens: int = 1, stop_at_eos: boo
     spans = [model.spans(p) for p in prompts]
     steps = max(len(s) for s in spans)
     widths = [max(s[j][1] - s[j][0] for s in spans if j < len(s)) for j in range(steps)]
-    cache = KVCache.for_model(model.bridge, batch=n, capacity=sum(widths) + max_new_tokens + 1)
+    cache = KVCache.for_model(model.backbone, batch=n, capacity=sum(widths) + max_new_tokens + 1)
     pad = model.tokenizer.pad_token_id if getattr(model, "tokenizer", None) is not None else 0
     state = _States(model, n, d, dev)
     last = [None] * n  # logits [V] at each story's last prompt token
