@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.decoding.core import check_prompt, forward, hf_model, new_cache, pad_window, token_budget
+from beliefscope.decoding.core import check_prompt, hf_model, pad_window, token_budget
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.decoding.speculative import accept_greedy
 from beliefscope.models.invariant_attention import row_invariant_copy
@@ -230,12 +230,8 @@ class Scheduler:
     def _prefill(self, r: Request) -> None:
         """Reference prefill ``[1, n]`` (its shape depends on the prompt only); its argmax is the first
         token, and its K/V go into the request's slot."""
-        ids = torch.tensor(r.prompt)
         model = self.verifier if self.verifier is not None else self.target  # the verifier's own kernels
-        cache = new_cache(model, len(r.prompt))
-        r.tokens = [int(forward(model, ids, cache)[-1].argmax())]
-        n_layers = len(self.slots.layers)
-        self.slots.load(r.slot, [cache.keys(i) for i in range(n_layers)], [cache.values(i) for i in range(n_layers)])
+        r.tokens = [int(self.slots.prefill(model, r.slot, r.prompt)[-1].argmax())]
 
     def _fast_prefill(self, r: Request) -> None:
         """Fast-path prefill ``[1, n]`` into a new pool row; an unverified request's first token."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 from beliefscope.cache.masks import apply_windows
-from beliefscope.decoding.core import hf_logits
+from beliefscope.decoding.core import forward, hf_logits, new_cache
 from beliefscope.models.profile import model_shapes
 from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -120,6 +120,16 @@ class SlotCache(Cache):
             layer.keys[row, :, :n] = k
             layer.values[row, :, :n] = v
         self.lengths[row] = n
+
+    def prefill(self, model, row: int, prompt) -> torch.Tensor:
+        """Run ``prompt`` (token ids) alone through ``model`` (a ``[1, n]`` forward, whose shape depends
+        on the prompt only) and put its K/V into ``row``; returns its logits ``[n, vocab]``."""
+        ids = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)  # [n]
+        cache = new_cache(model, ids.numel())
+        logits = forward(model, ids, cache)
+        n = len(self.layers)
+        self.load(row, [cache.keys(i) for i in range(n)], [cache.values(i) for i in range(n)])
+        return logits
 
     def view(self, start: int, stop: int, span: int) -> SlotCache:
         """Rows ``start:stop`` and positions ``0:span`` as a cache of their own, sharing storage and

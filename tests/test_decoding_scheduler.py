@@ -38,7 +38,7 @@ def test_slot_verify_exact_and_batch_invariant(builder):
     sits in and whatever the other slots hold (contents and lengths)."""
     import beliefscope.cache.testing as ct
     import torch
-    from beliefscope.decoding.core import forward, hf_model, new_cache
+    from beliefscope.decoding.core import hf_model
     from beliefscope.decoding.slots import SlotCache
 
     model = getattr(ct, builder)()
@@ -47,16 +47,9 @@ def test_slot_verify_exact_and_batch_invariant(builder):
     outs = []
     for slot, others in [(0, []), (2, [1, 3]), (1, [0, 2, 3]), (3, [0])]:
         slots = SlotCache.for_model(model, slots=4, capacity=64)
-        n = len(slots.layers)
-
-        def put(row, p, slots=slots, n=n):
-            c = new_cache(model, 64)
-            forward(model, torch.tensor(p), c)
-            slots.load(row, [c.keys(i) for i in range(n)], [c.values(i) for i in range(n)])
-
-        put(slot, prompt)
+        slots.prefill(model, slot, prompt)
         for o in others:
-            put(o, torch.randint(1, 30, (int(torch.randint(2, 40, (1,), generator=g)),), generator=g).tolist())
+            slots.prefill(model, o, torch.randint(1, 30, (int(torch.randint(2, 40, (1,), generator=g)),), generator=g).tolist())
         x = torch.randint(1, 30, (4, 4), generator=g)  # [B, W]: other rows hold random windows
         x[slot] = window
         outs.append(slots.verify(model, x)[slot])  # [W, vocab]

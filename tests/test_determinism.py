@@ -182,3 +182,40 @@ def test_smollm2_fast_logits_follow_the_batch_verified_rows_do_not(smollm2):
         x[0] = torch.tensor(tok(" and")["input_ids"][:1] * 4)
         outs.append(slots.verify(hf, x)[0])
     assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.slow
+def test_smollm2_row_invariant_verify_keeps_its_bits(smollm2):
+    """SmolLM2 (GQA, 30 layers): a row verified by the row-invariant copy has the same logit bits alone
+    and beside 3 rows of other prompts, and its 4-token window has the bits of 4 one-token verifies."""
+    from beliefscope.decoding.slots import SlotCache
+    from beliefscope.models.invariant_attention import row_invariant_copy
+    from beliefscope.models.packed import packing_available
+
+    if not packing_available():
+        pytest.skip("this torch build cannot pack weights (oneDNN)")
+    bridge, tok = smollm2
+    hf = bridge.original_model
+    twin = row_invariant_copy(hf)
+    prompts = [tok(t)["input_ids"] for t in ("The capital of France is", "def add(a, b):", "Once upon a time, in",
+                                              "SELECT * FROM")]
+    window = torch.tensor([tok(" Paris, and the")["input_ids"][:4]])  # [1, 4]
+
+    def verify(rows, w=4):
+        slots = SlotCache.for_model(hf, 4, 64)
+        for r, p in zip(rows, prompts, strict=False):
+            slots.prefill(twin, r, p)
+        x = torch.cat([window, torch.randint(100, 5000, (len(rows) - 1, 4))])[:, :w]
+        return slots, slots.verify_rows(twin, x, rows)[0]  # [w, vocab]
+
+    _, alone = verify([0])
+    _, crowded = verify([2, 0, 1, 3])
+    assert torch.equal(alone, crowded)
+    slots, _ = verify([0], w=1)
+    steps = [slots.verify_rows(twin, window[:, :1], [0])[0]]
+    for i in range(1, 4):
+        slots.lengths[0] += 1
+        steps.append(slots.verify_rows(twin, window[:, i: i + 1], [0])[0])
+    assert torch.equal(torch.cat(steps), alone)
+    full = hf(torch.tensor([prompts[0] + window[0].tolist()])).logits[0, -4:]
+    assert (alone - full).abs().max() < 1e-3

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from beliefscope.cache.testing import tiny_gpt2, tiny_llama
-from beliefscope.decoding.core import forward, hf_model, new_cache
+from beliefscope.decoding.core import hf_model
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.models.invariant_attention import TILE, row_invariant_copy, tiled_attention
 from beliefscope.models.packed import packing_available
@@ -82,19 +82,12 @@ def test_verify_rows_bitwise_across_batch_slot_and_neighbours(builder):
     twin = row_invariant_copy(hf)
     g = torch.Generator().manual_seed(1)
     prompt, window = [3, 4, 5, 6, 7], torch.tensor([9, 10, 11, 12])
-    n_layers = len(SlotCache.for_model(hf, 1, 8).layers)
 
     def verify(slot, others):
         slots = SlotCache.for_model(hf, slots=16, capacity=96)
-
-        def put(row, p):
-            c = new_cache(hf, 96)
-            forward(hf, torch.tensor(p), c)
-            slots.load(row, [c.keys(i) for i in range(n_layers)], [c.values(i) for i in range(n_layers)])
-
-        put(slot, prompt)
+        slots.prefill(hf, slot, prompt)
         for o in others:
-            put(o, torch.randint(1, 40, (int(torch.randint(2, 80, (1,), generator=g)),), generator=g).tolist())
+            slots.prefill(hf, o, torch.randint(1, 40, (int(torch.randint(2, 80, (1,), generator=g)),), generator=g).tolist())
         rows = sorted([slot, *others], key=lambda r: torch.rand(1, generator=g).item())  # any order
         x = torch.randint(1, 40, (len(rows), 4), generator=g)
         x[rows.index(slot)] = window
@@ -114,13 +107,10 @@ def test_verify_rows_bitwise_across_the_window():
     twin = row_invariant_copy(hf)
     tokens = torch.randint(1, 40, (24,), generator=torch.Generator().manual_seed(2))
     prompt = [5, 6, 7, 8, 9, 10]
-    n_layers = len(SlotCache.for_model(hf, 1, 8).layers)
 
     def logits_in_windows(w):
         slots = SlotCache.for_model(hf, slots=2, capacity=64)
-        c = new_cache(hf, 64)
-        forward(hf, torch.tensor(prompt), c)
-        slots.load(1, [c.keys(i) for i in range(n_layers)], [c.values(i) for i in range(n_layers)])
+        slots.prefill(hf, 1, prompt)
         out = []
         for i in range(0, len(tokens), w):
             out.append(slots.verify_rows(twin, tokens[i: i + w][None], [1])[0])
@@ -155,7 +145,6 @@ def test_fast_path_decode_rows_bitwise_in_any_batch():
     hf = hf_model(tiny_llama())
     twin = row_invariant_copy(hf)
     g = torch.Generator().manual_seed(3)
-    n_layers = len(SlotCache.for_model(hf, 1, 8).layers)
     prompt = [4, 8, 15, 16, 23, 42 % 40]
 
     def decode(row, others):
@@ -165,9 +154,7 @@ def test_fast_path_decode_rows_bitwise_in_any_batch():
                     for o in others}
         n = 1 + len(others)
         for r, p in lengths.items():
-            c = new_cache(twin, 128)
-            forward(twin, torch.tensor(p), c)
-            pool.load(r, [c.keys(i) for i in range(n_layers)], [c.values(i) for i in range(n_layers)])
+            pool.prefill(twin, r, p)
         x = torch.randint(1, 40, (n, 1), generator=g)
         x[row] = 7
         span = int(pool.lengths[:n].max()) + 1
