@@ -35,13 +35,17 @@ class ThinkingBenchConfig:
     rendering: str = "toy"  # story rendering: "toy" grammar, or "natural" English on held-out templates and names
     batch: int = 32  # stories per batch in the batched comparison (0 skips it)
     batch_repeats: int = 3  # timed calls of each batched path (interleaved)
+    cot_drafters: tuple = ("ngram:2", "ngram:3", "early-exit:2", "early-exit:3")  # drafters tried for the CoT
+    #   model (decoding.tune.choose_drafter, on the calibration stories); the fastest, if faster than plain
+    #   cached greedy, is also timed per prompt ("CoT + drafter"); () skips it
 
 
-QUICK = ThinkingBenchConfig(bands=("3-4",), n_prompts=2, repeats=1, batch=4, batch_repeats=1, k=8)
+QUICK = ThinkingBenchConfig(bands=("3-4",), n_prompts=2, repeats=1, batch=4, batch_repeats=1, k=8, cot_drafters=())
 # the same comparison on SmolLM2-135M-Instruct: smollm2-thinking against smollm2-cot (the same stories,
 # 800 steps and LoRA adapters), on held-out English stories
 SMOLLM2 = ThinkingBenchConfig(model="smollm2-thinking", cot_model="smollm2-cot", bands=("1-8", "17-32"), n_prompts=20,
-                              repeats=2, rendering="natural")
+                              repeats=2, rendering="natural",
+                              cot_drafters=("ngram:3", "early-exit:16", "early-exit:22", "store:smollm2"))
 
 
 def _cot_answer(model, tok, prompt: str, max_new: int) -> list[int]:
@@ -56,8 +60,18 @@ def _last_word(text: str) -> str:
     return (text.split() or [""])[-1].strip(".,:;")
 
 
-def _band(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
-    """Paired timings of CoT, chunk-by-chunk Thinking States and speculative prefill on one band."""
+def _cot_drafted(model, tok, prompt: str, max_new: int, drafter) -> list[int]:
+    from beliefscope.decoding import SpecConfig
+    from beliefscope.decoding.speculative import speculative_generate
+
+    cfg = SpecConfig(max_new_tokens=max_new, stop_at_eos=True, fixed_window=False)
+    return speculative_generate(model, drafter, tok(prompt)["input_ids"], cfg).tokens
+
+
+def _band(cfg, band, thinking, tok, cot, ctok, progress, drafter=None) -> dict:
+    """Paired timings of CoT (plain, and with ``drafter`` when given), chunk-by-chunk Thinking States
+    and speculative prefill on one band."""
+    from beliefscope.benchmarks.common import ratio_spread
     from beliefscope.decoding.thinking import run_thinking
     from beliefscope.tasks import get_task
 
@@ -65,17 +79,22 @@ def _band(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
     direct = get_task("coinflip", rendering=cfg.rendering, fmt="direct", **held).examples(cfg.n_prompts, 777, band)
     chain = get_task("coinflip", rendering=cfg.rendering, fmt="cot", **held).examples(cfg.n_prompts, 777, band)
     cols = {k: [] for k in ("chunked", "speculative", "t_chunked", "t_spec", "t_cot", "tok_think", "tok_cot",
-                            "thought_toks", "chunks_per_forward")}
+                            "thought_toks", "chunks_per_forward", "vs_drafted", "t_drafted")}
     right = {"thinking": 0, "speculative": 0, "cot": 0}
     same = 0
     for d, c in zip(direct, chain, strict=True):
         ids = tok(d.prompt)["input_ids"]
         max_new = len(ctok(c.completion)["input_ids"]) + 2
-        res = interleaved({"cot": lambda c=c, m=max_new: _cot_answer(cot, ctok, c.prompt, m),
-                           "chunked": lambda ids=ids: run_thinking(thinking, ids, max_new_tokens=2),
-                           "speculative": lambda ids=ids: run_thinking(thinking, ids, max_new_tokens=2,
-                                                                        prefill="speculative", k=cfg.k)},
-                          repeats=cfg.repeats, warmup=0, progress=progress)
+        fns = {"cot": lambda c=c, m=max_new: _cot_answer(cot, ctok, c.prompt, m),
+               "chunked": lambda ids=ids: run_thinking(thinking, ids, max_new_tokens=2),
+               "speculative": lambda ids=ids: run_thinking(thinking, ids, max_new_tokens=2,
+                                                            prefill="speculative", k=cfg.k)}
+        if drafter is not None:
+            fns["cot_drafted"] = lambda c=c, m=max_new: _cot_drafted(cot, ctok, c.prompt, m, drafter)
+        res = interleaved(fns, repeats=cfg.repeats, warmup=0, progress=progress)
+        if drafter is not None:
+            cols["vs_drafted"].append(ratio_spread(res["cot_drafted"]["times_s"], res["speculative"]["times_s"])["median"])
+            cols["t_drafted"].append(res["cot_drafted"]["seconds"]["median"])
         run, spec, cot_tokens = res["chunked"]["outputs"], res["speculative"]["outputs"], res["cot"]["outputs"]
         cols["chunked"].append(res["chunked"]["speedup"]["median"])
         cols["speculative"].append(res["speculative"]["speedup"]["median"])
@@ -91,7 +110,9 @@ def _band(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
         right["speculative"] += int(tok.decode(spec.tokens[:1]).strip() == d.answer)
         right["cot"] += int(_last_word(ctok.decode(cot_tokens, skip_special_tokens=True)) == c.answer)
     n = len(direct)
-    return {"speedup_vs_cot_chunked": spread(cols["chunked"], 4), "speedup_vs_cot_speculative": spread(
+    drafted = {} if drafter is None else {"speedup_vs_cot_drafted_speculative": spread(cols["vs_drafted"], 4),
+                                          "seconds_cot_drafted": spread(cols["t_drafted"])}
+    return {**drafted, "speedup_vs_cot_chunked": spread(cols["chunked"], 4), "speedup_vs_cot_speculative": spread(
                 cols["speculative"], 4), "seconds_chunked": spread(cols["t_chunked"]),
             "seconds_speculative": spread(cols["t_spec"]), "seconds_cot": spread(cols["t_cot"]),
             "context_tokens_generated_thinking": spread(cols["tok_think"], 2),
@@ -153,7 +174,19 @@ def _run_bands(cfg: ThinkingBenchConfig, progress) -> dict:
         k, secs = choose_prefill_k(thinking, [tok(e.prompt)["input_ids"] for e in calib])
         chosen = {"k_chosen": k, "k_seconds": {str(a): round(b, 4) for a, b in secs.items()}}
         cfg = replace(cfg, k=k)
-    out = {b: {**_band(cfg, b, thinking, tok, cot, ctok, progress), **chosen} for b in cfg.bands}
+    drafter = None
+    if cfg.cot_drafters:  # the CoT model's best drafter, measured on CoT stories the benchmark does not time
+        from beliefscope.decoding.drafters import make_drafter
+        from beliefscope.decoding.tune import choose_drafter
+        from beliefscope.tasks import get_task
+
+        held = {"split": "heldout"} if cfg.rendering == "natural" else {}
+        calib = get_task("coinflip", rendering=cfg.rendering, fmt="cot", **held).examples(6, 4040, cfg.bands[0])
+        max_new = max(len(ctok(c.completion)["input_ids"]) for c in calib) + 2
+        spec, secs = choose_drafter(cot, [ctok(c.prompt)["input_ids"] for c in calib], cfg.cot_drafters, max_new)
+        chosen |= {"cot_drafter": spec, "cot_drafter_seconds": {s: round(t, 4) for s, t in secs.items()}}
+        drafter = None if spec == "none" else make_drafter(spec, cot)
+    out = {b: {**_band(cfg, b, thinking, tok, cot, ctok, progress, drafter), **chosen} for b in cfg.bands}
     if cfg.batch:
         for b in cfg.bands:
             out[b]["batched"] = _batched(cfg, b, thinking, tok, cot, ctok, progress)
@@ -170,6 +203,8 @@ def main_smollm2(progress=None) -> dict:
                                                             r["speedup_vs_cot_speculative"]["median"])
         if "batched" in r:
             result[f"speedup_vs_cot_batch_{b.replace('-', '_')}"] = r["batched"]["speedup_vs_cot"]["median"]
+        if "speedup_vs_cot_drafted_speculative" in r:
+            result[f"speedup_vs_cot_drafted_{b.replace('-', '_')}"] = r["speedup_vs_cot_drafted_speculative"]["median"]
     write_result("thinking_smollm2", result, False)
     return result
 
@@ -186,7 +221,9 @@ def main(quick: bool = False, progress=None, config: ThinkingBenchConfig | None 
     result = header("thinking", quick, config=vars(cfg), bands=bands, **{
         f"speedup_vs_cot_{b.replace('-', '_')}": r["speedup_vs_cot_speculative"]["median"] for b, r in bands.items()},
         **{f"speedup_vs_cot_batch_{b.replace('-', '_')}": r["batched"]["speedup_vs_cot"]["median"]
-           for b, r in bands.items() if "batched" in r})
+           for b, r in bands.items() if "batched" in r},
+        **{f"speedup_vs_cot_drafted_{b.replace('-', '_')}": r["speedup_vs_cot_drafted_speculative"]["median"]
+           for b, r in bands.items() if "speedup_vs_cot_drafted_speculative" in r})
     first = bands[cfg.bands[0]]
     # the first band's figures at the top level, as before (the check `bench` runs reads them)
     result.update({k: first[k] for k in ("context_tokens_generated_thinking", "context_tokens_generated_cot",
@@ -208,6 +245,10 @@ def table(result: dict) -> list[list]:
         rows.append([f"{name}{band} events", f"{a['median']:.2f}x ({a['q1']:.2f}-{a['q3']:.2f})",
                      f"{b['median']:.2f}x ({b['q1']:.2f}-{b['q3']:.2f})", f"{r['chunks_per_forward']['median']:.1f}",
                      f"{r['answer_accuracy_thinking']:.2f} / {r['answer_accuracy_cot']:.2f}"])
+        if "speedup_vs_cot_drafted_speculative" in r:
+            d = r["speedup_vs_cot_drafted_speculative"]
+            rows.append([f"{name}{band} events, vs CoT + {r['cot_drafter']}", "",
+                         f"{d['median']:.2f}x ({d['q1']:.2f}-{d['q3']:.2f})", "", ""])
         if "batched" in r:
             c = r["batched"]
             s = c["speedup_vs_cot"]

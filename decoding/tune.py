@@ -115,3 +115,36 @@ def choose_prefill_k(model, prompts, ks=(1, 2, 4, 8, 16), repeats: int = 3) -> t
             times[k].append(time.perf_counter() - t0)
     secs = {k: min(v) for k, v in times.items()}
     return min(ks, key=lambda k: (secs[k], k)), secs
+
+
+def choose_drafter(model, prompts, specs, max_new_tokens: int, repeats: int = 3) -> tuple[str, dict]:
+    """The drafter (a `make_drafter` spelling, or ``"none"`` for plain cached greedy) that decodes
+    ``prompts`` (lists of token ids) fastest with ``model`` on this machine: ``(spec, {spec: seconds})``,
+    each the fastest of ``repeats`` interleaved passes over all the prompts (greedy, ``fixed_window=False``,
+    stopping at eos). Used to give a baseline its best drafter before comparing against it.
+
+    >>> from beliefscope.models import load_model
+    >>> model, tok = load_model("cot-rope")
+    >>> spec, secs = choose_drafter(model, [tok("A coin is heads . Alice flips . State ? Think :")["input_ids"]],
+    ...                             ("ngram:3",), max_new_tokens=4, repeats=1)
+    >>> spec in ("none", "ngram:3") and sorted(secs)
+    ['ngram:3', 'none']
+    """
+    from beliefscope.decoding.config import SpecConfig
+    from beliefscope.decoding.drafters import make_drafter
+    from beliefscope.decoding.speculative import speculative_generate
+
+    if not prompts or repeats < 1:
+        raise ValueError(f"need prompts and repeats >= 1; got {len(prompts)} prompts, repeats={repeats}")
+    names = ["none", *[s for s in specs if s != "none"]]
+    drafters = {s: make_drafter(s, model) for s in names}  # built once: a draft model or store loads here
+    cfg = SpecConfig(max_new_tokens=max_new_tokens, stop_at_eos=True, fixed_window=False)
+    times: dict = {s: [] for s in names}
+    for r in range(repeats):
+        for s in (names if r % 2 == 0 else names[::-1]):
+            t0 = time.perf_counter()
+            for p in prompts:
+                speculative_generate(model, drafters[s], p, cfg)
+            times[s].append(time.perf_counter() - t0)
+    secs = {s: min(v) for s, v in times.items()}
+    return min(names, key=lambda s: (secs[s], names.index(s))), secs
