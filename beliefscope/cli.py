@@ -64,7 +64,7 @@ FLAG_HELP = {
     "model": "model: a shipped name (target, draft, thinking, direct-rope, cot-rope, smollm2-thinking, smollm2), a checkpoint "
              "folder or an org/name hub model",
     "probes": "probe folder written by `beliefscope probe --out` (fitted on the same model)",
-    "task": "task family: coinflip or cups",
+    "task": "task family: coinflip, cups or variables",
     "seed": "seed of the sampled prompts (a probe's own prompts use another seed)",
     "events": "events per prompt, an inclusive range LO-HI (e.g. 1-8)",
     "rendering": "prompt rendering: toy (word grammar) or natural (English; default for smollm2)",

@@ -61,6 +61,9 @@ def register(sub) -> None:
     e.add_argument("--n", type=int, default=500, help="prompts per format")
     e.add_argument("--seed", type=int, default=12345)
     e.add_argument("--rendering", default=None, help="toy or natural (default: natural for smollm2)")
+    e.add_argument("--split", default=None, choices=["train", "heldout", "all"],
+                   help="natural English only: which templates and names the stories use (default: heldout, "
+                        "what model cards report; train separates length generalisation from new wordings)")
     e.add_argument("--format", default=None, choices=["both", "direct", "cot"],
                    help="prompts: direct answers, chain of thought, or both (default: both for toy models, "
                         "direct for natural English ones; smollm2-cot answers after its chain: --format cot)")
@@ -142,9 +145,13 @@ def _eval(args) -> int:
     rendering = args.rendering or model_profile(args.model).rendering
     if args.n < 1:
         raise ValueError(f"--n must be at least 1 prompt, got {args.n}")
+    if args.split is not None and rendering != "natural":
+        raise ValueError(f"--split {args.split} needs natural English stories; {args.model} uses the {rendering!r} "
+                         f"rendering: add --rendering natural, or drop --split")
     fmt = args.format or ("both" if rendering == "toy" else "direct")
     formats = ("direct", "cot") if fmt == "both" else (fmt,)
-    res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering, formats=formats)
+    res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering, formats=formats,
+                   split=args.split)
     if args.json:
         print(json.dumps(res))
     else:

@@ -36,6 +36,24 @@ def direct_answers(hf_model, tok, examples, batch_size=64):
     return [names[p] for p in preds]
 
 
+def story_split(rendering: str, split: str | None) -> dict:
+    """The task keyword for which templates and names to draw: natural English defaults to the
+    held-out half (what a model card reports); ``split`` overrides it ("train", "heldout", "all").
+    The toy grammar has no split.
+
+    >>> story_split("natural", None), story_split("natural", "train"), story_split("toy", None)
+    ({'split': 'heldout'}, {'split': 'train'}, {})
+    """
+    if split is None:
+        return {"split": "heldout"} if rendering == "natural" else {}
+    if rendering != "natural":
+        raise ValueError(f"split={split!r} needs natural English stories (rendering='natural'); the "
+                         f"{rendering!r} rendering has no train / held-out halves")
+    if split not in ("train", "heldout", "all"):
+        raise ValueError(f"split={split!r} is unknown: use 'train', 'heldout' or 'all'")
+    return {"split": split}
+
+
 @torch.no_grad()
 def greedy_completions(hf_model, tok, prompts, max_new_tokens, batch_size=64):
     """Plain greedy continuations (HF generate), decoded and stripped."""
@@ -49,9 +67,11 @@ def greedy_completions(hf_model, tok, prompts, max_new_tokens, batch_size=64):
 
 
 def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
-             tokenizer=None, rendering: str = "toy", batch_size: int = 64, formats=("direct", "cot")) -> dict:
+             tokenizer=None, rendering: str = "toy", batch_size: int = 64, formats=("direct", "cot"),
+             split: str | None = None) -> dict:
     """Exact match of full CoT + answer, and direct-answer accuracy, overall and by event count
-    (natural English: on the held-out templates and names, as for Thinking States models).
+    (natural English: on the held-out templates and names unless ``split`` says "train" or "all",
+    as for Thinking States models).
 
     `model` is a name/path (loaded with `models.load.load_model`) or an HF model with `tokenizer`.
     ``formats`` picks the prompts: direct answers, chain of thought, or both.
@@ -64,11 +84,11 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
 
         model, tokenizer = load_model(model)
     if hasattr(model, "thinking_config"):
-        return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering)
+        return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering, split=split)
     hf, tok = hf_of(model), tokenizer
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
-    result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats)}
-    held = {"split": "heldout"} if rendering == "natural" else {}  # natural: held-out templates and names
+    held = story_split(rendering, split)
+    result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats), **held}
     if "direct" in formats:
         direct = get_task(task, rendering=rendering, fmt="direct", **held).examples(n, seed, (lo, hi))
         preds = direct_answers(hf, tok, direct, batch_size)
@@ -96,16 +116,15 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
 
 @torch.no_grad()
 def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
-                      batch_size: int = 64, rendering: str = "toy") -> dict:
+                      batch_size: int = 64, rendering: str = "toy", split: str | None = None) -> dict:
     """Answer accuracy of a Thinking States model after its own thoughts, and thought accuracy:
     the share of chunks whose thought starts as the gold thought does (the state's words, or a bare
     <eos> where the model was trained to leave an unchanged state unsaid). Natural English is
-    drawn from the held-out templates and names."""
+    drawn from the held-out templates and names unless ``split`` says "train" or "all"."""
     from beliefscope.models.thinking_data import gold_thought, state_words, thought_word_id
 
     lo, hi = parse_events_range(events)
-    split = {"split": "heldout"} if rendering == "natural" else {}
-    exs = get_task(task, rendering=rendering, fmt="direct", **split).examples(n, seed, (lo, hi))
+    exs = get_task(task, rendering=rendering, fmt="direct", **story_split(rendering, split)).examples(n, seed, (lo, hi))
     names = exs[0].state_names
     ans = torch.tensor([thought_word_id(tok, s) for s in names])
     ok, t_ok, t_n, p_exact = [], 0, 0, 0
@@ -140,7 +159,7 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
             t_ok, t_n, p_exact = t_ok + sum(right), t_n + len(right), p_exact + int(all(right))
     return {"answer_accuracy": sum(ok) / len(ok), "thought_accuracy": t_ok / max(1, t_n),
             "thought_exact": p_exact / len(ok), "thoughts": t_n, "n": n, "task": task, "events": f"{lo}-{hi}",
-            "seed": seed, "answer_accuracy_by_events": {str(k): round(v[0] / v[1], 4)
+            "seed": seed, **story_split(rendering, split), "answer_accuracy_by_events": {str(k): round(v[0] / v[1], 4)
                                                          for k, v in sorted(by_ev.items())}}
 
 

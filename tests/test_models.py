@@ -80,3 +80,13 @@ def test_smollm2_offline_greedy_matches_raw_hf(smollm2):
     assert out[0, ids.shape[1]:].tolist() == ref.tolist()
     assert diff <= 1e-3
     assert bridge.cfg.n_layers == 30
+
+
+def test_eval_split_needs_natural_stories(capsys):
+    import pytest
+    from beliefscope.cli import main
+
+    with pytest.raises(ValueError, match="split='train' needs natural English"):
+        evaluate(TARGET, "coinflip", "1-2", n=2, split="train")
+    assert main(["eval", "--model", "target", "--split", "train", "--n", "2"]) != 0
+    assert "--split train needs natural English stories" in capsys.readouterr().err
