@@ -1,7 +1,7 @@
 """The architecture matrix: tiny random decoders of 14 families, built from configs with the shipped
 toy tokenizer (each well under 1 MB), and the checks every one of them must pass.
 
-Run as a script to print the matrix as a Markdown table (``python tests/architectures.py``);
+Run as a script to print the matrix as a Markdown table (``python -m tests.architectures``);
 tests/test_architectures.py runs the same checks under pytest.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 import tempfile
 
 import pytest
@@ -227,5 +226,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     main()

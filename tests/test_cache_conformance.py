@@ -8,8 +8,9 @@ import gc
 
 import pytest
 import torch
-from conformance import CHECKS, MODELS, fwd, hf_model, ids, kvcache, verdict
 from transformers import DynamicCache
+
+from .conformance import CHECKS, MODELS, fwd, hf_model, ids, kvcache, verdict
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 _MODELS = {}

@@ -39,7 +39,8 @@ def test_toy_target_decode_rollback_fork_match_uncached():
     """The trained toy target (checkpoints/coinflip-target, GPT-2, 4 layers) on a real coin-flip
     prompt: cached decode, rollback + re-decode and a fork all equal uncached forwards."""
     from beliefscope.models.load import load_model_cached
-    from conftest import TARGET
+
+    from .helpers import TARGET
 
     bridge, tok = load_model_cached(TARGET)
     ids = tok("Coin starts heads . Ann flips it . Bob leaves it . Cal flips it . Q : heads or tails ?",

@@ -7,7 +7,8 @@ import torch
 import transformers
 from beliefscope.cache import KVCache
 from beliefscope.models.bridge import CacheBypassedError, build_bridge
-from conftest import copy_of, tiny_llama_hf
+
+from .helpers import copy_of, tiny_llama_hf
 
 
 def test_cached_decode_equals_uncached_forward():

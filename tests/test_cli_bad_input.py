@@ -7,6 +7,7 @@ import os
 import shlex
 
 import pytest
+
 from beliefscope.cli import main
 
 PROMPT = "'A coin is heads . State ?'"

@@ -6,18 +6,18 @@ import argparse
 import dataclasses
 
 import pytest
-
 from beliefscope.analyses.beliefs import BeliefsConfig
 from beliefscope.analyses.demo import DemoConfig
 from beliefscope.analyses.determinism import DeterminismConfig
 from beliefscope.analyses.forced import ForcedConfig
 from beliefscope.analyses.instrument import InstrumentConfig
 from beliefscope.analyses.spec_trace import TraceConfig
-from beliefscope.cli import build_parser
 from beliefscope.decoding.store_build import StoreBuildConfig
 from beliefscope.probes.harvest import HarvestConfig
 from beliefscope.probes.linear import ProbeConfig
 from beliefscope.probes.steering import SteerConfig
+
+from beliefscope.cli import build_parser
 
 CONFIGS = {"beliefs": BeliefsConfig, "forced": ForcedConfig, "instrument": InstrumentConfig,
            "determinism": DeterminismConfig, "demo": DemoConfig, "trace": TraceConfig, "steer": SteerConfig,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
+
 from beliefscope.cli import build_parser
 
 PARSER = build_parser()

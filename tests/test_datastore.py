@@ -12,7 +12,8 @@ from beliefscope.decoding import SpecConfig, generate, speculative_generate
 from beliefscope.decoding.datastore import NGramStore, StoreDraftConfig, StoreDrafter
 from beliefscope.decoding.store_build import StoreBuildConfig, build_store, greedy_outputs
 from beliefscope.decoding.tune import efficient_widths
-from beliefscope.tests.conftest import TARGET
+
+from .helpers import TARGET
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -90,7 +91,7 @@ def test_drafter_uses_context_and_store():
 
 
 def test_drafter_rejects_other_vocabulary():
-    from beliefscope.tests.conftest import tiny_gpt2_hf
+    from .helpers import tiny_gpt2_hf
 
     store = NGramStore(meta={"vocab_size": 49152})
     with pytest.raises(ValueError, match="vocabulary of 49152"):
@@ -110,9 +111,10 @@ def test_efficient_widths():
 @pytest.fixture(scope="module")
 def toy():
     from beliefscope.models.tokenizer import toy_tokenizer
-    from beliefscope.tests.test_decoding import _toy
 
-    return _toy("target", TARGET), toy_tokenizer()
+    from .helpers import toy_hf
+
+    return toy_hf("target", TARGET), toy_tokenizer()
 
 
 def _prompts(tok, split, n, seed):

@@ -1,7 +1,6 @@
 """Speculative decoding: greedy exactness against the fixed-shape reference, edge cases, rollback
 bookkeeping, bad input, and the Trace."""
 
-import os
 
 import pytest
 import torch
@@ -16,38 +15,10 @@ from beliefscope.decoding import (
     generate,
     speculative_generate,
 )
-from beliefscope.tests.conftest import DRAFT, TARGET, tiny_gpt2_hf
 
-
-def _toy(preset, path):
-    """The shipped toy checkpoint as a raw HF model (fast), or a random one of the same shape."""
-    from beliefscope.models.load import load_hf
-    from beliefscope.models.train import TrainConfig
-    from transformers import GPT2LMHeadModel
-
-    if os.path.exists(os.path.join(path, "config.json")):
-        return load_hf(path)[0]
-    torch.manual_seed(0)
-    return GPT2LMHeadModel(TrainConfig(preset=preset).model_config(vocab_size=32)).eval()
-
+from .helpers import tiny_gpt2_hf
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def toy():
-    from beliefscope.models.tokenizer import toy_tokenizer
-
-    return _toy("target", TARGET), _toy("draft", DRAFT), toy_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def heldout_prompts(toy):
-    from beliefscope.tasks import get_task
-
-    tok = toy[2]
-    exs = get_task("coinflip", fmt="cot", split="heldout").examples(200, seed=4242, events=(1, 8))
-    return [tok(e.prompt)["input_ids"] for e in exs]
 
 
 class Scripted(Drafter):
@@ -122,7 +93,7 @@ def test_draft_model_cache_after_full_accept(toy, heldout_prompts):
     """The target as its own draft model: every draft accepted, so the draft cache must catch up on
     its own last draft each step; exactness proves it did."""
     target, _, tok = toy
-    from beliefscope.tests.conftest import copy_of
+    from .helpers import copy_of
 
     cfg = SpecConfig(gamma=3, max_new_tokens=12, stop_at_eos=False)
     for p in heldout_prompts[:5]:

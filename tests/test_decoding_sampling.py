@@ -1,35 +1,11 @@
 """Speculative sampling preserves the target distribution and is reproducible per seed."""
 
-import itertools
-
 import numpy as np
 import pytest
-import torch
 from beliefscope.decoding import ModelDrafter, NGramDrafter, SpecConfig, generate, speculative_generate
-from beliefscope.tests.conftest import tiny_gpt2_hf
 from scipy.stats import chisquare
 
-VOCAB = 5
-
-
-def sharp_model(seed):
-    """A 1-layer GPT-2 with 5 tokens whose next-token distributions are far from uniform."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=16, n_layer=1, n_head=2, initializer_range=0.5)
-    return GPT2LMHeadModel(cfg).eval()
-
-
-def exact_joint(model, prompt, temperature, n=3):
-    """P(next n tokens) for every sequence, from uncached forwards."""
-    seqs = list(itertools.product(range(VOCAB), repeat=n))
-    ids = torch.tensor([prompt + list(s) for s in seqs])  # [V^n, len]
-    with torch.no_grad():
-        logp = torch.log_softmax(model(ids).logits.double() / temperature, -1)
-    L = len(prompt)
-    lp = sum(logp[torch.arange(len(seqs)), L - 1 + j, ids[:, L + j]] for j in range(n))
-    return seqs, lp.exp().numpy()
+from .helpers import VOCAB, exact_joint, sharp_model, tiny_gpt2_hf
 
 
 def chi2_p(samples, seqs, p):

@@ -3,8 +3,8 @@
 import pytest
 from beliefscope.decoding import SpecConfig, generate
 from beliefscope.decoding.scheduler import determinism_sweep
-from beliefscope.tests.conftest import TARGET
-from beliefscope.tests.test_decoding import _toy
+
+from .helpers import TARGET, toy_hf
 
 
 @pytest.fixture(scope="module")
@@ -13,7 +13,7 @@ def setup():
     from beliefscope.tasks import get_task
 
     tok = toy_tokenizer()
-    model = _toy("target", TARGET)
+    model = toy_hf("target", TARGET)
     exs = get_task("coinflip", fmt="cot", split="heldout").examples(80, seed=99, events=(1, 8))
     ps = [tok(e.prompt)["input_ids"] for e in exs]
     return model, ps[:50], ps[50:]

@@ -17,8 +17,8 @@ from beliefscope.decoding import (
     speculative_generate,
 )
 from beliefscope.decoding.tree import tree_forward_kwargs
-from beliefscope.tests.conftest import tiny_gpt2_hf, tiny_llama_hf
-from beliefscope.tests.test_decoding import heldout_prompts, toy  # noqa: F401 (fixtures)
+
+from .helpers import tiny_gpt2_hf, tiny_llama_hf
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -57,7 +57,7 @@ def toy_store(target, tok):
     return StoreDrafter(store, name="store:toy")
 
 
-def test_tree_greedy_exact_200_toy_prompts(toy, heldout_prompts):  # noqa: F811
+def test_tree_greedy_exact_200_toy_prompts(toy, heldout_prompts):
     """Every drafter that builds trees, 200 held-out prompts: equal to the fixed-shape reference."""
     target, draft, tok = toy
     cfg = SpecConfig(max_new_tokens=20, tree=TreeConfig(nodes=8, depth=5, branch=3, min_share=0.0))
@@ -71,7 +71,7 @@ def test_tree_greedy_exact_200_toy_prompts(toy, heldout_prompts):  # noqa: F811
         assert max(max(o.tree_nodes, default=0) for o in outs) > 1
 
 
-def test_tree_drafters_branch_and_leave_the_main_chain(toy, heldout_prompts):  # noqa: F811
+def test_tree_drafters_branch_and_leave_the_main_chain(toy, heldout_prompts):
     """The draft model's trees have side leaves, and some accepted paths leave the main chain."""
     target, draft, tok = toy
     cfg = SpecConfig(max_new_tokens=20, tree=TreeConfig(nodes=8, depth=5, branch=3, min_share=0.0), trace=True)

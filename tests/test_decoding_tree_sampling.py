@@ -16,8 +16,9 @@ from beliefscope.decoding import (
     speculative_generate,
 )
 from beliefscope.decoding.tree_drafters import one_hot
-from beliefscope.tests.test_decoding_sampling import VOCAB, exact_joint, sharp_model
 from scipy.stats import chisquare
+
+from .helpers import VOCAB, exact_joint, sharp_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -72,7 +73,7 @@ def test_tree_rule_matches_target_distribution(drafter):
     for seed in range(20_000):
         cfg = SpecConfig(temperature=T, seed=seed)
         if drafter == "model":
-            def step(x, fed=[]):  # noqa: B006 (fresh per seed: a new function each iteration)
+            def step(x, fed=[]):
                 fed.extend(x.tolist())
                 return drf[tuple(fed[1:])]  # the draft's logits after the tokens fed past the prompt
             tree = model_propose_tree(None, ids, shape, cfg, step, ids[-1:])

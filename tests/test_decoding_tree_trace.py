@@ -3,12 +3,11 @@
 import pytest
 from beliefscope.cache import Provenance
 from beliefscope.decoding import ModelDrafter, TreeConfig
-from beliefscope.tests.test_decoding import heldout_prompts, toy  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_tree_trace_colours_from_cache(toy, heldout_prompts):  # noqa: F811
+def test_tree_trace_colours_from_cache(toy, heldout_prompts):
     from beliefscope.analyses.plots import PROVENANCE_COLORS
     from beliefscope.analyses.spec_trace import tree_trace
     from matplotlib.colors import to_hex

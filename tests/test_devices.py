@@ -73,8 +73,9 @@ def test_no_hard_coded_cpu_in_the_library():
 
 
 def test_cli_device_and_dtype_reach_the_loader(monkeypatch, capsys):
-    from beliefscope.cli import main
     from beliefscope.models import load
+
+    from beliefscope.cli import main
 
     seen = []
     real = load.load_hf

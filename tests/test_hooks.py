@@ -4,8 +4,9 @@ import pytest
 import torch
 from beliefscope.hooks import capture, hook_name, layer_names, steer, stream
 from beliefscope.models.load import bridge_from_hf
-from beliefscope.tests.conftest import copy_of, tiny_gpt2_hf, tiny_llama_hf
 from transformers import DynamicCache
+
+from .helpers import copy_of, tiny_gpt2_hf, tiny_llama_hf
 
 
 @pytest.mark.parametrize("make", [tiny_gpt2_hf, tiny_llama_hf], ids=["gpt2", "llama"])

@@ -6,7 +6,6 @@ forward (logits, to 1e-4), and the same row computed alone (bits)."""
 
 import pytest
 import torch
-
 from beliefscope.cache.testing import tiny_gpt2, tiny_llama
 from beliefscope.decoding.core import hf_model
 from beliefscope.decoding.slots import SlotCache

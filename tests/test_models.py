@@ -7,7 +7,8 @@ import pytest
 import torch
 from beliefscope.models.evaluate import evaluate
 from beliefscope.models.load import ModelLoadError, bridge_from_hf, load_hf, load_model
-from beliefscope.tests.conftest import DRAFT, TARGET, copy_of, tiny_gpt2_hf, tiny_llama_hf
+
+from .helpers import DRAFT, TARGET, copy_of, tiny_gpt2_hf, tiny_llama_hf
 
 
 @pytest.mark.parametrize("make", [tiny_gpt2_hf, tiny_llama_hf], ids=["gpt2", "llama"])
@@ -84,6 +85,7 @@ def test_smollm2_offline_greedy_matches_raw_hf(smollm2):
 
 def test_eval_split_needs_natural_stories(capsys):
     import pytest
+
     from beliefscope.cli import main
 
     with pytest.raises(ValueError, match="split='train' needs natural English"):

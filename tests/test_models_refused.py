@@ -5,16 +5,14 @@ larger than the embedding, a drafter dtype the architecture cannot run."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import torch
 from beliefscope.models.tokenizer import toy_tokenizer
-from conftest import tiny_llama_hf
 
 from beliefscope.cli import main
 
-sys.path.insert(0, os.path.dirname(__file__))
+from .helpers import tiny_llama_hf
 
 
 def _bert(folder):
@@ -60,8 +58,9 @@ def test_folder_refused(make, fragment, command, tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("arch", ["Falcon", "OLMo2"])
 def test_bf16_drafter_refused_by_name(arch):
-    from architectures import built
     from beliefscope.decoding import make_drafter
+
+    from .architectures import built
 
     bridge, _ = built(arch)
     with pytest.raises(ValueError, match=f"--drafter bf16: {type(bridge.original_model).__name__} does not run"):

@@ -3,9 +3,16 @@ exact speculative decoding, autograd through the fallback, and a clean way back.
 
 import pytest
 import torch
-from beliefscope.models.packed import (PackedLinear, is_packed, pack_linears, packing_available, packing_disabled,
-                                       unpack_linears)
-from conftest import tiny_gpt2_hf, tiny_llama_hf
+from beliefscope.models.packed import (
+    PackedLinear,
+    is_packed,
+    pack_linears,
+    packing_available,
+    packing_disabled,
+    unpack_linears,
+)
+
+from .helpers import tiny_gpt2_hf, tiny_llama_hf
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build has no oneDNN weight packing")
 

@@ -16,9 +16,10 @@ from beliefscope.probes.linear import LinearProbe
 from beliefscope.probes.steering import SteerConfig, steer_experiment
 from beliefscope.probes.store import ActivationStore
 from beliefscope.tasks import get_task
-from conftest import ROOT, tiny_gpt2_hf
 
 from beliefscope.cli import main
+
+from .helpers import ROOT, tiny_gpt2_hf
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.probes.harvest import EMBED_HOOK, harvest
 from beliefscope.probes.store import ActivationStore
 from beliefscope.tasks import get_task
-from conftest import ROOT, tiny_gpt2_hf
+
+from .helpers import ROOT, tiny_gpt2_hf
 
 PY = sys.executable
 

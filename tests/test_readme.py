@@ -15,7 +15,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+
+from .helpers import ROOT
 
 pytestmark = pytest.mark.slow
 README = os.path.join(ROOT, "README.md")

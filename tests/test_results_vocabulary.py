@@ -6,6 +6,7 @@ import json
 
 import torch
 from beliefscope.cache import Provenance
+
 from beliefscope.cli import main as cli
 
 PROMPT = "A coin is heads . Alice flips . Bob stays . Think :"

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.tasks import CoinFlip, Cups, Event, Example, get_task, parse_events_range
-from beliefscope.tasks.parse import parse_prompt
 from beliefscope.tasks.coinflip import (
     NATURAL_FLIPS,
     NATURAL_INTROS,
@@ -12,6 +11,7 @@ from beliefscope.tasks.coinflip import (
     NATURAL_STAYS,
     sample_prompts,
 )
+from beliefscope.tasks.parse import parse_prompt
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -119,9 +119,9 @@ def test_natural_splits_hold_out_templates_and_names():
 def test_wider_wordings_stay_in_the_train_split():
     """wordings="wider": its extra sentences appear in train stories, never in held-out ones, and no
     held-out sentence appears in a train story; the labels still follow flips and stays."""
-    from beliefscope.tasks.coinflip import NATURAL_FLIPS_MORE, NATURAL_STAYS_MORE
-
     import re
+
+    from beliefscope.tasks.coinflip import NATURAL_FLIPS_MORE, NATURAL_STAYS_MORE
 
     def pattern(t):  # a template as a regex over whole sentences, any name
         return re.compile(r"(?:^|\. )" + re.escape(t).replace(re.escape("{n}"), r"[A-Z][a-z]+"))

@@ -3,10 +3,9 @@ from the context, the shipped checkpoint against its gold teacher-forced forward
 
 import pytest
 import torch
-
 from beliefscope.cache import Provenance
-from beliefscope.models.thinking_data import make_batch
 from beliefscope.decoding.thinking import run_thinking
+from beliefscope.models.thinking_data import make_batch
 from beliefscope.models.train_rope import RopeTrainConfig, build
 from beliefscope.tasks import get_task
 

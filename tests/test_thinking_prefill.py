@@ -3,7 +3,6 @@ the first non-empty thought, gives the thoughts, logits and answer of chunk-by-c
 
 import pytest
 import torch
-
 from beliefscope.cache import Provenance
 from beliefscope.decoding.thinking import run_thinking
 from beliefscope.models.train_rope import RopeTrainConfig, build

@@ -8,7 +8,6 @@ import os
 
 import pytest
 import torch
-
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.load import load_model
 from beliefscope.models.thinking_ckpt import PARTS_FILE, backbone_sha256

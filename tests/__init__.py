@@ -1,0 +1,1 @@
+"""The test suite (a package, so test modules share `tests.helpers` by relative import)."""

@@ -1,0 +1,70 @@
+"""Helpers the test modules share: paths of the shipped toy checkpoints, tiny random HF models built
+from config (no network), and the small exact models of the sampling tests. Fixtures live in
+``conftest.py``; test modules import these with ``from .helpers import ...``."""
+
+import itertools
+import os
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.path.join(ROOT, "checkpoints", "coinflip-target")
+DRAFT = os.path.join(ROOT, "checkpoints", "coinflip-draft")
+VOCAB = 5  # tokens of `sharp_model`
+
+
+def tiny_llama_hf(seed=0, vocab=64):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_gpt2_hf(seed=0, vocab=64):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=vocab, n_positions=256, n_embd=32, n_layer=2, n_head=4,
+                     bos_token_id=1, eos_token_id=1)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def copy_of(hf):
+    """An independent HF model with the same weights (the bridge modifies its model in place)."""
+    other = type(hf)(hf.config).eval()
+    other.load_state_dict(hf.state_dict())
+    return other
+
+
+def toy_hf(preset, path):
+    """The shipped toy checkpoint as a raw HF model (fast), or a random one of the same shape."""
+    from beliefscope.models.load import load_hf
+    from beliefscope.models.train import TrainConfig
+    from transformers import GPT2LMHeadModel
+
+    if os.path.exists(os.path.join(path, "config.json")):
+        return load_hf(path)[0]
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(TrainConfig(preset=preset).model_config(vocab_size=32)).eval()
+
+
+def sharp_model(seed):
+    """A 1-layer GPT-2 with 5 tokens whose next-token distributions are far from uniform."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=16, n_layer=1, n_head=2, initializer_range=0.5)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def exact_joint(model, prompt, temperature, n=3):
+    """P(next n tokens) for every sequence, from uncached forwards."""
+    seqs = list(itertools.product(range(VOCAB), repeat=n))
+    ids = torch.tensor([prompt + list(s) for s in seqs])  # [V^n, len]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits.double() / temperature, -1)
+    L = len(prompt)
+    lp = sum(logp[torch.arange(len(seqs)), L - 1 + j, ids[:, L + j]] for j in range(n))
+    return seqs, lp.exp().numpy()
