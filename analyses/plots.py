@@ -260,8 +260,12 @@ def determinism_costs_chart(series: dict, costs: dict) -> Figure:
     fig, axes = plt.subplots(1, 2 if costs else 1, figsize=(11 if costs else 5.5, 3.4), constrained_layout=True,
                              squeeze=False)
     ax = axes[0][0]
-    styles = [("o-", "#eb5757", 11, "none"), ("D-", "#f2994a", 8, "none"), ("s--", "#27ae60", 5, None)]
-    for (label, (ks, vals)), (m, c, ms, mfc) in zip(series.items(), styles if len(series) == 3 else styles[::2]):
+    # one style per series, big hollow markers first so that equal lines stay visible under later ones
+    styles = [("o-", "#eb5757", 13, "none"), ("D-", "#f2994a", 10, "none"), ("^-", "#2e86ab", 7, "none"),
+              ("s--", "#27ae60", 5, None)]
+    picked = styles if len(series) >= 4 else [styles[0], styles[1], styles[3]] if len(series) == 3 else styles[::3]
+    for i, (label, (ks, vals)) in enumerate(series.items()):
+        m, c, ms, mfc = picked[i % len(picked)]
         ax.plot(ks, vals, m, color=c, ms=ms, mfc=mfc, mew=2, lw=2, label=label)
     ax.set_xlabel("co-batched requests (max batch - 1)")
     ax.set_ylabel("unique outputs per prompt (max)")

@@ -106,6 +106,14 @@ def test_determinism_chart():
     assert ys == {"fast path (unverified)": [1, 2, 3], "deterministic (verified)": [1, 1, 1]}
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_determinism_costs_chart_draws_every_series(n):
+    series = {f"path {i}": ([0, 7, 15], [1, 1 + i % 2, 1]) for i in range(n)}
+    fig = plots.determinism_costs_chart(series, {})
+    (ax,) = fig.axes
+    assert {l.get_label(): list(l.get_ydata()) for l in ax.get_lines()} == {k: v for k, (_, v) in series.items()}
+
+
 def test_probe_layers_chart():
     fig = plots.probe_layers_chart([0, 1], [0.8, 0.99], [0.6, 0.62], [0.5, 0.52], 0.55, 0.5)
     (ax,) = fig.axes
