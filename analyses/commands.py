@@ -3,9 +3,11 @@
 Shell::
 
     beliefscope demo --out runs/demo
-    beliefscope beliefs --model target --probes runs/demo/probes/target --prompt "A coin is heads . Alice flips . State ?" --out b.png
+    beliefscope beliefs --model target --probes runs/demo/probes/target \\
+        --prompt "A coin is heads . Alice flips . State ?" --out b.png
     beliefscope forced --model target --probes runs/demo/probes/target --n 50 --out forced.png --json
-    beliefscope trace --model target --drafter draft:draft --probes runs/demo/probes/target --draft-probes runs/demo/probes/draft --out trace.png
+    beliefscope trace --model target --drafter draft:draft --probes runs/demo/probes/target \\
+        --draft-probes runs/demo/probes/draft --out trace.png
 """
 
 from __future__ import annotations
@@ -194,7 +196,8 @@ def register(subparsers) -> None:
     p.add_argument("--models", default="target,direct-rope,cot-rope,thinking", help="comma-separated model names")
     p.add_argument("--task", default="coinflip", help="task the models were trained on: coinflip, cups or variables")
     p.add_argument("--n-train", type=int, default=400,
-                   help="prompts of the task's training lengths (1-8 events for coinflip) whose boundaries fit the probes")
+                   help="prompts of the task's training lengths (1-8 events for coinflip) whose boundaries "
+                        "fit the probes")
     p.add_argument("--n-test", type=int, default=200, help="held-out prompts per length band")
     p.add_argument("--bands", default="",
                    help="event-count bands of the held-out prompts (default: the task's first three, 1-8,9-16,17-32 "

@@ -372,7 +372,8 @@ def _section(title, reading, files, captions, extra="") -> dict:
 
 
 def _eval_section(ev: dict) -> dict:
-    rows = [{"events": k, "answer accuracy": v, "chain-of-thought exact match": ev.get("exact_match_by_events", {}).get(k)}
+    rows = [{"events": k, "answer accuracy": v,
+             "chain-of-thought exact match": ev.get("exact_match_by_events", {}).get(k)}
             for k, v in ev["answer_accuracy_by_events"].items()]
     return {"title": "Task accuracy", "reading": report.reading_eval(ev), "figures": [],
             "html": report.table(rows, ["events", "answer accuracy", "chain-of-thought exact match"])}
@@ -397,8 +398,8 @@ def _probe_section(summary: dict, figs: str, key: str = "probe") -> dict:
     if "draft_probe" in summary:
         d = summary["draft_probe"]
         dbest = next(r for r in d["layers"] if r["layer"] == d["best_layer"])
-        reading += (f" The draft model's own probe (needed for the trace below) reaches {report._pct(dbest['accuracy'])}"
-                    f" at its best layer L{d['best_layer']}.")
+        reading += (" The draft model's own probe (needed for the trace below) reaches "
+                    f"{report._pct(dbest['accuracy'])} at its best layer L{d['best_layer']}.")
     cols = ["layer", "accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
             "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy"]
     cols = [c for c in cols if any(r.get(c) is not None for r in rows)]

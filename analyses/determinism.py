@@ -52,7 +52,8 @@ class DeterminismConfig:
     dtype: str = "float32"  # fast-path precision: float32 or bfloat16
     n_others: int | None = None  # other (background) requests per configuration (None: half the prompts)
     costs: str | None = None  # benchmarks/results/determinism.json to draw the throughput-vs-share panel from
-    verify_slots: str = "4"  # B of every verify forward, comma-separated for a grid (at most B measured requests at once)
+    verify_slots: str = "4"  # B of every verify forward, comma-separated for a grid
+    #   (at most B measured requests at once)
     partial: str | None = None  # JSON file rewritten after every k with the rows so far (long runs)
     paths: str = "all"  # paths the measured prompts run on: all (PATHS), both (fast + verified), fast, invariant
     #   (the batch-invariant fast path: packed linears, tiled attention, float32) or verified
@@ -249,7 +250,8 @@ def chart(res: dict | list[dict], costs: str | dict | None = None):
     if inv:
         series["batch-invariant fast path, float32"] = (
             [x["others"] for x in inv[0]["by_others"]],
-            [max(r["by_others"][j]["fast_path_invariant_unique_max"] for r in inv) for j in range(len(inv[0]["by_others"]))])
+            [max(r["by_others"][j]["fast_path_invariant_unique_max"] for r in inv)
+             for j in range(len(inv[0]["by_others"]))])
     checked = [r for r in runs if r.get("verified_unique_max") is not None]  # runs with verified requests
     if checked:
         series["verified"] = ([x["others"] for x in checked[0]["by_others"]],

@@ -204,7 +204,8 @@ def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
     last = list(bands)[-1]
     if bands[first].get("thought_accuracy", 0.0) >= 0.9:  # a written state is not a lazy one, even where it decays
         acc, where = ((thought, "in every band") if thought >= 0.9 else
-                      (bands[first]["thought_accuracy"], f"at {first} events ({bands[last]['thought_accuracy']:.2f} at {last})"))
+                      (bands[first]["thought_accuracy"],
+                       f"at {first} events ({bands[last]['thought_accuracy']:.2f} at {last})"))
         best = max(b["probe_accuracy"] for b in bands.values())
         p_first, p_last = bands[first]["probe_accuracy"], bands[last]["probe_accuracy"]
         probe_words = (f"and its best-layer probe reads it at the boundary too ({p_first:.2f} at {first} events, "
@@ -213,8 +214,9 @@ def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
         return (f"{name} writes its running state down: its thoughts name the state at every event boundary with "
                 f"accuracy >= {acc:.2f} {where}, {probe_words}")
     if bands[first].get("forced_accuracy", 0) >= 0.9 and bands[first]["probe_accuracy"] < 0.8:
-        return (f"{name} computes the state lazily: asked at a boundary it answers {bands[first]['forced_accuracy']:.2f} "
-                f"correctly, but no linear probe reads the state there ({bands[first]['probe_accuracy']:.2f})")
+        return (f"{name} computes the state lazily: asked at a boundary it answers "
+                f"{bands[first]['forced_accuracy']:.2f} correctly, but no linear probe reads the state there "
+                f"({bands[first]['probe_accuracy']:.2f})")
     if probe >= chance + (1 - chance) / 2:
         return (f"{name} keeps a partly readable running state: its best-layer probe reads >= {probe:.2f} in every "
                 f"band (chance {chance:.2f}), forced answers >= {forced:.2f}")

@@ -285,7 +285,8 @@ def determinism_costs_chart(series: dict, costs: dict) -> Figure:
                     continue
                 x = [100 * r["det_share"] for r in rows]
                 med = [r["ratio"]["median"] for r in rows]
-                err = [[a - r["ratio"]["q1"] for a, r in zip(med, rows)], [r["ratio"]["q3"] - a for a, r in zip(med, rows)]]
+                err = [[a - r["ratio"]["q1"] for a, r in zip(med, rows)],
+                       [r["ratio"]["q3"] - a for a, r in zip(med, rows)]]
                 ax.errorbar(x, med, yerr=err, fmt=fmt, color=c, capsize=3, mfc="none" if "fixed" in prefix else c,
                             label=f"{name}: {what}")
             if "fixed shape" in m.get("baselines", {}):

@@ -316,8 +316,8 @@ def tree_trace(target, tok, drafter, prompt_ids, tree=None, max_new_tokens: int 
     """
     from beliefscope.decoding import SpecConfig, TreeConfig, speculative_generate
 
-    cfg = SpecConfig(max_new_tokens=max_new_tokens, stop_at_eos=False, tree=tree or TreeConfig(nodes=8, depth=4, branch=3),
-                     trace=True, keep_rejected=True)
+    cfg = SpecConfig(max_new_tokens=max_new_tokens, stop_at_eos=False,
+                     tree=tree or TreeConfig(nodes=8, depth=4, branch=3), trace=True, keep_rejected=True)
     gen = speculative_generate(target, drafter, prompt_ids, cfg, tokenizer=tok)
     steps = gen.trace.steps
     off = [s.index for s in steps if s.path and s.path != list(range(len(s.path)))]

@@ -127,7 +127,6 @@ def demo_step(target, target_tok, target_probes: str, thinking_probes: str, prom
         check_probe_matches(probe, m, name)
         traj = trajectory(m, t, probe, ex)
         fa = forced_answers(m, t, ex)
-        s0 = traj.state_names[0]
         truth = (traj.true_state == 0).astype(float)
         b = traj.boundaries
         at_b = {layer: float(np.mean(((traj.row(layer)[b] < 0.5).astype(int)) == traj.true_state[b]))

@@ -73,7 +73,8 @@ def check_model_task(name: str, task: str) -> None:
     trained = model_task(name)
     if trained and trained != task:
         raise ValueError(f"model {name!r} was trained on the {trained!r} task, not {task!r}: its probe and answers "
-                         f"mean nothing on {task} stories; pick a {task} model (e.g. thinking-{task}) or --task {trained}")
+                         f"mean nothing on {task} stories; pick a {task} model (e.g. thinking-{task}) "
+                         f"or --task {trained}")
 
 
 def check_story_tokens(name: str, tok, examples) -> None:

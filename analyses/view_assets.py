@@ -73,7 +73,8 @@ JS = r"""
   } else {
     const box = el('span', {id: 'states'}, 'probe state (paler = less sure): ');
     S.forEach((s, k) => { const w = el('span', {class: 'sw', 'data-state': s}, s);
-      w.style.background = D.state_colours[k]; w.style.color = dark(D.state_colours[k]) ? '#fff' : '#000'; box.append(w); });
+      w.style.background = D.state_colours[k]; w.style.color = dark(D.state_colours[k]) ? '#fff' : '#000';
+      box.append(w); });
     legend.append(box);
   }
   legend.append(el('span', {}, 'underline: the truth · right edge: an event boundary · \u2022: a thought'));
@@ -141,10 +142,12 @@ JS = r"""
     const dl = el('dl');
     dd(dl, 'truth', 'ins-truth', S[P.truth[ti]]);
     const d = P.p[r][ti], k = argmax(d);
-    dd(dl, 'probe at ' + layerName(m, r), 'ins-probe', binary ? 'P(' + S[0] + ') = ' + fmt(d[0]) : S[k] + ' ' + fmt(d[k]));
+    dd(dl, 'probe at ' + layerName(m, r), 'ins-probe',
+       binary ? 'P(' + S[0] + ') = ' + fmt(d[0]) : S[k] + ' ' + fmt(d[k]));
     const j = P.boundaries.indexOf(ti);
     if (j < 0) dd(dl, 'forced answer', 'ins-forced', '\u2014 (not an event boundary)');
-    else { const f = P.forced[j], fk = argmax(f); dd(dl, 'forced answer', 'ins-forced', S[fk] + ' (P ' + fmt(f[fk]) + ')'); }
+    else { const f = P.forced[j], fk = argmax(f);
+      dd(dl, 'forced answer', 'ins-forced', S[fk] + ' (P ' + fmt(f[fk]) + ')'); }
     if (m.thinking) dd(dl, 'thought', 'ins-thought', j < 0 ? '\u2014 (written after an event)' :
                        P.thought[j] >= 0 ? S[P.thought[j]] : '(none)');
     ins.append(dl, el('div', {class: 'muted'}, binary ? 'P(' + S[0] + ') at every layer:' :
@@ -160,11 +163,13 @@ JS = r"""
         b.style.background = D.state_colours[kk]; box.append(b); });
       const td = el('td'); td.append(box);
       const kk = argmax(v);
-      tr.append(el('th', {}, layerName(m, lr)), td, el('td', {class: 'num'}, binary ? fmt(v[0]) : S[kk] + ' ' + fmt(v[kk])));
+      tr.append(el('th', {}, layerName(m, lr)), td,
+                el('td', {class: 'num'}, binary ? fmt(v[0]) : S[kk] + ' ' + fmt(v[kk])));
       tab.append(tr);
     });
-    ins.append(tab, el('p', {class: 'muted'}, 'probe: ' + (m.probe.fitted ? 'fitted ' + m.probe.fitted :
-                                                         m.probe.folder + ' (checkpoint ' + m.probe.checkpoint_hash + ')')));
+    ins.append(tab, el('p', {class: 'muted'},
+                       'probe: ' + (m.probe.fitted ? 'fitted ' + m.probe.fitted :
+                                    m.probe.folder + ' (checkpoint ' + m.probe.checkpoint_hash + ')')));
   }
 
   // ------------------------------------------------------------------ the speculative-decoding trace
@@ -176,7 +181,8 @@ JS = r"""
     const prov = i < R.provenance.length ? pname(R.provenance[i]) : 'not cached (the last token)';
     dd(dl, 'KV cache', 'ins-provenance', prov);
     const k = R.step_of[i];
-    if (k < 0) dd(dl, 'written by', 'ins-step', i < R.prompt_len ? 'the prefill (the story)' : "the prefill's prediction");
+    if (k < 0) dd(dl, 'written by', 'ins-step',
+                  i < R.prompt_len ? 'the prefill (the story)' : "the prefill's prediction");
     else {
       const st = R.steps[k];
       dd(dl, 'committed by', 'ins-step', 'verify step ' + k);
@@ -191,7 +197,8 @@ JS = r"""
     dec.append(el('h2', {}, 'Speculative decoding: ' + D.decode.model + ' verifies ' + D.decode.drafter +
                   ', \u03b3 = ' + D.decode.gamma));
     const lg = el('div', {class: 'legend'});
-    Object.values(D.provenance).forEach(p => { const w = el('span', {class: 'sw'}, p.name); w.style.background = p.colour; lg.append(w); });
+    Object.values(D.provenance).forEach(p => { const w = el('span', {class: 'sw'}, p.name);
+      w.style.background = p.colour; lg.append(w); });
     dec.append(lg);
     D.decode.stories.forEach((R, di) => {
       const row = el('div', {class: 'row', 'data-decode': di}), toks = el('div', {class: 'toks'});
@@ -213,8 +220,9 @@ JS = r"""
         });
         const ref = el('span', {class: 'chip ref'}, st.committed[st.committed.length - 1]);
         ref.style.outline = '1px solid ' + D.provenance['2'].colour;
-        p.append(' \u2192 ', ref, el('span', {class: 'muted'}, ' (' + st.accepted + ' of ' + st.drafted.length +
-                                                               ' accepted' + (st.rejected.length ? ', ' + st.rejected.length + ' rolled back)' : ')')));
+        p.append(' \u2192 ', ref, el('span', {class: 'muted'},
+                                     ' (' + st.accepted + ' of ' + st.drafted.length + ' accepted' +
+                                     (st.rejected.length ? ', ' + st.rejected.length + ' rolled back)' : ')')));
         dec.append(p);
       });
     });

@@ -20,7 +20,8 @@ import importlib
 import os
 import sys
 
-AREAS = ("beliefscope.models.cli", "beliefscope.decoding.cli", "beliefscope.probes.cli", "beliefscope.analyses.commands", "beliefscope.benchmarks.cli")
+AREAS = ("beliefscope.models.cli", "beliefscope.decoding.cli", "beliefscope.probes.cli",
+         "beliefscope.analyses.commands", "beliefscope.benchmarks.cli")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -61,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # One sentence for the flags many commands share (a command's own help= wins).
 FLAG_HELP = {
-    "model": "model: a shipped name (target, draft, thinking, direct-rope, cot-rope, smollm2-thinking, smollm2), a checkpoint "
-             "folder or an org/name hub model",
+    "model": "model: a shipped name (target, draft, thinking, direct-rope, cot-rope, smollm2-thinking, smollm2), "
+             "a checkpoint folder or an org/name hub model",
     "probes": "probe folder written by `beliefscope probe --out` (fitted on the same model)",
     "task": "task family: coinflip, cups or variables",
     "seed": "seed of the sampled prompts (a probe's own prompts use another seed)",

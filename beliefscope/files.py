@@ -12,10 +12,11 @@ Ctrl-C never leaves a half-written file or folder behind.
 ...     atomic_write_text(os.path.join(tmp, "a.txt"), "ok")
 >>> open(os.path.join(folder, "report", "a.txt")).read()
 'ok'
->>> check_writable_parent(os.path.join(folder, "a.json", "out"))
+>>> check_writable_parent(os.path.join(folder, "a.json", "out"))  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-ValueError: cannot write .../a.json/out: .../a.json is a file, not a folder; choose an output path under a writable folder
+ValueError: cannot write .../a.json/out: .../a.json is a file, not a folder; choose an output path under
+a writable folder
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark: per-token decode time, KVCache vs HF DynamicCache through the TransformerBridge.
 
-Run ``python -m beliefscope.benchmarks.cache`` (full) or ``python -m beliefscope.benchmarks.cache --quick`` (< 30 s, toy only).
-Writes ``benchmarks/results/cache.json``. All ratios are measured in one run, interleaved.
+Run ``python -m beliefscope.benchmarks.cache`` (full) or ``python -m beliefscope.benchmarks.cache --quick``
+(< 30 s, toy only). Writes ``benchmarks/results/cache.json``. All ratios are measured in one run, interleaved.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ def bench_lengths(bridge, tok, task, lengths, cfg: ForcedBenchConfig, progress=N
     out = {}
     for target in lengths:
         ex = example_of_length(task, tok, target, cfg.seed)
-        res = interleaved({"recompute": lambda: forced_answers(bridge, tok, ex, use_fork=False),
-                           "fork": lambda: forced_answers(bridge, tok, ex, use_fork=True)},
+        res = interleaved({"recompute": lambda ex=ex: forced_answers(bridge, tok, ex, use_fork=False),
+                           "fork": lambda ex=ex: forced_answers(bridge, tok, ex, use_fork=True)},
                           repeats=cfg.repeats, warmup=1, progress=progress)
         a, b = res["fork"]["outputs"], res["recompute"]["outputs"]
         diff = float(np.abs(a.p_state - b.p_state).max())

@@ -23,8 +23,17 @@ import time
 import torch
 from beliefscope.benchmarks.common import header, smollm2_available, spread, write_result
 from beliefscope.benchmarks.spec_config import QUICK, SpecBenchConfig
-from beliefscope.benchmarks.spec_methods import DEFAULT_KERNELS, Method, build_methods, run_model  # noqa: F401 (Method: spec_stats and tests)
-from beliefscope.benchmarks.spec_stats import summarize, table, verify_cost_profile  # noqa: F401 (table: the CLI reads it here)
+from beliefscope.benchmarks.spec_methods import (  # noqa: F401 (Method: spec_stats and tests)
+    DEFAULT_KERNELS,
+    Method,
+    build_methods,
+    run_model,
+)
+from beliefscope.benchmarks.spec_stats import (  # noqa: F401 (table: the CLI reads it here)
+    summarize,
+    table,
+    verify_cost_profile,
+)
 
 
 def toy_models():
@@ -117,10 +126,12 @@ def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: Spe
         kernels["packed_plain_over_default_kernels"] = spread([d / p for d, p in zip(default.times, plain.times)], 4)
         kernels["best_over_default_kernels_plain"] = spread([d / b for d, b in zip(default.times, fast.times)], 4)
         kernels["default_kernels_identical_to_plain"] = rows[DEFAULT_KERNELS]["identical_to_plain"]
-    return {"kernels": kernels, "model": label, "tree_calibration": {d: info for d, (_, info) in chosen.items()}, "n_prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens,
+    return {"kernels": kernels, "model": label, "tree_calibration": {d: info for d, (_, info) in chosen.items()},
+            "n_prompts": len(prompts), "max_new_tokens": cfg.max_new_tokens,
             "mean_new_tokens": round(sum(map(len, plain.outputs)) / len(plain.outputs), 1),
             "mean_prompt_tokens": round(sum(p.numel() for p in prompts) / len(prompts), 1),
-            "methods": rows, "verify_cost_profile": verify_profile, "best": best, "best_speedup": ours[best]["speedup"]["median"] if best else None,
+            "methods": rows, "verify_cost_profile": verify_profile, "best": best,
+            "best_speedup": ours[best]["speedup"]["median"] if best else None,
             "ours_vs_hf_matching": vs_hf,
             "outputs_identical": all(r["identical_to_plain"] == r["n_prompts"] or
                                      (r.get("fixed_window", True) and
@@ -147,7 +158,8 @@ def _pack(cfg: SpecBenchConfig) -> bool:
     return cfg.packed_linears and packing_available() and default_device().type == "cpu"
 
 
-def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = None, keep_existing: bool = False) -> dict:
+def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = None,
+         keep_existing: bool = False) -> dict:
     """Run the benchmark, write ``spec.json`` (``results/quick/`` when quick) and return the result.
 
     ``keep_existing=True`` keeps the sections of models not in ``config.models`` from the existing
@@ -185,8 +197,8 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
             result["smollm2_load_seconds"] = round(time.perf_counter() - t0, 1)
             prompts = smollm2_prompts(tok, cfg.n_prompts, cfg.seed, cfg)
             result["smollm2"] = bench_model("SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to fp32)", target, tok, None,
-                                            prompts, cfg.smollm2_drafters, cfg, progress, auto_only=cfg.smollm2_auto_gamma,
-                                            fixed_only=cfg.smollm2_fixed_gamma,
+                                            prompts, cfg.smollm2_drafters, cfg, progress,
+                                            auto_only=cfg.smollm2_auto_gamma, fixed_only=cfg.smollm2_fixed_gamma,
                                             slow=[d for d in cfg.smollm2_drafters if d.startswith("early-exit")],
                                             slow_prompts=cfg.smollm2_slow_prompts, variable=cfg.smollm2_variable,
                                             trees=cfg.tree_drafters,

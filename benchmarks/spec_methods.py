@@ -38,7 +38,8 @@ DEFAULT_KERNELS = "ours plain greedy, default kernels"  # row name: plain greedy
 
 
 def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig, auto_only=None,
-                  fixed_only=None, slow=(), slow_prompts=None, variable=(), trees=None, packed: bool = False) -> list[Method]:
+                  fixed_only=None, slow=(), slow_prompts=None, variable=(), trees=None,
+                  packed: bool = False) -> list[Method]:
     methods = [Method("ours plain greedy", "plain")]
     if packed:
         methods.append(Method(DEFAULT_KERNELS, "plain-default"))
@@ -65,7 +66,8 @@ def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig,
                                   max_prompts=slow_prompts if d in slow else None))
     if any(d.startswith("ngram") for d in drafters):
         methods.append(Method("hf prompt_lookup", "hf", hf_kwargs={
-            "prompt_lookup_num_tokens": cfg.hf_prompt_lookup_tokens, "max_matching_ngram_size": cfg.hf_max_matching_ngram},
+            "prompt_lookup_num_tokens": cfg.hf_prompt_lookup_tokens,
+            "max_matching_ngram_size": cfg.hf_max_matching_ngram},
             matches=next(d for d in drafters if d.startswith("ngram"))))
     return methods
 

@@ -42,9 +42,11 @@ def summarize(methods: list[Method], target, prompts, n_new: int, stop_at_eos: b
                     reference[W] = {}
                 for i in bad:
                     if i not in reference[W]:
-                        reference[W][i] = generate(target, prompts[i], SpecConfig(max_new_tokens=n_new, stop_at_eos=stop_at_eos),
+                        reference[W][i] = generate(target, prompts[i],
+                                                   SpecConfig(max_new_tokens=n_new, stop_at_eos=stop_at_eos),
                                                    window=W).tokens
-                row["identical_to_fixed_shape_reference"] = sum(s or m.outputs[i] == reference[W][i] for i, s in enumerate(same))
+                row["identical_to_fixed_shape_reference"] = sum(s or m.outputs[i] == reference[W][i]
+                                                                for i, s in enumerate(same))
             else:
                 row["identical_to_fixed_shape_reference"] = len(same)
         if m.matches:
@@ -104,8 +106,8 @@ def table(result: dict) -> list[list[list]]:
         r = result.get(model)
         if not isinstance(r, dict):
             continue
-        rows = [[f"{model}: method", "speedup (IQR)", "alpha", "gamma", "c", "tok/step", "verify cost", "bound", "share", "ideal",
-                 "same/n"]]
+        rows = [[f"{model}: method", "speedup (IQR)", "alpha", "gamma", "c", "tok/step", "verify cost", "bound",
+                 "share", "ideal", "same/n"]]
         for name, m in r["methods"].items():
             if "unsupported" in m:
                 rows.append([name, "unsupported", m["unsupported"][:60]])

@@ -133,10 +133,12 @@ class HFProtocolMixin:
 
             >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().check_generate("greedy_search", batch=1)
-            >>> tiny_cache().check_generate("contrastive_search")
+            >>> tiny_cache().check_generate("contrastive_search")  # doctest: +NORMALIZE_WHITESPACE
             Traceback (most recent call last):
             ...
-            ValueError: HF generate mode 'contrastive_search' is not supported by KVCache (supported: greedy_search, sample, assisted_generation, beam_search, beam_sample); run it without past_key_values (HF's DynamicCache) or with a supported mode.
+            ValueError: HF generate mode 'contrastive_search' is not supported by KVCache (supported: greedy_search,
+            sample, assisted_generation, beam_search, beam_sample); run it without past_key_values (HF's
+            DynamicCache) or with a supported mode.
         """
         name = str(getattr(mode, "value", mode))
         if name not in GENERATE_MODES:

@@ -135,7 +135,8 @@ class InspectMixin:
         """
         for r in range(len(self.layout.lengths)) if row is None else [row]:
             if not 0 <= start <= end <= self.layout.lengths[r]:
-                raise ValueError(f"mark({start}, {end}) for row {r}: need 0 <= start <= end <= {self.layout.lengths[r]}.")
+                raise ValueError(f"mark({start}, {end}) for row {r}: "
+                                 f"need 0 <= start <= end <= {self.layout.lengths[r]}.")
             if end > start:
                 self.storage.prov[r, self._phys(r, range(start, end))] = int(Provenance(prov))
 
@@ -169,7 +170,8 @@ class InspectMixin:
             if common and self.storage is not None:
                 stamps = self.storage.stamp[r, self._phys(r, range(common))]
                 over = tuple((stamps > snap.clock).nonzero().flatten().tolist())
-            rows.append(RowDiff(row=r, added=range(old, max(old, new)), removed=range(new, max(new, old)), overwritten=over))
+            rows.append(RowDiff(row=r, added=range(old, max(old, new)), removed=range(new, max(new, old)),
+                                overwritten=over))
         return CacheDiff(tuple(rows))
 
     # ------------------------------------------------------------------ overwrite and write hooks
@@ -243,7 +245,8 @@ class InspectMixin:
         dev = st.k[0].device
         return RejectedSpan(
             row=row, start=start, end=end, step=self._step, provenance=st.prov[row, idx].clone(),
-            keys=[st.k[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],  # [kv_heads, n, d_head]
+            # keys and values: per layer [kv_heads, n, d_head]
+            keys=[st.k[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],
             values=[st.v[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],
         )
 
@@ -266,7 +269,8 @@ class InspectMixin:
             counts = Counter(self.provenance_of(r).tolist())
             rej = sum(s.end - s.start for s in self.rejected if s.row == r)
             cells = [counts.get(int(p), 0) for p in list(Provenance)[:-1]] + [rej]
-            lines.append(f"{r:>4} {self.layout.lengths[r]:>7} {len(self.layout.segments[r]):>9} " + " ".join(f"{x:>9}" for x in cells))
+            lines.append(f"{r:>4} {self.layout.lengths[r]:>7} {len(self.layout.segments[r]):>9} "
+                         + " ".join(f"{x:>9}" for x in cells))
         lines.append(f"events: {len(self.events)} total" + (", latest:" if self.events else ""))
         for e in self.events[-last_events:]:
             lines.append(f"  step {e.step:>4}  {e.kind:<9} row {e.row}  [{e.start}, {e.end})")

@@ -2,8 +2,9 @@
 
 Layout. Every holder (a cache or one of its forks) owns, per row, a list of physical
 *segments* ``[a, b)`` of a shared :class:`~cache.storage.Storage`, kept by its
-:class:`~cache.layout.Layout`. The logical sequence of a row is the concatenation of its segments. All rows of one forward write the same physical slots
-``[p, p + n_new)``; ``get_seq_length()`` reports ``p`` (so HF builds the right causal mask), and
+:class:`~cache.layout.Layout`. The logical sequence of a row is the concatenation of its segments. All
+rows of one forward write the same physical slots ``[p, p + n_new)``; ``get_seq_length()`` reports ``p``
+(so HF builds the right causal mask), and
 :meth:`KVCache.attention_mask` / :meth:`KVCache.position_ids` hide holes and give every row its own
 logical positions. A *clean* cache (each row is one segment ``[0, p)``) needs neither.
 """

@@ -24,8 +24,8 @@ def tiny_gpt2(seed: int = 0, n_layer: int = 2, n_embd: int = 32, n_head: int = 4
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=vocab, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=n_head, bos_token_id=0, eos_token_id=0,
-                     attn_implementation="sdpa")
+    cfg = GPT2Config(vocab_size=vocab, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+                     bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
     model = GPT2LMHeadModel(cfg)
     return _bridge(model, "GPT2LMHeadModel") if bridge else model.eval()
 

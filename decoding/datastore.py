@@ -57,7 +57,8 @@ class NGramStore:
         if max_n < 1:
             raise ValueError(f"max_n={max_n} must be >= 1")
         self.max_n = max_n
-        self.tables: list[dict[tuple, dict[int, int]]] = [{} for _ in range(max_n + 1)]  # [n] -> suffix -> {next: count}
+        # [n] -> suffix -> {next: count}
+        self.tables: list[dict[tuple, dict[int, int]]] = [{} for _ in range(max_n + 1)]
         self.meta = dict(meta or {})  # provenance: model, prompts, how built
         self.n_tokens = 0  # tokens added so far
 

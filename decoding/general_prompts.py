@@ -2,8 +2,9 @@
 module docstrings (text that installs with Python, written by its authors, not by us).
 
 Passages are the prose paragraphs (150-700 characters) of the docstrings of the modules and of
-their top-level classes and functions in ``Lib/*.py``, read with ``ast`` (no module is imported). Modules are split by a hash of their name into ``store``
-(the n-gram store is built from these) and ``bench`` (the benchmark's prompts): the two halves share
+their top-level classes and functions in ``Lib/*.py``, read with ``ast`` (no module is imported). Modules
+are split by a hash of their name into ``store`` (the n-gram store is built from these) and ``bench``
+(the benchmark's prompts): the two halves share
 no passage and no module. Each prompt asks SmolLM2 to rewrite, explain or continue a passage
 (the instruction rotates), in its chat template.
 

@@ -90,7 +90,8 @@ def speculative_loop(model, drafter, prompt_ids, cfg: SpecConfig, kind, *, token
             pos = length - 1  # absolute position of the pending token
             _set_pass(caps, "draft")
             t = time.perf_counter()
-            prop = kind.propose(drafter, buf[:length], budget - (length - n_prompt) - 1)  # drafts past the budget are wasted
+            # drafts past the budget are wasted
+            prop = kind.propose(drafter, buf[:length], budget - (length - n_prompt) - 1)
             t_draft = time.perf_counter() - t
             _set_pass(caps, "verify")
             t = time.perf_counter()

@@ -173,7 +173,8 @@ class SlotCache(Cache):
         span = int(lengths.max()) + w
         mask = self.mask(w, lengths, span)  # [n, 1, W, span] (checks the capacity)
         sub = RowsView(self, idx, lengths, span)
-        return hf_logits(model, tokens, past_key_values=sub, attention_mask=mask, position_ids=self.position_ids(w, lengths))
+        return hf_logits(model, tokens, past_key_values=sub, attention_mask=mask,
+                         position_ids=self.position_ids(w, lengths))
 
 
 class RowsLayer(SlotLayer):

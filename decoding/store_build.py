@@ -92,7 +92,8 @@ def build_store(model, prompts: list, out_path: str, config: StoreBuildConfig | 
                 finished[i] = got
             greedy_outputs(model, prompts[i:i + config.batch_size], config, pad_id, done, progress)
     store = NGramStore(config.max_n, {**(meta or {}), "vocab_size": vocab_size(model), "n_prompts": len(prompts),
-                                      "max_new_tokens": config.max_new_tokens, "include_prompts": config.include_prompts})
+                                      "max_new_tokens": config.max_new_tokens,
+                                      "include_prompts": config.include_prompts})
     if tokenizer is not None:
         from beliefscope.decoding.lists import ListCounter
 

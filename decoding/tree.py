@@ -13,10 +13,11 @@ with REJECTED provenance when the cache keeps rejected entries.
 [1, 2, 1]
 >>> t.children(-1), t.children(0)
 ([0, 2], [1])
->>> TokenTree([7, 8], [1, -1])
+>>> TokenTree([7, 8], [1, -1])  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-ValueError: tree node 0 has parent 1, which comes after it: a node's parent must be an earlier node (or -1 for the root); order nodes parents-first (e.g. breadth- or depth-first)
+ValueError: tree node 0 has parent 1, which comes after it: a node's parent must be an earlier node (or -1 for
+the root); order nodes parents-first (e.g. breadth- or depth-first)
 """
 
 from __future__ import annotations

@@ -33,19 +33,24 @@ def register(sub) -> None:
                    help="thinking presets: a bare <eos> thought where the state does not change; S carries over "
                         "(speculative prefill accepts such chunks without a C call)")
     p.add_argument("--trained", default=None, choices=["frozen", "lora", "full"],
-                   help="smollm2-thinking: what is trained (frozen: T, C and the injection; lora, its default: + adapters on the backbone; full)")
-    p.add_argument("--lora-rank", type=int, default=None, help="smollm2-thinking --trained lora: adapter rank (default 8)")
+                   help="smollm2-thinking: what is trained (frozen: T, C and the injection; lora, its default: "
+                        "+ adapters on the backbone; full)")
+    p.add_argument("--lora-rank", type=int, default=None,
+                   help="smollm2-thinking --trained lora: adapter rank (default 8)")
     p.add_argument("--lora-targets", default=None,
-                   help="smollm2-thinking --trained lora: comma-separated layers given adapters (default q_proj,v_proj)")
+                   help="smollm2-thinking --trained lora: comma-separated layers given adapters "
+                        "(default q_proj,v_proj)")
     p.add_argument("--batch-size", type=int, default=None, help="smollm2-thinking: stories per step (default 8)")
     p.add_argument("--checkpoint-every", type=int, default=None,
                    help="smollm2-thinking: steps between resumable checkpoints in OUT/train_state.pt (default 10)")
     p.add_argument("--autocast", default=None, choices=["none", "bfloat16"],
                    help="smollm2-thinking: bfloat16 matmuls under torch.autocast (default bfloat16)")
     p.add_argument("--wordings", default=None, choices=["basic", "wide", "wider"],
-                   help="smollm2-thinking: natural train sentences (default wide; wider adds stays that mention flipping)")
+                   help="smollm2-thinking: natural train sentences (default wide; wider adds stays that "
+                        "mention flipping)")
     p.add_argument("--init-from", default=None,
-                   help="smollm2-thinking: warm-start from this checkpoint's trained parts (same backbone and adapters)")
+                   help="smollm2-thinking: warm-start from this checkpoint's trained parts "
+                        "(same backbone and adapters)")
     p.add_argument("--measure-cost", action="store_true",
                    help="smollm2-thinking: time a few steps of each option (full, lora, frozen, frozen+bf16), "
                         "write OUT/training_cost.json (copied into the model card) and stop")

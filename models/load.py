@@ -21,10 +21,11 @@ tokenizer (`load_hf`) in `models.hf_load`.
 >>> bridge, tok = load_model("target")
 >>> bridge.cfg.n_layers
 4
->>> load_model("no-such-model")  # doctest: +ELLIPSIS
+>>> load_model("no-such-model")  # doctest: +ELLIPSIS, +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, ..., smollm2
+beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder
+or a hub name ('org/model'); shipped names: target, draft, thinking, ..., smollm2
 """
 
 from __future__ import annotations

@@ -98,10 +98,11 @@ def check_model_name(name: str) -> str:
 
     >>> check_model_name("target")
     'target'
-    >>> check_model_name("no-such-model")  # doctest: +ELLIPSIS
+    >>> check_model_name("no-such-model")  # doctest: +ELLIPSIS, +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder or a hub name ('org/model'); shipped names: target, draft, thinking, ..., smollm2
+    beliefscope.models.errors.ModelLoadError: model 'no-such-model' is not a shipped name, a checkpoint folder
+    or a hub name ('org/model'); shipped names: target, draft, thinking, ..., smollm2
     """
     if name in SHIPPED:
         checkpoint_path(name)  # a shipped name whose folder is missing says how to rebuild it

@@ -105,8 +105,8 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
         raise ModelLoadError(
             f"{name_or_path!r} was trained over a backbone {card['backbone']!r} whose weights hash to "
             f"{str(want)[:16]}..., but the installed {backbone_name!r} hashes to {got[:16]}...: its trained parts "
-            f"were fitted to that model's hidden states, so they are refused on another one. Install the backbone it was trained on, "
-            f"or retrain with `{card.get('rebuild', 'beliefscope train')}`")
+            f"were fitted to that model's hidden states, so they are refused on another one. Install the backbone "
+            f"it was trained on, or retrain with `{card.get('rebuild', 'beliefscope train')}`")
     parts_file = PARTS_FILES[card.get("kind", "thinking")]
     parts = load_file(os.path.join(path, parts_file))
     if card.get("lora_rank"):  # adapters trained on the backbone: wrap it the same way first

@@ -176,7 +176,8 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     model.eval()
     card = {"kind": "thinking" if cfg.preset == "thinking" else "lm", "rendering": "toy",
             "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
-            "rebuild": f"beliefscope train --preset {cfg.preset}" + (f" --task {cfg.task}" if cfg.task != "coinflip" else "")
+            "rebuild": f"beliefscope train --preset {cfg.preset}"
+            + (f" --task {cfg.task}" if cfg.task != "coinflip" else "")
             + (" --empty-thoughts" if cfg.empty_thoughts else "")}
     if cfg.preset == "thinking":
         card["thinking_config"] = asdict(model.thinking_config)

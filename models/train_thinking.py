@@ -229,7 +229,8 @@ def load_state(out: str, cfg: ThinkingTrainConfig, model, opt) -> tuple[int, lis
     diff = {f.name: (saved[f.name], mine[f.name]) for f in fields(cfg)
             if f.name not in RESUME_FREE and saved[f.name] != mine[f.name]}
     if diff:
-        raise ValueError(f"{path} was written by another training configuration ({', '.join(f'{k}: saved {a!r}, now {b!r}' for k, (a, b) in diff.items())}): "
+        raise ValueError(f"{path} was written by another training configuration "
+                         f"({', '.join(f'{k}: saved {a!r}, now {b!r}' for k, (a, b) in diff.items())}): "
                          "give the same settings to resume, or another --out to start afresh")
     named = _trained_named(model)
     if set(named) != set(state["trained"]):

@@ -153,7 +153,8 @@ class ActivationStore:
         final = os.path.join(self.path, name)
         atomic_save(final, lambda tmp: save_file(tensors, tmp, metadata={"config_hash": self.manifest["config_hash"]}))
         info = ShardInfo(file=name, sha256=sha256_file(final), bytes=os.path.getsize(final),
-                         n_rows=int(tensors["label/state"].shape[0]), prompts=tuple(tuple(p) for p in prompts), rank=rank)
+                         n_rows=int(tensors["label/state"].shape[0]), prompts=tuple(tuple(p) for p in prompts),
+                         rank=rank)
         atomic_write_json(os.path.join(self.path, f"journal-rank{rank}.json"),
                           {"config_hash": self.manifest["config_hash"],
                            "shards": [s.to_json() for s in [*mine, info]]}, indent=None)

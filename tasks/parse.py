@@ -130,7 +130,8 @@ def _parse_toy_cups(text: str) -> Example:
         if sm:
             a, b = CUPS.index(sm.group(2)), CUPS.index(sm.group(3))
             if a == b:
-                raise ValueError(f"'{sm.group(0).strip()}' swaps the {CUPS[a]} cup with itself: name two different cups")
+                raise ValueError(f"'{sm.group(0).strip()}' swaps the {CUPS[a]} cup with itself: "
+                                 "name two different cups")
             ball = b if ball == a else a if ball == b else ball
             events.append(Event((pos + 1, pos + sm.end()), "swap", ball))
             moves.append((a, b))

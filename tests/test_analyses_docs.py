@@ -5,8 +5,9 @@ import importlib
 
 import pytest
 
-MODULES = ["beliefscope.analyses.common", "beliefscope.analyses.plots", "beliefscope.analyses.report", "beliefscope.analyses.beliefs", "beliefscope.analyses.forced",
-           "beliefscope.analyses.spec_trace", "beliefscope.analyses.determinism", "beliefscope.analyses.demo", "beliefscope.analyses.commands"]
+MODULES = ["beliefscope.analyses.common", "beliefscope.analyses.plots", "beliefscope.analyses.report",
+           "beliefscope.analyses.beliefs", "beliefscope.analyses.forced", "beliefscope.analyses.spec_trace",
+           "beliefscope.analyses.determinism", "beliefscope.analyses.demo", "beliefscope.analyses.commands"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -66,7 +66,7 @@ def test_toy_target_decode_rollback_fork_match_uncached():
 def test_update_returns_views_of_the_buffers(bridge):
     cache = KVCache.for_model(bridge, capacity=32)
     fwd(bridge, torch.tensor([[1, 2, 3]]), past_key_values=cache)
-    k, v = cache.layers[0].keys, cache.layers[0].values
+    k = cache.layers[0].keys
     assert k._base is not None and k.data_ptr() == cache.storage.k[0].data_ptr()
     assert cache.keys(0).data_ptr() == cache.storage.k[0].data_ptr()  # contiguous row -> view
 

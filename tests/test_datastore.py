@@ -99,7 +99,8 @@ def test_drafter_rejects_other_vocabulary():
 
 
 def test_efficient_widths():
-    assert efficient_widths({1: 1.0, 2: 1.56, 3: 1.93, 4: 1.49, 5: 1.34, 6: 1.40, 7: 1.70, 8: 1.41, 9: 1.57}) == (1, 5, 6, 8, 9)
+    assert efficient_widths({1: 1.0, 2: 1.56, 3: 1.93, 4: 1.49, 5: 1.34, 6: 1.40, 7: 1.70, 8: 1.41,
+                             9: 1.57}) == (1, 5, 6, 8, 9)
     assert SpecConfig(gamma=8, fixed_window=False, verify_widths=(1, 5, 9)).verify_width(6) == 9
     assert SpecConfig(gamma=8, fixed_window=False).verify_width(3) == 3
     with pytest.raises(ValueError, match="verify_widths"):
@@ -170,7 +171,8 @@ def test_greedy_exact_store_drafter_200_heldout(toy):
         bad = [i for i, (o, r) in enumerate(zip(outs, want)) if o.tokens != r]
         assert not bad, f"fixed_window={cfg.fixed_window}: prompts {bad[:5]} differ"
         alpha = sum(o.accepted for o in outs) / max(1, sum(o.drafted for o in outs))
-        assert alpha > 0.2  # measured 0.28 (0.44 with min_n=2, min_share=0.6); a random proposal would be ~1/32: the store really predicts the toy's chains (otherwise this test proves little)
+        assert alpha > 0.2  # measured 0.28 (0.44 with min_n=2, min_share=0.6); a random proposal would be
+        # ~1/32: the store really predicts the toy's chains (otherwise this test proves little)
 
 
 def test_generate_cli_variable_windows_equal_plain(capsys):

@@ -49,7 +49,8 @@ def test_slot_verify_exact_and_batch_invariant(builder):
         slots = SlotCache.for_model(model, slots=4, capacity=64)
         slots.prefill(model, slot, prompt)
         for o in others:
-            slots.prefill(model, o, torch.randint(1, 30, (int(torch.randint(2, 40, (1,), generator=g)),), generator=g).tolist())
+            slots.prefill(model, o, torch.randint(1, 30, (int(torch.randint(2, 40, (1,), generator=g)),),
+                                                  generator=g).tolist())
         x = torch.randint(1, 30, (4, 4), generator=g)  # [B, W]: other rows hold random windows
         x[slot] = window
         outs.append(slots.verify(model, x)[slot])  # [W, vocab]

@@ -73,7 +73,9 @@ def test_tree_rule_matches_target_distribution(drafter):
     for seed in range(20_000):
         cfg = SpecConfig(temperature=T, seed=seed)
         if drafter == "model":
-            def step(x, fed=[]):
+            fed = []  # the tokens fed to the draft so far (a fresh list for each seed)
+
+            def step(x, fed=fed):
                 fed.extend(x.tolist())
                 return drf[tuple(fed[1:])]  # the draft's logits after the tokens fed past the prompt
             tree = model_propose_tree(None, ids, shape, cfg, step, ids[-1:])

@@ -22,7 +22,8 @@ def test_thinking_demo_report(tmp_path):
     page = open(out / "report.html").read()
     acc = s["eval"]["1-8"]["answer_accuracy"]
     assert f"answers {acc:.1%} of 1-8-event stories" in page
-    assert set(s["instrument"]["models"]) == {"thinking", "target"} and "causal" in s["instrument"]["models"]["thinking"]
+    assert (set(s["instrument"]["models"]) == {"thinking", "target"}
+            and "causal" in s["instrument"]["models"]["thinking"])
     assert s["beliefs"]["thoughts"] and os.path.getsize(out / "figures" / "story.png") > 10_000
     assert not [f for f in os.listdir(tmp_path) if f != "demo"]  # staged folder renamed, nothing else left
 

@@ -22,7 +22,8 @@ def test_quick_bench_writes_the_table(tmp_path, monkeypatch):
     rows = {r["config"]: r for r in m["rows"]}
     assert rows["share 0%"]["deterministic_requests"] == 0 and rows["share 0%"]["verify_forwards"] == 0
     assert rows["share 2%"]["deterministic_requests"] == 1  # at least one when the share is > 0
-    assert rows["share 100%"]["deterministic_requests"] == rows["fixed-shape verify, 100%"]["deterministic_requests"] == 8
+    assert (rows["share 100%"]["deterministic_requests"]
+            == rows["fixed-shape verify, 100%"]["deterministic_requests"] == 8)
     # row-invariant verify computes only the due rows; fixed-shape verify computes every slot of every forward
     assert rows["share 100%"]["verify_rows"] > 0 and rows["share 100%"]["verify_kernels"] == "row-invariant"
     assert rows["batch-invariant fast path, 100%"]["verify_forwards"] == 0  # deterministic by construction

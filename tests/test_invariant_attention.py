@@ -86,7 +86,8 @@ def test_verify_rows_bitwise_across_batch_slot_and_neighbours(builder):
         slots = SlotCache.for_model(hf, slots=16, capacity=96)
         slots.prefill(hf, slot, prompt)
         for o in others:
-            slots.prefill(hf, o, torch.randint(1, 40, (int(torch.randint(2, 80, (1,), generator=g)),), generator=g).tolist())
+            slots.prefill(hf, o, torch.randint(1, 40, (int(torch.randint(2, 80, (1,), generator=g)),),
+                                               generator=g).tolist())
         rows = sorted([slot, *others], key=lambda r: torch.rand(1, generator=g).item())  # any order
         x = torch.randint(1, 40, (len(rows), 4), generator=g)
         x[rows.index(slot)] = window

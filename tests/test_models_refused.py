@@ -38,11 +38,13 @@ def _small_embedding(folder):
 
 
 CASES = [(_bert, "BertForMaskedLM, not a causal"), (_no_weights, "no weights"), (_no_tokenizer, "no tokenizer"),
-         (_small_embedding, f"the tokenizer has {len(toy_tokenizer())} tokens but the model's embedding has only 16 rows")]
+         (_small_embedding,
+          f"the tokenizer has {len(toy_tokenizer())} tokens but the model's embedding has only 16 rows")]
 
 
 @pytest.mark.parametrize("make,fragment", CASES, ids=[c[0].__name__ for c in CASES])
-@pytest.mark.parametrize("command", ["eval --task coinflip --n 2 --events 1-2", "harvest --n 2 --events 1-2 --out acts"])
+@pytest.mark.parametrize("command", ["eval --task coinflip --n 2 --events 1-2",
+                                     "harvest --n 2 --events 1-2 --out acts"])
 def test_folder_refused(make, fragment, command, tmp_path, monkeypatch, capsys):
     folder = tmp_path / "m"
     make(str(folder))

@@ -127,7 +127,8 @@ def test_bad_input_is_refused():
         pack_linears(torch.nn.Sequential(torch.nn.Linear(2, 2)), batch_hint=0)
     from beliefscope.models.load import load_hf
 
-    with pytest.raises(ValueError, match="packed linears need float32 weights on the CPU; this model is torch.bfloat16"):
+    with pytest.raises(ValueError,
+                       match="packed linears need float32 weights on the CPU; this model is torch.bfloat16"):
         load_hf("target", "cpu", "bfloat16", packed=True)
 
 

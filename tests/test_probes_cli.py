@@ -72,8 +72,8 @@ def test_steer_cli_and_zero_alpha(probes_dir, ckpt, capsys):
     sweep = json.loads(capsys.readouterr().out)["sweep"]
     zero, big = sweep
     assert zero["flip_rate"] == 0 and zero["random"]["mean"] == 0 and zero["random"]["n"] == 10
-    assert big["added_norm"] == pytest.approx(50 * LinearProbe.load(pdir).meta["resid_norm"]["blocks.1.hook_resid_post"],
-                                              rel=1e-4)
+    assert big["added_norm"] == pytest.approx(
+        50 * LinearProbe.load(pdir).meta["resid_norm"]["blocks.1.hook_resid_post"], rel=1e-4)
     assert main(["steer", "--model", ckpt, "--probes", pdir, "--layer", "7", "--json"]) == 2
 
 
@@ -89,7 +89,8 @@ def test_steering_adds_the_scaled_direction_after_the_last_event(probes_dir):
     lab = ex.labels(tok, text=ex.prompt)
     ids = torch.as_tensor(lab.input_ids)[None]
     first = int(np.nonzero(lab.is_event_boundary)[0][-1])
-    ans = [tok(" heads", add_special_tokens=False)["input_ids"][0], tok(" tails", add_special_tokens=False)["input_ids"][0]]
+    ans = [tok(" heads", add_special_tokens=False)["input_ids"][0],
+           tok(" tails", add_special_tokens=False)["input_ids"][0]]
     with torch.no_grad():
         h = hf(ids, output_hidden_states=True).hidden_states[2][0, -1]
     belief = int(probe.predict(h[None], "blocks.1.hook_resid_post"))
@@ -118,7 +119,8 @@ def test_torchrun_two_ranks_equal_one_process(ckpt, tmp_path):
     two = str(tmp_path / "two")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     r = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", "29517", "-m", "beliefscope.probes.harvest",
-                        *common, "--out", two], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+                        *common, "--out", two], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                       check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     one = str(tmp_path / "one")
     assert main(["harvest", *common, "--out", one]) == 0

@@ -95,7 +95,8 @@ def test_bpe_hand_sentence():
     text_prompt = "A coin's state is heads. Alice flips the coin. What's the state? A:"
     s = text_prompt.index("Alice")
     ex = Example("coinflip", "natural", "direct", text_prompt, " tails", ("heads", "tails"), 0,
-                 (Event((s, s + len("Alice flips the coin.")), "flip", 1),), (len(text_prompt) + 1, len(text_prompt) + 6))
+                 (Event((s, s + len("Alice flips the coin.")), "flip", 1),),
+                 (len(text_prompt) + 1, len(text_prompt) + 6))
     lab = ex.labels(tok)
     pieces = [ex.text[a:b] for a, b in lab.offsets]
     # every piece up to and including the final "." of Alice's sentence is heads, after it tails

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 # Anything that would make a browser reach outside the file: a URL scheme, a protocol-relative
 # reference, a stylesheet import or an external src/href.
-EXTERNAL = re.compile(r"(?:https?|ftp|wss?)://|(?:src|href)\s*=\s*['\"]?(?!#|data:)[^'\" >]|@import|url\(\s*['\"]?(?!data:)",
-                      re.IGNORECASE)
+EXTERNAL = re.compile(r"(?:https?|ftp|wss?)://|(?:src|href)\s*=\s*['\"]?(?!#|data:)[^'\" >]"
+                      r"|@import|url\(\s*['\"]?(?!data:)", re.IGNORECASE)
 
 
 def test_page_has_no_external_reference_and_embeds_its_data():

@@ -106,7 +106,8 @@ def test_installed_wheel_works_from_an_empty_folder(venv, tmp_path):
     empty.mkdir()
     t0 = time.perf_counter()
 
-    where = _run([py, "-c", "import beliefscope as bs, os; bs.load_model('target'); print(os.path.dirname(bs.__file__))"],
+    where = _run([py, "-c", "import beliefscope as bs, os; bs.load_model('target'); "
+                            "print(os.path.dirname(bs.__file__))"],
                  empty, env).stdout.strip().splitlines()[-1]
     assert Path(where).resolve().is_relative_to(venv.resolve()), f"beliefscope came from {where}, not the wheel"
     assert not (Path(where) / "benchmarks").exists()
