@@ -9,7 +9,8 @@ import re
 import numpy as np
 import pytest
 import torch
-from viewpages import page
+
+from .viewpages import page
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -11,7 +11,8 @@ import json
 import shutil
 
 import pytest
-from viewpages import page
+
+from .viewpages import page
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
