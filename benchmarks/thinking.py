@@ -93,7 +93,8 @@ def _band(cfg, band, thinking, tok, cot, ctok, progress, drafter=None) -> dict:
             fns["cot_drafted"] = lambda c=c, m=max_new: _cot_drafted(cot, ctok, c.prompt, m, drafter)
         res = interleaved(fns, repeats=cfg.repeats, warmup=0, progress=progress)
         if drafter is not None:
-            cols["vs_drafted"].append(ratio_spread(res["cot_drafted"]["times_s"], res["speculative"]["times_s"])["median"])
+            paired = ratio_spread(res["cot_drafted"]["times_s"], res["speculative"]["times_s"])
+            cols["vs_drafted"].append(paired["median"])
             cols["t_drafted"].append(res["cot_drafted"]["seconds"]["median"])
         run, spec, cot_tokens = res["chunked"]["outputs"], res["speculative"]["outputs"], res["cot"]["outputs"]
         cols["chunked"].append(res["chunked"]["speedup"]["median"])
@@ -151,7 +152,8 @@ def _batched(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
             "seconds_per_story_thinking": round(res["thinking"]["seconds"]["median"] / n, 5),
             "seconds_per_story_cot": round(res["cot"]["seconds"]["median"] / n, 5),
             "backbone_forwards_thinking": run.backbone_forwards, "think_calls": run.think_calls,
-            "answer_accuracy_thinking": sum(tok.decode(t[:1]).strip() == d.answer for t, d in zip(run.tokens, direct)) / n,
+            "answer_accuracy_thinking": sum(tok.decode(t[:1]).strip() == d.answer
+                                            for t, d in zip(run.tokens, direct, strict=True)) / n,
             "answer_accuracy_cot": sum(_last_word(t) == c.answer for t, c in zip(texts, chain)) / n}
 
 
@@ -252,6 +254,7 @@ def table(result: dict) -> list[list]:
         if "batched" in r:
             c = r["batched"]
             s = c["speedup_vs_cot"]
-            rows.append([f"{name}{band} events, batch {c['batch']}", f"{s['median']:.2f}x ({s['q1']:.2f}-{s['q3']:.2f})",
+            rows.append([f"{name}{band} events, batch {c['batch']}",
+                         f"{s['median']:.2f}x ({s['q1']:.2f}-{s['q3']:.2f})",
                          "", "", f"{c['answer_accuracy_thinking']:.2f} / {c['answer_accuracy_cot']:.2f}"])
     return rows

@@ -81,7 +81,8 @@ def choose_tree_nodes(path_ranks: list[list[int]], costs: dict[int, float], max_
         accepted = sum(next((j for j, r in enumerate(path) if r >= n), len(path)) for path in path_ranks)
         value[n] = (len(path_ranks) + accepted) / len(path_ranks) / min(fits)
     if not value:
-        raise ValueError(f"costs cover widths {sorted(costs)}; measure widths up to at least 2 (one node + the pending token)")
+        raise ValueError(f"costs cover widths {sorted(costs)}; measure widths up to at least 2 "
+                         f"(one node + the pending token)")
     best = max(value.values())
     return min(n for n, v in value.items() if v >= best - 1e-12), value
 
