@@ -220,7 +220,32 @@ class ThinkingStates(nn.Module):
         return out
 
     def state_from_thoughts(self, thoughts: list[list[int]]) -> torch.Tensor:
-        """``[n, d_model]`` states from token lists (one per chunk)."""
+        """``[n, d_model]`` states from token lists (one per chunk).
+
+        C reads only the thought's tokens, so S is a function of them. Under ``torch.no_grad`` each
+        distinct thought is compressed once, alone, and remembered until a weight that C reads
+        changes (C, ``out_proj`` or the token table: their storage and in-place version are compared).
+        A coin-flip model has three thoughts, so inference runs C three times, not once per chunk;
+        and S does not depend on which other thoughts shared the call. With gradients on (training),
+        every call computes."""
+        if torch.is_grad_enabled():
+            return self._compress_lists(thoughts)
+        memo = self._remembered_states()
+        for t in dict.fromkeys(tuple(t) for t in thoughts):
+            if t not in memo:
+                memo[t] = self._compress_lists([list(t)])[0]  # [d]
+        return torch.stack([memo[tuple(t)] for t in thoughts])  # [n, d]
+
+    def _remembered_states(self) -> dict:
+        """The thought -> S memo of `state_from_thoughts`, emptied when a weight C reads has changed."""
+        stamp = tuple((p.data_ptr(), p._version) for p in (*self.C.parameters(), self.out_proj.weight,
+                                                           self.backbone.get_input_embeddings().weight))
+        if self.__dict__.get("_memo_stamp") != stamp:
+            self.__dict__["_memo_stamp"], self.__dict__["_memo"] = stamp, {}
+        return self.__dict__["_memo"]
+
+    def _compress_lists(self, thoughts: list[list[int]]) -> torch.Tensor:
+        """`compress` over token lists, right-padded with <eos>: ``[n, d_model]``."""
         dev = self.out_proj.weight.device
         k = max(1, max(len(t) for t in thoughts))
         ids = torch.full((len(thoughts), k), self.eos_id, dtype=torch.long, device=dev)
@@ -362,7 +387,6 @@ def load_thinking(name_or_path: str, device=None, dtype=None):
     """Load a Thinking States checkpoint as ``(ThinkingStates, tokenizer)``: a whole model saved
     with its backbone, or only the trained parts composed over a named backbone
     (`models.thinking_ckpt`). A plain checkpoint is refused with the loader to use instead."""
-    import json
     import os
 
     from safetensors.torch import load_file

@@ -111,3 +111,23 @@ def test_too_long_prompt_fails_before_any_forward(random_thinking, monkeypatch):
     limit = model.backbone.config.max_position_embeddings
     with pytest.raises(ValueError, match=f"model addresses {limit}"):
         run_thinking(model, [3] * limit, max_new_tokens=4)
+
+
+def test_remembered_states_equal_a_fresh_compress_and_follow_weight_edits():
+    """S is remembered per distinct thought under no_grad: equal to C run on that thought alone,
+    whatever shared the call; an in-place weight edit forgets it; with gradients it is computed."""
+    model, tok = build(RopeTrainConfig(preset="thinking", n_layers=2, d_model=32, n_heads=2, seed=3))
+    with torch.no_grad():
+        torch.nn.init.normal_(model.out_proj.weight, std=0.5)  # S = 0 at start would make every check trivial
+    h, t, e = (tok.convert_tokens_to_ids(w) for w in ("heads", "tails", tok.eos_token))
+    thoughts = [[h, e], [t, e], [e], [h, e]]
+    with torch.no_grad():
+        alone = [model._compress_lists([z])[0] for z in thoughts]  # [d] each, no memo
+        got = model.state_from_thoughts(thoughts)  # [4, d]
+        assert all(torch.equal(got[i], alone[i]) for i in range(4))
+        assert len(model._remembered_states()) == 3  # three distinct thoughts, each compressed once
+        assert torch.equal(model.state_from_thoughts([[t, e]])[0], alone[1])
+        model.out_proj.weight.mul_(2.0)  # in-place edit: the memo must not serve the old S
+        assert torch.allclose(model.state_from_thoughts([[h, e]])[0], 2 * alone[0], atol=1e-6)
+    s = model.state_from_thoughts([[h, e]])
+    assert s.requires_grad  # training path: computed, differentiable
