@@ -45,6 +45,7 @@ class ThinkingConfig:
     chunk_size: int = 8  # tokens per chunk when chunking == "fixed"
     boundary: str = "."  # the token that ends an event in the toy grammar (chunking == "events")
     max_thought: int = 3  # most tokens T writes per chunk, <eos> included
+    lookup: int = 4  # remembered thoughts `ThinkingStates.think` also feeds in its first forward (0: none)
     empty_unchanged: bool = False  # gold thought is a bare <eos> after a chunk that left the state as it was;
     #   an empty thought then carries S over to the next chunk (no C call), which speculative prefill exploits
     init_from_backbone: bool = True  # T starts as a copy of the backbone's last block, C of its first
@@ -58,6 +59,8 @@ class ThinkingConfig:
             raise ValueError(f"l_in={self.l_in} is outside the backbone's blocks 0..{n_layers - 1}")
         if not -n_layers <= self.l_out < n_layers:
             raise ValueError(f"l_out={self.l_out} is outside the backbone's blocks 0..{n_layers - 1}")
+        if self.lookup < 0:
+            raise ValueError(f"lookup={self.lookup} must be >= 0 (0 turns the thought lookup off)")
 
 
 def chunk_spans(ids, cfg: ThinkingConfig, boundary_id: int | None) -> list[tuple[int, int, bool]]:
@@ -195,28 +198,58 @@ class ThinkingStates(nn.Module):
 
     @torch.no_grad()
     def think(self, chunk_states: list[torch.Tensor]) -> list[list[int]]:
-        """Greedy thoughts for a list of chunks' L_out states (each ``[c, d]``), batched."""
+        """Greedy thoughts for a list of chunks' L_out states (each ``[c, d]``), batched.
+
+        Thought lookup: the thoughts already compressed (`state_from_thoughts` remembers them) are
+        likely again, so the first forward also feeds each of the most recent ones after every
+        chunk (one row per chunk and candidate) and keeps, per chunk, the tokens greedy decoding
+        confirms. A coin flip's thought ("heads" <eos>) then takes one forward of T instead of two.
+        The thoughts are those of plain greedy decoding: a candidate only saves forwards."""
         n, width = len(chunk_states), max(len(s) for s in chunk_states)
-        d = chunk_states[0].shape[-1]
-        L = width + self.thinking_config.max_thought
-        states = chunk_states[0].new_zeros(n, L, d)  # left-padded in a buffer we extend to the right
-        mask = torch.zeros(n, L, dtype=torch.long, device=states.device)
+        d, cap = chunk_states[0].shape[-1], self.thinking_config.max_thought
+        states = chunk_states[0].new_zeros(n, width + cap, d)  # left-padded chunks, thoughts to the right
+        mask = torch.zeros(n, width + cap, dtype=torch.long, device=states.device)
         for i, s in enumerate(chunk_states):
             states[i, width - len(s): width] = s
             mask[i, width - len(s): width] = 1
-        out = [[] for _ in range(n)]
-        done = torch.zeros(n, dtype=torch.bool)
-        for t in range(self.thinking_config.max_thought):
-            logits = self.think_logits(states[:, : width + t], mask[:, : width + t])[:, -1]  # [n, vocab]
-            nxt = logits.argmax(-1)
-            for i in range(n):
-                if not done[i]:
-                    out[i].append(int(nxt[i]))
-                    done[i] = int(nxt[i]) == self.eos_id
-            if bool(done.all()) or t + 1 == self.thinking_config.max_thought:
-                break
-            states[:, width + t] = self.embed(nxt)
-            mask[:, width + t] = 1
+        out = self._look_up_thoughts(states, mask, width) or [[] for _ in range(n)]
+        while True:
+            todo = [i for i in range(n) if not out[i] or (out[i][-1] != self.eos_id and len(out[i]) < cap)]
+            if not todo:
+                return out
+            for i in todo:  # the tokens decided so far go in as T's input
+                if out[i]:
+                    states[i, width: width + len(out[i])] = self.embed(torch.tensor(out[i], device=states.device))
+                    mask[i, width: width + len(out[i])] = 1
+            cur = max(len(out[i]) for i in todo)
+            logits = self.think_logits(states[todo, : width + cur], mask[todo, : width + cur])  # [len(todo), w, V]
+            for r, i in enumerate(todo):
+                out[i].append(int(logits[r, width - 1 + len(out[i])].argmax()))
+
+    def _look_up_thoughts(self, states, mask, width) -> list[list[int]] | None:
+        """The thought-lookup forward of `think`: per chunk, the tokens greedy decoding gives that a
+        remembered thought predicted (at least the first token); None when nothing is remembered."""
+        cap = self.thinking_config.max_thought
+        memo = self.__dict__.get("_memo", {})  # a stale memo only proposes: greedy decoding still decides
+        cands = [list(t) for t in reversed(memo) if 1 < len(t) <= cap][: self.thinking_config.lookup]
+        if not cands:
+            return None
+        n, m = len(states), len(cands)
+        rows = states.repeat_interleave(m, 0)  # [n * m, width + cap, d]: row i * m + c is chunk i, candidate c
+        rmask = mask.repeat_interleave(m, 0)
+        for c, z in enumerate(cands):
+            rows[c::m, width: width + len(z) - 1] = self.embed(torch.tensor(z[:-1], device=states.device))
+            rmask[c::m, width: width + len(z) - 1] = 1
+        w = width + max(len(z) for z in cands) - 1
+        pred = self.think_logits(rows[:, :w], rmask[:, :w]).argmax(-1)  # [n * m, w]
+        out = []
+        for i in range(n):
+            first = int(pred[i * m, width - 1])
+            c = next((c for c, z in enumerate(cands) if z[0] == first), None)
+            z = [first]
+            while c is not None and z[-1] != self.eos_id and len(z) < len(cands[c]) and z[-1] == cands[c][len(z) - 1]:
+                z.append(int(pred[i * m + c, width - 1 + len(z)]))
+            out.append(z)
         return out
 
     def state_from_thoughts(self, thoughts: list[list[int]]) -> torch.Tensor:
@@ -231,9 +264,8 @@ class ThinkingStates(nn.Module):
         if torch.is_grad_enabled():
             return self._compress_lists(thoughts)
         memo = self._remembered_states()
-        for t in dict.fromkeys(tuple(t) for t in thoughts):
-            if t not in memo:
-                memo[t] = self._compress_lists([list(t)])[0]  # [d]
+        for t in dict.fromkeys(tuple(t) for t in thoughts):  # most recent last (the thought lookup reads it)
+            memo[t] = memo.pop(t) if t in memo else self._compress_lists([list(t)])[0]  # [d]
         return torch.stack([memo[tuple(t)] for t in thoughts])  # [n, d]
 
     def _remembered_states(self) -> dict:

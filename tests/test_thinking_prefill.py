@@ -99,3 +99,29 @@ def test_speculative_prefill_figure_shows_every_draft(mixed_thinking):
     assert kept == run.thoughts[: len(kept)]  # the kept drafts are the run's thoughts, in order
     fig = speculative_prefill_figure(run, tok)
     assert len(fig.axes[0].patches) >= sum(e for _, e, _ in run.spec_steps)  # a cell per position per row
+
+
+@pytest.mark.parametrize("name", ["thinking", "thinking-empty"])
+def test_thought_lookup_gives_plain_greedy_thoughts_in_fewer_forwards(name, monkeypatch):
+    """`ThinkingStates.think` feeds remembered thoughts in its first forward: the thoughts are those
+    of plain greedy decoding (lookup=0), for every chunk of 16 toy stories, with fewer T forwards."""
+    from beliefscope.models import load_model
+
+    model, tok = load_model(name)
+    stories = [tok(e.prompt)["input_ids"] for e in get_task("coinflip").examples(16, 515, (1, 16))]
+    calls = {"n": 0}
+    forward = type(model).think_logits
+
+    def counted(self, *a, **kw):
+        calls["n"] += 1
+        return forward(self, *a, **kw)
+
+    monkeypatch.setattr(type(model), "think_logits", counted)
+    runs, forwards = {}, {}
+    for lookup in (0, 4):
+        model.thinking_config.lookup, calls["n"] = lookup, 0
+        runs[lookup] = [run_thinking(model, ids, max_new_tokens=1, prefill="speculative", k=4) for ids in stories]
+        forwards[lookup] = calls["n"]
+    model.thinking_config.lookup = 4
+    assert [(r.thoughts, r.tokens) for r in runs[4]] == [(r.thoughts, r.tokens) for r in runs[0]]
+    assert forwards[4] < 0.8 * forwards[0], forwards
