@@ -24,12 +24,17 @@ def test_quick_bench_reports_the_drafted_baseline(tmp_path, monkeypatch):
     from beliefscope.benchmarks import common
     from beliefscope.benchmarks.thinking import QUICK, main
 
+    from beliefscope.decoding import tune
+
     monkeypatch.setattr(common, "result_path", lambda name, quick: str(tmp_path / f"{name}.json"))
+    picked = tune.choose_drafter
+    # whichever is faster on this machine, the drafted path must then be timed: pretend ngram:3 won
+    monkeypatch.setattr(tune, "choose_drafter", lambda *a, **kw: ("ngram:3", picked(*a, **kw)[1]))
     r = main(quick=True, config=replace(QUICK, cot_drafters=("ngram:3",)))
     band = r["bands"]["3-4"]
     assert band["speculative_equals_chunked"] == 1.0
-    assert band["cot_drafter"] in ("none", "ngram:3") and set(band["cot_drafter_seconds"]) == {"none", "ngram:3"}
-    if band["cot_drafter"] == "ngram:3":
-        assert band["speedup_vs_cot_drafted_speculative"]["n"] == QUICK.n_prompts
-        assert r["speedup_vs_cot_drafted_3_4"] == pytest.approx(band["speedup_vs_cot_drafted_speculative"]["median"])
+    assert band["cot_drafter"] == "ngram:3" and set(band["cot_drafter_seconds"]) == {"none", "ngram:3"}
+    assert band["speedup_vs_cot_drafted_speculative"]["n"] == QUICK.n_prompts
+    best = max(band[f"speedup_vs_cot_drafted_{p}"]["median"] for p in ("chunked", "speculative"))
+    assert r["speedup_vs_cot_drafted_3_4"] == pytest.approx(best)
     assert (tmp_path / "thinking.json").exists()
