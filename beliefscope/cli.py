@@ -114,8 +114,8 @@ EXAMPLES = {  # one working example per command, shown at the end of its help
 
 
 def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
-    """`--quiet` on every command; `--device` and `--dtype` on every command that loads a model; a sentence
-    for every shared flag without one; the command's example at the end of its help."""
+    """`--quiet` and `--no-progress` on every command; `--device` and `--dtype` on every command that loads a
+    model; a sentence for every shared flag without one; the command's example at the end of its help."""
     for a in p._actions:
         if not a.help and a.dest in FLAG_HELP:
             a.help = FLAG_HELP[a.dest]
@@ -124,6 +124,8 @@ def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
     if name in EXAMPLES and not p.epilog:
         p.epilog = f"example: {EXAMPLES[name]}"
     dests = {a.dest for a in p._actions}
+    if "no_progress" not in dests:  # every command takes it, long-running or not, so scripts can pass it blindly
+        p.add_argument("--no-progress", action="store_true", help=FLAG_HELP["no_progress"])
     if "quiet" not in dests:
         p.add_argument("--quiet", action="store_true",
                        help="no progress bars or loading messages on stderr (errors still print)")

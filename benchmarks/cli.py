@@ -32,12 +32,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def run_one(name: str, quick: bool) -> dict:
+def run_one(name: str, quick: bool, no_progress: bool = False) -> dict:
     """Run one benchmark and return its result dict (the JSON file is written by the benchmark)."""
     if name == "cache":
         return _run_cache(quick)
     module = importlib.import_module(f"beliefscope.benchmarks.{name}")
-    return module.main(quick=quick, progress=_progress(name))
+    return module.main(quick=quick, progress=_progress(name, disable=no_progress))
 
 
 def _run_cache(quick: bool) -> dict:
@@ -56,10 +56,10 @@ def _run_cache(quick: bool) -> dict:
     return result
 
 
-def _progress(name: str):
-    from tqdm import tqdm
+def _progress(name: str, disable: bool = False):
+    from beliefscope.progress import progress_bar
 
-    bar = tqdm(desc=f"bench {name}", unit="run", file=sys.stderr, leave=False)
+    bar = progress_bar(f"bench {name}", disable=disable)
     return lambda: bar.update(1)
 
 
@@ -75,7 +75,7 @@ def run(args) -> int:
             torch.set_num_threads(threads)
         t0 = time.perf_counter()
         try:
-            result = run_one(name, args.quick)
+            result = run_one(name, args.quick, args.no_progress)
         except ImportError as e:  # an area whose API has not landed yet
             summary[name] = {"skipped": f"{type(e).__name__}: {e}"}
             failed.append(name)

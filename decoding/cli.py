@@ -163,9 +163,9 @@ def run_datastore(args) -> int:
     texts = chat_prompts(tok, args.prompts, args.seed, events, args.split)
     prompts = [tok(t)["input_ids"] for t in texts]
     cfg = StoreBuildConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_n=args.max_n)
-    from tqdm.auto import tqdm
+    from beliefscope.progress import progress_bar
 
-    with tqdm(total=len(prompts), desc="greedy outputs", unit="prompt", file=sys.stderr) as bar:
+    with progress_bar("greedy outputs", total=len(prompts), disable=args.no_progress) as bar:
         store = build_store(model, prompts, args.out, cfg, meta={
             "model": args.model, "prompts": args.prompts, "seed": args.seed, "events": list(events),
             "split": args.split, "instruction": "tasks.instruct.REWRITE_INSTRUCTION"},

@@ -77,7 +77,7 @@ def register(sub) -> None:
 
 
 def _train(args) -> int:
-    from tqdm import tqdm
+    from beliefscope.progress import progress_bar
 
     from beliefscope.models.train import PRESET_TRAINING, PRESETS, TrainConfig, train
     from beliefscope.models.train_rope import ROPE_PRESETS
@@ -99,7 +99,7 @@ def _train(args) -> int:
               if getattr(args, k) is not None}
     cfg = TrainConfig(task=args.task, preset=args.preset, max_events=args.max_events or 8,
                       **{**PRESET_TRAINING[args.preset], **chosen})
-    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr, disable=args.no_progress)
+    bar = progress_bar(f"train {args.preset}", total=cfg.steps, disable=args.no_progress, leave=True)
 
     def progress(h):
         bar.update(cfg.check_every)
@@ -121,7 +121,7 @@ def _report_training(args, res: dict) -> int:
 
 
 def _train_rope(args) -> int:
-    from tqdm import tqdm
+    from beliefscope.progress import progress_bar
 
     from beliefscope.files import check_writable_parent
     from beliefscope.models.train_rope import RopeTrainConfig, train_rope
@@ -130,7 +130,7 @@ def _train_rope(args) -> int:
     chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads", "eval_n") if getattr(args, k) is not None}
     cfg = RopeTrainConfig(preset=args.preset, task=args.task, max_events=args.max_events,
                           empty_thoughts=args.empty_thoughts, **chosen)
-    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr, disable=args.no_progress)
+    bar = progress_bar(f"train {args.preset}", total=cfg.steps, disable=args.no_progress, leave=True)
 
     def progress(h):
         bar.update(h["step"] - bar.n)
@@ -155,8 +155,13 @@ def _eval(args) -> int:
                          f"rendering: add --rendering natural, or drop --split")
     fmt = args.format or ("both" if rendering == "toy" else "direct")
     formats = ("direct", "cot") if fmt == "both" else (fmt,)
-    res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering, formats=formats,
-                   split=args.split)
+    from beliefscope.progress import progress_bar
+
+    thinking = model_profile(args.model).thinking
+    with progress_bar(f"eval {args.model}", total=args.n * (1 if thinking else len(formats)),
+                      disable=args.no_progress) as bar:
+        res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering, formats=formats,
+                       split=args.split, progress=bar.update)
     if args.json:
         print(json.dumps(res))
     else:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 
 def _config(args):
@@ -27,7 +26,7 @@ def _config(args):
 def train_pretrained_thinking(args, echo) -> int:
     """Run the command; ``echo(text, err=False)`` prints a line (on stderr when ``err``)."""
     from beliefscope.models.train_thinking import COST_FILE, check_out, measure_costs, train_thinking
-    from tqdm import tqdm
+    from beliefscope.progress import progress_bar
 
     from beliefscope.files import atomic_write_json
 
@@ -44,8 +43,8 @@ def train_pretrained_thinking(args, echo) -> int:
         atomic_write_json(os.path.join(args.out, COST_FILE), table)
         echo(json.dumps(table) if args.json else f"wrote {os.path.join(args.out, COST_FILE)}")
         return 0
-    bar = tqdm(total=cfg.steps, desc=f"train {args.preset}", file=sys.stderr, disable=args.no_progress,
-               dynamic_ncols=True, mininterval=0)
+    bar = progress_bar(f"train {args.preset}", total=cfg.steps, disable=args.no_progress, leave=True)
+    bar.mininterval = 0  # one step takes seconds: show each
 
     def progress(rec):
         if "resumed_from" in rec:  # the bar starts at the resumed step; its rate counts this run's steps only

@@ -21,8 +21,9 @@ def _answer_ids(tok, names):
 
 
 @torch.no_grad()
-def direct_answers(hf_model, tok, examples, batch_size=64):
-    """Argmax over the task's answer words at the end of each direct prompt."""
+def direct_answers(hf_model, tok, examples, batch_size=64, progress=None):
+    """Argmax over the task's answer words at the end of each direct prompt; ``progress(n)`` after
+    every batch of n prompts."""
     names = examples[0].state_names
     ids = torch.tensor(_answer_ids(tok, names))
     preds = []
@@ -33,6 +34,8 @@ def direct_answers(hf_model, tok, examples, batch_size=64):
         logits = hf_model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                           position_ids=pos).logits[:, -1]  # [batch, vocab]
         preds += logits[:, ids].argmax(-1).tolist()
+        if progress:
+            progress(len(chunk))
     return [names[p] for p in preds]
 
 
@@ -55,26 +58,30 @@ def story_split(rendering: str, split: str | None) -> dict:
 
 
 @torch.no_grad()
-def greedy_completions(hf_model, tok, prompts, max_new_tokens, batch_size=64):
-    """Plain greedy continuations (HF generate), decoded and stripped."""
+def greedy_completions(hf_model, tok, prompts, max_new_tokens, batch_size=64, progress=None):
+    """Plain greedy continuations (HF generate), decoded and stripped; ``progress(n)`` after every
+    batch of n prompts."""
     outs = []
     for i in range(0, len(prompts), batch_size):
         enc = tok(prompts[i: i + batch_size], return_tensors="pt", padding=True)
         gen = hf_model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
         outs += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        if progress:
+            progress(len(prompts[i: i + batch_size]))
     return [o.strip() for o in outs]
 
 
 def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
              tokenizer=None, rendering: str = "toy", batch_size: int = 64, formats=("direct", "cot"),
-             split: str | None = None) -> dict:
+             split: str | None = None, progress=None) -> dict:
     """Exact match of full CoT + answer, and direct-answer accuracy, overall and by event count
     (natural English: on the held-out templates and names unless ``split`` says "train" or "all",
     as for Thinking States models).
 
     `model` is a name/path (loaded with `models.load.load_model`) or an HF model with `tokenizer`.
-    ``formats`` picks the prompts: direct answers, chain of thought, or both.
+    ``formats`` picks the prompts: direct answers, chain of thought, or both. ``progress(n)`` is
+    called as n more prompts are done (``n * len(formats)`` in all; a Thinking States model: n).
     """
     lo, hi = parse_events_range(events)
     if n < 1:
@@ -84,14 +91,15 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
 
         model, tokenizer = load_model(model)
     if hasattr(model, "thinking_config"):
-        return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering, split=split)
+        return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering, split=split,
+                                 progress=progress)
     hf, tok = hf_of(model), tokenizer
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
     held = story_split(rendering, split)
     result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats), **held}
     if "direct" in formats:
         direct = get_task(task, rendering=rendering, fmt="direct", **held).examples(n, seed, (lo, hi))
-        preds = direct_answers(hf, tok, direct, batch_size)
+        preds = direct_answers(hf, tok, direct, batch_size, progress)
         for ex, p in zip(direct, preds, strict=True):
             by_ev[ex.n_events][2] += int(p == ex.answer)
             by_ev[ex.n_events][3] += 1
@@ -99,7 +107,7 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     if "cot" in formats:
         cot = get_task(task, rendering=rendering, fmt="cot", **held).examples(n, seed, (lo, hi))  # the same stories
         max_new = max(len(tok(e.completion)["input_ids"]) for e in cot) + 1
-        comps = greedy_completions(hf, tok, [e.prompt for e in cot], max_new, batch_size)
+        comps = greedy_completions(hf, tok, [e.prompt for e in cot], max_new, batch_size, progress)
         for ex, c in zip(cot, comps, strict=True):
             by_ev[ex.n_events][0] += int(c == ex.completion.strip())
             by_ev[ex.n_events][1] += 1
@@ -116,11 +124,13 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
 
 @torch.no_grad()
 def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
-                      batch_size: int = 64, rendering: str = "toy", split: str | None = None) -> dict:
+                      batch_size: int = 64, rendering: str = "toy", split: str | None = None,
+                      progress=None) -> dict:
     """Answer accuracy of a Thinking States model after its own thoughts, and thought accuracy:
     the share of chunks whose thought starts as the gold thought does (the state's words, or a bare
     <eos> where the model was trained to leave an unchanged state unsaid). Natural English is
-    drawn from the held-out templates and names unless ``split`` says "train" or "all"."""
+    drawn from the held-out templates and names unless ``split`` says "train" or "all".
+    ``progress(n)`` is called as n more stories are done."""
     from beliefscope.models.thinking_data import gold_thought, state_words, thought_word_id
 
     lo, hi = parse_events_range(events)
@@ -137,7 +147,11 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
         for b, lb in enumerate(labs):
             ids[b, : lengths[b]] = torch.as_tensor(lb.input_ids)
         if _cached_inference(model):  # chunk by chunk on a KV cache: O(length) per story
-            runs = [model.cached_states(lb.input_ids.tolist()) for lb in labs]
+            runs = []
+            for lb in labs:
+                runs.append(model.cached_states(lb.input_ids.tolist()))
+                if progress:
+                    progress(1)
             thoughts = [t for _, t in runs]
             last = torch.stack([lg[ans.to(lg.device)] for lg, _ in runs]).argmax(-1)  # [batch]
         else:  # batched, one recompute per chunk index: faster for a small backbone
@@ -145,6 +159,8 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
             add, thoughts = model.self_states(ids, lengths)
             logits, _ = model.backbone_forward(ids, mask, add)
             last = logits[torch.arange(len(chunk)), torch.tensor(lengths) - 1][:, ans].argmax(-1)  # [batch]
+            if progress:
+                progress(len(chunk))
         for b, ex in enumerate(chunk):
             good = names[int(last[b])] == ex.answer
             ok.append(good)

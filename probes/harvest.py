@@ -339,9 +339,9 @@ def main(argv=None) -> int:
         barrier = dist.barrier
     factory = None
     if not args.no_progress and rank == 0:
-        from tqdm import tqdm
+        from beliefscope.progress import progress_bar
 
-        factory = lambda out: tqdm(desc=f"harvest {os.path.basename(out)}", unit="tok", file=sys.stderr)
+        factory = lambda out: progress_bar(f"harvest {os.path.basename(out)}", leave=True)
     try:
         result = run(args, factory, rank, world, barrier)
     finally:

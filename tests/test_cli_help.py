@@ -31,3 +31,9 @@ def test_help_ends_with_an_example_that_parses(name):
     argv = shlex.split(p.epilog.removeprefix("example: beliefscope "))
     args = build_parser().parse_args(argv)  # wrong flags or values fail here (SystemExit)
     assert args.command == name and " ".join(p.format_help().split()).endswith(" ".join(p.epilog.split()))
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_takes_the_shared_output_flags(name):
+    flags = {s for a in COMMANDS[name]._actions for s in a.option_strings}
+    assert {"--quiet", "--no-progress"} <= flags, name

@@ -92,3 +92,12 @@ def test_eval_split_needs_natural_stories(capsys):
         evaluate(TARGET, "coinflip", "1-2", n=2, split="train")
     assert main(["eval", "--model", "target", "--split", "train", "--n", "2"]) != 0
     assert "--split train needs natural English stories" in capsys.readouterr().err
+
+
+def test_eval_reports_progress_for_every_prompt():
+    seen = []
+    evaluate(TARGET, "coinflip", "1-3", n=6, batch_size=4, progress=seen.append)
+    assert sum(seen) == 12 and len(seen) == 4  # 6 direct + 6 CoT prompts, in batches of 4 and 2
+    seen.clear()
+    evaluate("thinking", "coinflip", "1-3", n=5, batch_size=4, progress=seen.append)
+    assert sum(seen) == 5
