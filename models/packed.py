@@ -11,7 +11,11 @@ which a forward of 1-8 rows streams the weights once and costs about the same: m
 
 Each packed layer is bitwise batch-invariant: row ``i`` of the output does not depend on how
 many rows were computed with it (``tests/test_packed.py``), so a verify forward sees the same
-linear-layer numbers as a decode step.
+linear-layer numbers as a decode step. One exception had to be closed: for a single row oneDNN
+may take another kernel (measured: SmolLM2's ``down_proj``, 1536 inputs, and a 3072-input layer,
+whose one-row outputs differed from the same row among 2-64 rows by up to 1e-5). Each layer
+checks this when it packs, on a random probe, and where one row differs it computes a lone row
+as two copies of it (no cost to measure on those layers), so the property holds for 1 row too.
 
 ``pack_linears(model)`` swaps every ``nn.Linear`` (and transformers' ``Conv1D``, GPT-2's linear)
 for a ``PackedLinear`` that keeps the original ``weight`` and ``bias`` parameters, so
@@ -65,6 +69,7 @@ class PackedLinear(torch.nn.Module):
         self._original = [original]  # the module this replaced (a list, so it is not registered as a child)
         self._packed = None
         self._packed_version = -1
+        self._lone_row_differs = False  # set by _pack: a 1-row input takes another oneDNN kernel here
         self._pack()
 
     def weight_out_in(self) -> torch.Tensor:
@@ -83,7 +88,13 @@ class PackedLinear(torch.nn.Module):
         with torch.no_grad():
             w = self.weight_out_in().detach().contiguous()  # [out, in]
             self._packed = torch.ops.mkldnn._reorder_linear_weight(w, self.batch_hint)
+            probe = torch.randn(2, w.shape[1], generator=torch.Generator().manual_seed(0))  # [2, in]
+            lone, pair = self._packed_linear(probe[:1]), self._packed_linear(probe)  # [1, out], [2, out]
+            self._lone_row_differs = not torch.equal(lone[0], pair[0])
         self._packed_version = self.weight._version
+
+    def _packed_linear(self, flat: torch.Tensor) -> torch.Tensor:  # [rows, in] -> [rows, out]
+        return torch.ops.mkldnn._linear_pointwise(flat, self._packed, self.bias, "none", [], "")
 
     def __getstate__(self):  # copies and pickles carry no oneDNN tensor: it is re-packed on first use
         state = dict(self.__dict__)
@@ -98,7 +109,10 @@ class PackedLinear(torch.nn.Module):
         if self.weight._version != self._packed_version:
             self._pack()  # the weight was edited in place (steering, fine-tuning): re-pack it
         flat = x.reshape(-1, x.shape[-1])  # [rows, in]
-        y = torch.ops.mkldnn._linear_pointwise(flat, self._packed, self.bias, "none", [], "")  # [rows, out]
+        if len(flat) == 1 and self._lone_row_differs:  # the kernel of 2+ rows, so the row keeps its bits
+            y = self._packed_linear(flat.expand(2, -1).contiguous())[:1]  # [1, out]
+        else:
+            y = self._packed_linear(flat)  # [rows, out]
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     def extra_repr(self) -> str:

@@ -185,3 +185,21 @@ def test_copies_repack_and_the_bf16_drafter_runs_on_a_packed_target():
     got = speculative_generate(model, make_drafter("bf16", model), prompt,
                                SpecConfig(gamma=3, max_new_tokens=12, stop_at_eos=False, fixed_window=False))
     assert got.tokens == plain and got.drafted > 0
+
+
+@pytest.mark.parametrize("n_in, n_out", [(1536, 576), (3072, 768), (576, 1536)])
+def test_a_lone_row_has_the_bits_it_has_among_others(n_in, n_out):
+    """oneDNN may compute one row with another kernel than 2+ rows (SmolLM2's down_proj, 1536 inputs,
+    did: up to 1e-5 apart); a packed layer keeps a row's bits whether it is alone or among 2-16 rows."""
+    if not packing_available():
+        pytest.skip("this torch build cannot pack weights (oneDNN)")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(n_in, n_out))
+    pack_linears(net)
+    x = torch.randn(16, n_in)
+    with torch.no_grad():
+        among = net(x[None])[0]  # [16, out]
+        for i in range(4):
+            assert torch.equal(net(x[None, i: i + 1])[0, 0], among[i])
+        for m in (2, 3, 8):
+            assert torch.equal(net(x[None, :m])[0], among[:m])
