@@ -140,6 +140,10 @@ def register_datastore(subparsers) -> None:
     p = subparsers.add_parser("datastore", help="build the n-gram store of the retrieval drafter (store:PATH) from "
                                                 "the model's own greedy outputs on training prompts")
     p.add_argument("--model", default="smollm2", help="checkpoint folder or alias (target, smollm2)")
+    p.add_argument("--workload", default="coinflip", choices=("coinflip", "stdlib"),
+                   help="the requests: coin-flip story rewrites (tasks.instruct), or requests about the Python "
+                        "standard library's docstrings (decoding.general_prompts, its 'store' half; --events and "
+                        "--split do not apply)")
     p.add_argument("--prompts", type=int, default=320, help="training prompts to generate from")
     p.add_argument("--seed", type=int, default=1, help="prompt seed")
     p.add_argument("--events", default="5-9", help="events per story, e.g. 5-9")
@@ -160,16 +164,23 @@ def run_datastore(args) -> int:
 
     events = parse_events_range(args.events)
     model, tok = load_model(args.model)
-    texts = chat_prompts(tok, args.prompts, args.seed, events, args.split)
+    if args.workload == "stdlib":
+        from beliefscope.decoding.general_prompts import general_chat_prompts
+
+        texts = general_chat_prompts(tok, args.prompts, args.seed, split="store")
+        meta = {"model": args.model, "workload": "stdlib docstrings, store split", "prompts": args.prompts,
+                "seed": args.seed}
+    else:
+        texts = chat_prompts(tok, args.prompts, args.seed, events, args.split)
+        meta = {"model": args.model, "prompts": args.prompts, "seed": args.seed, "events": list(events),
+                "split": args.split, "instruction": "tasks.instruct.REWRITE_INSTRUCTION"}
     prompts = [tok(t)["input_ids"] for t in texts]
     cfg = StoreBuildConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_n=args.max_n)
     from beliefscope.progress import progress_bar
 
     with progress_bar("greedy outputs", total=len(prompts), disable=args.no_progress) as bar:
-        store = build_store(model, prompts, args.out, cfg, meta={
-            "model": args.model, "prompts": args.prompts, "seed": args.seed, "events": list(events),
-            "split": args.split, "instruction": "tasks.instruct.REWRITE_INSTRUCTION"},
-            pad_id=tok.pad_token_id or 0, progress=bar.update, tokenizer=tok)
+        store = build_store(model, prompts, args.out, cfg, meta=meta, pad_id=tok.pad_token_id or 0,
+                            progress=bar.update, tokenizer=tok)
     print(json.dumps({"out": args.out, "n_tokens": store.n_tokens,
                       "ngrams": sum(len(t) for t in store.tables), "meta": store.meta}))
     return 0

@@ -10,7 +10,7 @@ no passage and no module. Each prompt asks SmolLM2 to rewrite, explain or contin
 
 Build the store of this workload (resumable; about 8 minutes on 2 cores)::
 
-    python -m beliefscope.decoding.general_prompts --out checkpoints/smollm2-stdlib-store.json
+    beliefscope datastore --model smollm2 --workload stdlib --prompts 192 --out checkpoints/smollm2-stdlib-store.json
 
 >>> ps = stdlib_passages("bench")
 >>> len(ps) > 100 and all(150 <= len(p.text) <= 700 for p in ps)
@@ -87,28 +87,3 @@ def general_chat_prompts(tok, n: int, seed: int = 0, split: str = "bench") -> li
                                            add_generation_prompt=True)
         out.append(text)
     return out
-
-
-def main(argv=None) -> int:
-    """Build the n-gram store of this workload from SmolLM2's greedy outputs on the ``store`` split."""
-    import argparse
-
-    from beliefscope.decoding.store_build import StoreBuildConfig, build_store
-    from beliefscope.models.load import load_hf
-
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--out", required=True, help="output JSON (resumes from OUT.partial.jsonl)")
-    ap.add_argument("--prompts", type=int, default=192, help="store-split passages to generate from")
-    ap.add_argument("--max-new-tokens", type=int, default=96)
-    args = ap.parse_args(argv)
-    model, tok = load_hf("smollm2")
-    texts = general_chat_prompts(tok, args.prompts, seed=1, split="store")
-    prompts = [tok(t)["input_ids"] for t in texts]
-    build_store(model, prompts, args.out, StoreBuildConfig(max_new_tokens=args.max_new_tokens, batch_size=16),
-                meta={"model": "smollm2", "workload": "stdlib docstrings, store split", "prompts": args.prompts,
-                      "seed": 1}, pad_id=tok.pad_token_id or 0, tokenizer=tok)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

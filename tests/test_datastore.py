@@ -191,3 +191,22 @@ def test_generate_cli_variable_windows_equal_plain(capsys):
     assert main(["generate", "--model", TARGET, "--drafter", "ngram:3", "--verify-widths", "0,4",
                  "--prompt", prompt]) == 2
     assert "widths must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_datastore_command_builds_the_stdlib_workload_store(smollm2, tmp_path, monkeypatch, capsys):
+    """`beliefscope datastore --workload stdlib` (once `python -m beliefscope.decoding.general_prompts`):
+    a store from SmolLM2's greedy answers to the 'store' half of the stdlib requests, labelled as such."""
+    import json
+
+    from beliefscope.cli import main
+    from beliefscope.models import load as load_mod
+
+    monkeypatch.setattr(load_mod, "load_model", lambda name, **kw: smollm2)  # the session's SmolLM2, no reload
+    out = tmp_path / "stdlib.json"
+    assert main(["datastore", "--workload", "stdlib", "--prompts", "2", "--max-new-tokens", "6", "--out", str(out),
+                 "--no-progress"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    store = NGramStore.load(str(out))
+    assert store.meta["workload"] == "stdlib docstrings, store split" and store.meta["prompts"] == 2
+    assert printed["n_tokens"] == store.n_tokens > 12  # the 2 requests and their 6-token answers
