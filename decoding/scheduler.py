@@ -128,18 +128,22 @@ class Scheduler:
         self.min_margin = float("inf")  # smallest top-1 minus top-2 logit of any fast-path token of the last run
 
     def _resolve_kernels(self, hf) -> str:
-        """The verify kernels this run uses: ``cfg.verify_kernels``, with "auto" resolved."""
-        from beliefscope.models.packed import packing_available
+        """The verify kernels this run uses: ``cfg.verify_kernels``, with "auto" resolved (row-invariant
+        where the weights can be packed and every layer attends to all its keys, else fixed-shape)."""
+        from beliefscope.models.packed import can_pack
+        from beliefscope.models.profile import sliding_windows
 
         kind = self.cfg.verify_kernels
         if kind not in ("auto", "row-invariant", "fixed-shape"):
             raise ValueError(f"SchedulerConfig.verify_kernels={kind!r} is unknown: use 'auto', 'row-invariant' or "
                              "'fixed-shape'")
+        sliding = any(w is not None for w in sliding_windows(hf.config))
+        if kind == "row-invariant" and sliding:
+            raise ValueError("verify_kernels='row-invariant' reads every key of a row, and this model has "
+                             "sliding-window layers: use verify_kernels='fixed-shape' (or 'auto', which picks it)")
         if kind != "auto":
             return kind
-        p = next(hf.parameters())
-        cpu32 = p.device.type == "cpu" and p.dtype == torch.float32
-        return "row-invariant" if cpu32 and packing_available() else "fixed-shape"
+        return "row-invariant" if can_pack(hf) and not sliding else "fixed-shape"
 
     def _check(self, requests: list[Request]) -> None:
         cfg = self.cfg

@@ -134,6 +134,13 @@ def _as_packed(module: torch.nn.Module, batch_hint: int) -> PackedLinear | None:
     return kind(module.weight, module.bias, module, batch_hint)
 
 
+def can_pack(model: torch.nn.Module) -> bool:
+    """Whether ``model`` can run on packed linears here: float32 weights on the CPU, and a torch build
+    with oneDNN packing."""
+    param = next(model.parameters())
+    return param.device.type == "cpu" and param.dtype == torch.float32 and packing_available()
+
+
 def require_packable(model: torch.nn.Module) -> None:
     """Raise a ``ValueError`` naming the fix unless ``model``'s weights are float32 on the CPU."""
     param = next(model.parameters())

@@ -79,3 +79,14 @@ def test_scheduler_slots_keep_the_window(arch):
     seen = determinism_sweep(bridge, prompts, others, others=(0, 2), orders=2, max_new_tokens=10)
     for i, p in enumerate(prompts):
         assert seen[i] == {tuple(recompute_greedy(ref, p, 10))}, (arch, i, seen[i])
+
+
+def test_row_invariant_verify_is_refused_on_sliding_windows_and_auto_avoids_it():
+    """The row-invariant verify reads every key of a row, so a sliding-window model gets the
+    fixed-shape verify under "auto" and a clear refusal when it is asked for by name."""
+    from beliefscope.decoding.scheduler import Scheduler, SchedulerConfig
+
+    bridge, _ = bridge_of("Mistral (sliding)")
+    assert Scheduler(bridge, SchedulerConfig()).verify_kernels == "fixed-shape"
+    with pytest.raises(ValueError, match="sliding-window layers: use verify_kernels='fixed-shape'"):
+        Scheduler(bridge, SchedulerConfig(verify_kernels="row-invariant"))
