@@ -45,8 +45,27 @@ PRETRAINED_PRESETS = {"smollm2-thinking": {"trained": "lora"},  # + the Thinking
                       # its baselines: the same stories, steps and adapters, answering in text
                       "smollm2-direct": {"method": "direct", "trained": "lora"},
                       "smollm2-cot": {"method": "cot", "trained": "lora"}}
+# `beliefscope train` flags of the fields a run may set (models.cli_thinking reads the same ones)
+FLAGS = {"task": "--task", "steps": "--steps", "lr": "--lr", "seed": "--seed", "trained": "--trained",
+         "batch_size": "--batch-size", "autocast": "--autocast", "lora_rank": "--lora-rank",
+         "lora_targets": "--lora-targets", "max_events": "--max-events", "wordings": "--wordings",
+         "init_from": "--init-from"}
 # Fields that may differ between a run and its resumption (they do not change the trajectory).
 RESUME_FREE = ("threads", "device", "checkpoint_every", "eval_n")
+
+
+def rebuild_command(cfg) -> str:
+    """The `beliefscope train` command that trains ``cfg`` again: the preset, then every flag whose
+    value differs from the preset's.
+
+    >>> rebuild_command(ThinkingTrainConfig(**PRETRAINED_PRESETS["smollm2-thinking"], wordings="wider",
+    ...                                     empty_unchanged=True))
+    'beliefscope train --preset smollm2-thinking --wordings wider --empty-thoughts --out DIR'
+    """
+    base = ThinkingTrainConfig(preset=cfg.preset, **PRETRAINED_PRESETS.get(cfg.preset, {}))
+    flags = [f"{flag} {getattr(cfg, k)}" for k, flag in FLAGS.items() if getattr(cfg, k) != getattr(base, k)]
+    flags += ["--empty-thoughts"] if cfg.empty_unchanged and not base.empty_unchanged else []
+    return " ".join([f"beliefscope train --preset {cfg.preset}", *flags, "--out DIR"])
 
 
 @dataclass
@@ -300,7 +319,7 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
     card = {"rendering": cfg.rendering, "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
             **({"thinking_config": asdict(model.thinking_config)} if cfg.method == "thinking" else {}),
             "method": cfg.method, "trained": cfg.trained,
-            "rebuild": f"beliefscope train --preset {cfg.preset} --out DIR"}
+            "rebuild": rebuild_command(cfg)}
     cost = os.path.join(out, COST_FILE)
     if os.path.exists(cost):
         import json
