@@ -45,9 +45,9 @@ def register(sub) -> None:
                    help="smollm2-thinking: steps between resumable checkpoints in OUT/train_state.pt (default 10)")
     p.add_argument("--autocast", default=None, choices=["none", "bfloat16"],
                    help="smollm2-thinking: bfloat16 matmuls under torch.autocast (default bfloat16)")
-    p.add_argument("--wordings", default=None, choices=["basic", "wide", "wider"],
+    p.add_argument("--wordings", default=None, choices=["basic", "wide", "wider", "widest"],
                    help="smollm2-thinking: natural train sentences (default wide; wider adds stays that "
-                        "mention flipping)")
+                        "mention flipping; widest adds events told by their outcome)")
     p.add_argument("--init-from", default=None,
                    help="smollm2-thinking: warm-start from this checkpoint's trained parts "
                         "(same backbone and adapters)")

@@ -78,7 +78,8 @@ class ThinkingTrainConfig:
     task: str = "coinflip"  # task family (tasks.get_task)
     rendering: str = "natural"  # task rendering the backbone reads ("natural" English, or "toy" in tests)
     wordings: str = "wide"  # natural train sentences: "basic" (2 flip / 2 stay), "wide" (+ 6 / 6 paraphrases)
-    #   or "wider" (+ 6 / 6 more, with stays that mention flipping: tasks.coinflip.NATURAL_*_MORE)
+    #   "wider" (+ 6 / 6 more, with stays that mention flipping: tasks.coinflip.NATURAL_*_MORE) or "widest"
+    #   (+ 6 / 6 told by their outcome: tasks.coinflip.NATURAL_*_MOST)
     init_from: str | None = None  # warm start: a composed checkpoint (name or folder) of the same method, adapters
     #   and backbone whose trained parts replace the fresh ones before step 1 (a resumed run ignores it)
     trained: str = "frozen"  # "frozen": T, C, injection; "lora": + backbone adapters; "full": every weight

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from beliefscope.tasks.base import Event, Example, parse_events_range
 
 STATES = ("heads", "tails")
-WORDINGS = ("basic", "wide", "wider")  # natural train-split sentence sets (CoinFlipConfig.wordings)
+WORDINGS = ("basic", "wide", "wider", "widest")  # natural train-split sentence sets (CoinFlipConfig.wordings)
 
 TOY_NAMES = ("Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy")
 
@@ -99,6 +99,27 @@ NATURAL_STAYS_MORE = (
     "{n} nods at the coin but never flips it.",
     "Nobody flips the coin while {n} talks.",
 )
+# The widest training wordings (wordings="widest" = "wider" + these): a model trained on "wider"
+# misread the held-out "turns the coin over" as a stay in about 1 use of 10 (and got every other
+# held-out sentence right), so these describe a change of face, or none, by its result, with verbs
+# that are not in the held-out sentences ("turn", "over", "touch", "looks at"), and pairs that share
+# the action and differ only in the outcome ("spins ... opposite side" / "spins ... same side").
+NATURAL_FLIPS_MOST = (
+    "{n} twists the coin until its other face shows.",
+    "{n} spins the coin and it settles on the opposite side.",
+    "{n} sets the coin back down upside down.",
+    "{n} changes which side of the coin faces up.",
+    "{n} knocks the coin and it lands on its other side.",
+    "{n} swaps the coin's face.",
+)
+NATURAL_STAYS_MOST = (
+    "{n} spins the coin and it settles on the same side.",
+    "{n} knocks the coin but it stays the same way up.",
+    "{n} lifts the coin and sets it down unchanged.",
+    "{n} counts to ten and lets the coin be.",
+    "{n} draws a picture of the coin.",
+    "{n} wants to flip the coin but does not.",
+)
 NATURAL_QUESTIONS = (
     "What's the state? A:",
     "Is the coin heads or tails now? A:",
@@ -114,7 +135,7 @@ class CoinFlipConfig:
     split: str = "train"  # natural only: "train" or "heldout" templates and names ("all" mixes)
     p_flip: float = 0.5  # probability that an event is a flip rather than a stay
     wordings: str = "basic"  # natural train split: "basic" sentences, "wide" (+ NATURAL_*_EXTRA intros and
-    #   events) or "wider" (+ NATURAL_*_MORE events as well)
+    #   events), "wider" (+ NATURAL_*_MORE events as well) or "widest" (+ NATURAL_*_MOST events too)
 
 
 class CoinFlip:
@@ -134,7 +155,7 @@ class CoinFlip:
         if split not in ("train", "heldout", "all"):
             raise ValueError(f"split {split!r} is unknown: use 'train', 'heldout' or 'all'")
         if wordings not in WORDINGS:
-            raise ValueError(f"wordings {wordings!r} is unknown: use 'basic', 'wide' or 'wider' (extra train-split "
+            raise ValueError(f"wordings {wordings!r} is unknown: use one of {WORDINGS} (extra train-split "
                              "paraphrases)")
         self.cfg = CoinFlipConfig(rendering=rendering, fmt=fmt, split=split, p_flip=p_flip, wordings=wordings)
 
@@ -177,8 +198,8 @@ class CoinFlip:
 
     def _natural(self, initial: int, kinds: list[str], rng: random.Random, seed: int) -> Example:
         names_pool = _half(NATURAL_NAMES, self.cfg.split)
-        wide = self.cfg.wordings in ("wide", "wider") and self.cfg.split == "train"
-        wider = self.cfg.wordings == "wider" and self.cfg.split == "train"
+        level = WORDINGS.index(self.cfg.wordings) if self.cfg.split == "train" else 0
+        wide, wider, widest = level >= 1, level >= 2, level >= 3
         intros = _half(NATURAL_INTROS, self.cfg.split) + (NATURAL_INTROS_EXTRA if wide else ())
         intro_i = rng.randrange(len(intros))
         q_i = rng.randrange(len(NATURAL_QUESTIONS))
@@ -192,6 +213,8 @@ class CoinFlip:
                 pool = pool + (NATURAL_FLIPS_EXTRA if kind == "flip" else NATURAL_STAYS_EXTRA)
             if wider:
                 pool = pool + (NATURAL_FLIPS_MORE if kind == "flip" else NATURAL_STAYS_MORE)
+            if widest:
+                pool = pool + (NATURAL_FLIPS_MOST if kind == "flip" else NATURAL_STAYS_MOST)
             start = len(text) + 1
             text += " " + rng.choice(pool).format(n=name)
             state ^= int(kind == "flip")

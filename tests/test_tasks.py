@@ -117,35 +117,39 @@ def test_natural_splits_hold_out_templates_and_names():
     assert len(NATURAL_NAMES) == 16 and len(NATURAL_STAYS) == 4
 
 
-def test_wider_wordings_stay_in_the_train_split():
-    """wordings="wider": its extra sentences appear in train stories, never in held-out ones, and no
-    held-out sentence appears in a train story; the labels still follow flips and stays."""
+@pytest.mark.parametrize("wordings", ["wider", "widest"])
+def test_wider_wordings_stay_in_the_train_split(wordings):
+    """wordings="wider" / "widest": their extra sentences appear in train stories, never in held-out
+    ones, and no held-out sentence appears in a train story; the labels still follow flips and stays."""
     import re
 
-    from beliefscope.tasks.coinflip import NATURAL_FLIPS_MORE, NATURAL_STAYS_MORE
+    from beliefscope.tasks.coinflip import NATURAL_FLIPS_MORE, NATURAL_FLIPS_MOST, NATURAL_STAYS_MORE, NATURAL_STAYS_MOST
 
     def pattern(t):  # a template as a regex over whole sentences, any name
         return re.compile(r"(?:^|\. )" + re.escape(t).replace(re.escape("{n}"), r"[A-Z][a-z]+"))
 
-    more = [pattern(t) for t in NATURAL_FLIPS_MORE + NATURAL_STAYS_MORE]
-    train = CoinFlip("natural", split="train", wordings="wider").examples(300, seed=0, events=(4, 8))
-    held = CoinFlip("natural", split="heldout", wordings="wider").examples(300, seed=0, events=(4, 8))
+    most = NATURAL_FLIPS_MOST + NATURAL_STAYS_MOST if wordings == "widest" else ()
+    more = [pattern(t) for t in NATURAL_FLIPS_MORE + NATURAL_STAYS_MORE + most]
+    train = CoinFlip("natural", split="train", wordings=wordings).examples(400, seed=0, events=(4, 8))
+    held = CoinFlip("natural", split="heldout", wordings=wordings).examples(300, seed=0, events=(4, 8))
     assert all(any(m.search(e.text) for e in train) for m in more)
     assert not any(m.search(e.text) for e in held for m in more)
     held_only = [pattern(t) for t in NATURAL_FLIPS[2:] + NATURAL_STAYS[2:]]
     assert not any(h.search(e.text) for e in train for h in held_only)
     from beliefscope.tasks.coinflip import NATURAL_FLIPS_EXTRA, NATURAL_STAYS_EXTRA
 
-    kind_of = {t.format(n="NAME"): "flip" for t in NATURAL_FLIPS[:2] + NATURAL_FLIPS_EXTRA + NATURAL_FLIPS_MORE}
-    kind_of |= {t.format(n="NAME"): "stay" for t in NATURAL_STAYS[:2] + NATURAL_STAYS_EXTRA + NATURAL_STAYS_MORE}
+    kind_of = {t.format(n="NAME"): "flip" for t in NATURAL_FLIPS[:2] + NATURAL_FLIPS_EXTRA + NATURAL_FLIPS_MORE
+               + NATURAL_FLIPS_MOST}
+    kind_of |= {t.format(n="NAME"): "stay" for t in NATURAL_STAYS[:2] + NATURAL_STAYS_EXTRA + NATURAL_STAYS_MORE
+                + NATURAL_STAYS_MOST}
     for e in train[:50]:  # e.g. "... but never flips it." is a stay: the state after it is unchanged
         state = e.initial
         for ev, name in zip(e.events, e.meta["names"]):
             sentence = e.text[ev.span[0]: ev.span[1]].strip().replace(name, "NAME")
             state ^= int(kind_of[sentence] == "flip")  # the hand-written template decides, not the generator
             assert ev.state_after == state, sentence
-    with pytest.raises(ValueError, match="'widest' is unknown.*'wider'"):
-        CoinFlip("natural", wordings="widest")
+    with pytest.raises(ValueError, match="'wildest' is unknown.*'widest'"):
+        CoinFlip("natural", wordings="wildest")
 
 
 def test_cups_three_way_labels():
