@@ -274,8 +274,8 @@ def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, secti
 
             dk = plan["determinism"]
             bar = bars("determinism", 2 * len(dk["others"].split(",")))
-            d = determinism.main(determinism.DeterminismConfig(cfg.model, n_det, out=os.path.join(figs,
-                                 "determinism.png"), quick=cfg.quick, dtype="bfloat16", **dk), bridge=model,
+            d = determinism.main(determinism.DeterminismConfig(model=cfg.model, prompts=n_det, out=os.path.join(
+                                 figs, "determinism.png"), quick=cfg.quick, fast_dtype="bfloat16", **dk), bridge=model,
                                  tok=tok, progress=bar.update)
             bar.close()
             summary["determinism"] = d

@@ -39,7 +39,7 @@ PATHS = (("fast_path", False, "default", ("all", "both", "fast")),
 
 @dataclass
 class DeterminismConfig:
-    """`beliefscope determinism-chart` (or `determinism` when decoding does not register one)."""
+    """`beliefscope determinism`: distinct outputs per prompt as other requests share its batch."""
 
     model: str = "target"  # checkpoint folder or alias
     prompts: int = 8  # measured prompts (requests)
@@ -49,7 +49,8 @@ class DeterminismConfig:
     quick: bool = False  # 2 arrival orders instead of 3
     window: str = "4"  # verify windows W (pending token + W-1 fast-path drafts), comma-separated for a grid
     seed: int = 0  # prompt seed
-    dtype: str = "float32"  # fast-path precision: float32 or bfloat16
+    fast_dtype: str = "float32"  # precision of the unverified fast path: float32 or bfloat16 (verification runs in
+    #   the model's dtype)
     n_others: int | None = None  # other (background) requests per configuration (None: half the prompts)
     costs: str | None = None  # benchmarks/results/determinism.json to draw the throughput-vs-share panel from
     verify_slots: str = "4"  # B of every verify forward, comma-separated for a grid
@@ -116,7 +117,7 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
 
     ks = [int(k) for k in str(cfg.others).split(",")]
     orders = 2 if cfg.quick else 3
-    dtype = getattr(torch, cfg.dtype)
+    dtype = getattr(torch, cfg.fast_dtype)
     every, stats = {name: {} for name, *_ in PATHS}, {name: {} for name, *_ in PATHS}
     rows = [{"others": k, "configurations": 1 if k == 0 else orders} for k in ks]
     choices = sorted({c for *_, cs in PATHS for c in cs})
@@ -200,8 +201,8 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     from beliefscope.tasks import get_task
 
     out = check_writable_parent(config.out) if config.out else None
-    if config.dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"fast-path dtype {config.dtype!r} is unknown: use float32 or bfloat16")
+    if config.fast_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"fast-path dtype {config.fast_dtype!r} is unknown: use float32 or bfloat16")
     if config.prompts < 1:
         raise ValueError(f"prompts={config.prompts}: the workload is empty, measure at least 1 prompt")
     try:
@@ -225,7 +226,7 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     else:  # open-ended questions: long answers with near-ties somewhere
         prompts = open_prompts(tok, config.prompts, config.seed)
         pool = open_prompts(tok, 24, config.seed + 500)
-    res = {"model": config.model, "fast_path_dtype": config.dtype, "window": config.window,
+    res = {"model": config.model, "fast_path_dtype": config.fast_dtype, "window": config.window,
            "verify_slots": config.verify_slots, "n_others": config.n_others,
            "max_new_tokens": config.max_new_tokens, "engine": "decoding.scheduler.determinism_sweep",
            **measure(bridge, prompts, pool, config, progress), "files": [out] if out else []}

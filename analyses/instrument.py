@@ -45,6 +45,7 @@ class InstrumentConfig:
     causal_n: int = 200  # prompts of the causal check (Thinking States models only)
     random_init: bool = True  # also probe a randomly initialised twin of each model
     threads: int = 1  # torch CPU threads (toy models gain nothing from more; threads thrash on a busy machine)
+    out: str = ""  # folder `beliefscope instrument` writes instrument.json and the agreement figure into ("": none)
 
 
 def dev_prompts(config: InstrumentConfig, name: str) -> int:

@@ -92,7 +92,7 @@ FLAG_HELP = {
     "json": "print one JSON object on stdout (progress stays on stderr)",
     "no_progress": "no progress bar",
 }
-EXAMPLES = {  # one working example per command, shown at the end of its help
+EXAMPLES = {  # one working example per hand-wired command, shown at the end of its help (a Command has its own)
     "train": "beliefscope train --preset thinking --steps 20 --eval-n 20 --out my-thinking",
     "eval": "beliefscope eval --model thinking --events 17-32 --n 100 --json",
     "generate": 'beliefscope generate --model target --drafter ngram:3 --prompt "A coin is heads . Alice flips . '
@@ -101,14 +101,6 @@ EXAMPLES = {  # one working example per command, shown at the end of its help
     "harvest": "beliefscope harvest --model target --n 300 --events 1-8 --out acts/target",
     "probe": "beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json",
     "steer": "beliefscope steer --model target --probes probes/target-last --layer 3 --alpha 3 --n 100 --json",
-    "beliefs": 'beliefscope beliefs --model target --probes probes/target --out b.png --prompt "A coin is heads . '
-               'Alice flips . State ?"',
-    "forced": "beliefscope forced --model target --probes probes/target --n 50 --out forced.png --json",
-    "instrument": "beliefscope instrument --models target,thinking --n-train 60 --n-test 30 --out runs/instrument",
-    "trace": "beliefscope trace --model target --drafter draft:draft --probes probes/target --out trace.png",
-    "determinism": "beliefscope determinism --model smollm2 --prompts 2 --others 0,3 --max-new-tokens 16 --json",
-    "demo": "beliefscope demo --out runs/demo",
-    "view": "beliefscope view --model thinking,target --task coinflip --events 9-16 --n 6 --out view.html",
     "bench": "beliefscope bench determinism --quick",
 }
 

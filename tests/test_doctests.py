@@ -10,7 +10,7 @@ SUBPACKAGES = ["tasks", "models", "hooks", "cache", "decoding", "probes", "analy
 
 
 def _modules() -> list[str]:
-    names = ["beliefscope", "beliefscope.files"]
+    names = ["beliefscope", "beliefscope.files", "beliefscope.config_flags"]
     for sub in SUBPACKAGES:
         pkg = importlib.import_module(f"beliefscope.{sub}")
         names.append(pkg.__name__)
