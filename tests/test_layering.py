@@ -4,8 +4,9 @@ decoding / probes -> analyses -> benchmarks, with the command line (beliefscope/
 
 Every import counts, at module level or inside a function (a lazy import is still a dependency),
 and so does ``importlib.import_module("beliefscope.x")`` with a literal name. No package imports a
-package above it; ``beliefscope.files`` (atomic writes) and ``beliefscope.config_flags`` (flags from a config) are usable by all, and
-``beliefscope.models.profile`` (model shapes and profile) by every package at or above models.
+package above it; ``beliefscope.files`` (atomic writes), ``beliefscope.config_flags`` (flags from a
+config) and ``beliefscope.progress`` are usable by all, and ``beliefscope.models.profile`` (model
+shapes and profile) by every package at or above models.
 No module imports a module that (directly or not) imports it back, in any package, counting imports
 read by type checkers only: a type-only cycle still ties two modules together. tests/ may import anything.
 """
@@ -18,7 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RANK = {"tasks": 0, "hooks": 1, "models": 2, "cache": 3, "decoding": 4, "probes": 4, "analyses": 5,
         "benchmarks": 6, "cli": 7}
-ANYONE = {"beliefscope.files": -1, "beliefscope.config_flags": -1, "beliefscope.models.profile": 2}  # module -> lowest rank allowed to use it
+# module -> lowest rank allowed to use it
+ANYONE = {"beliefscope.files": -1, "beliefscope.config_flags": -1, "beliefscope.progress": -1,
+          "beliefscope.models.profile": 2}
 
 # Imports that break the rule today, in code another package owns: (file, imported package, why).
 # Each must still exist (test_known_exceptions_still_exist), so fixing one means deleting its line.

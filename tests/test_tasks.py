@@ -123,7 +123,8 @@ def test_wider_wordings_stay_in_the_train_split(wordings):
     ones, and no held-out sentence appears in a train story; the labels still follow flips and stays."""
     import re
 
-    from beliefscope.tasks.coinflip import NATURAL_FLIPS_MORE, NATURAL_FLIPS_MOST, NATURAL_STAYS_MORE, NATURAL_STAYS_MOST
+    from beliefscope.tasks.coinflip import (NATURAL_FLIPS_MORE, NATURAL_FLIPS_MOST, NATURAL_STAYS_MORE,
+                                            NATURAL_STAYS_MOST)
 
     def pattern(t):  # a template as a regex over whole sentences, any name
         return re.compile(r"(?:^|\. )" + re.escape(t).replace(re.escape("{n}"), r"[A-Z][a-z]+"))
