@@ -14,10 +14,12 @@ import html
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+import typing
+from dataclasses import asdict, dataclass, field
 
 import torch
 from beliefscope.analyses import demo_view, plots, report
+from beliefscope.analyses.demo_view import eval_section, probe_section, section
 from beliefscope.analyses.common import (
     check_writable_parent,
     progress_bar,
@@ -141,193 +143,220 @@ def featured_prompt(plan) -> str:
     return get_task("coinflip", rendering="natural", split="heldout").examples(1, 31337, (5, 5))[0].prompt
 
 
+@dataclass
+class DemoRun:
+    """What the demo's steps share: each step reads what earlier ones left here and adds its own."""
+
+    cfg: DemoConfig  # the demo's settings
+    plan: dict  # per-model settings (_plan)
+    tmp: str  # staging folder, renamed to cfg.out at the end
+    bars: typing.Callable  # bars(desc, total=None) -> a progress bar (silent without cfg.progress)
+    summary: dict = field(default_factory=dict)  # what summary.json will hold, by step
+    sections: list = field(default_factory=list)  # report sections, in the order the steps add them
+    model: typing.Any = None  # the target (a TransformerBridge), loaded by the first step
+    tok: typing.Any = None  # its tokenizer
+    draft: tuple | None = None  # (draft model, tokenizer); None for a pretrained target
+    stores: list = field(default_factory=list)  # the target's activation stores: model, random-init twin
+    draft_stores: list | None = None  # the draft's store (toy only)
+
+    @property
+    def figs(self) -> str:
+        return os.path.join(self.tmp, "figures")
+
+    def probes(self, name: str = "target") -> str:
+        return os.path.join(self.tmp, "probes", name)
+
+
+def _load(run: DemoRun) -> None:
+    from beliefscope.models.load import load_model
+
+    run.model, run.tok = load_model(run.cfg.model)
+    run.draft = None if run.cfg.real else load_model(run.cfg.draft)
+
+
+def _evaluate(run: DemoRun) -> None:
+    from beliefscope.models.evaluate import evaluate
+
+    ev = evaluate(run.model, "coinflip", run.plan["eval_events"], run.cfg.size("n_eval"), 12345, tokenizer=run.tok,
+                  rendering=run.plan["rendering"])
+    run.summary["eval"] = {**ev, "model": run.cfg.model}
+    run.sections.append(eval_section(run.summary["eval"]))
+
+
+def _harvest_step(run: DemoRun) -> None:
+    cfg, plan = run.cfg, run.plan
+    run.stores, hcfg = _harvest(run.model, run.tok, cfg.model, plan, cfg, os.path.join(run.tmp, "acts", "target"),
+                                True, run.bars)
+    if run.draft is not None:
+        run.draft_stores, _ = _harvest(run.draft[0], run.draft[1], cfg.draft, plan, cfg,
+                                       os.path.join(run.tmp, "acts", "draft"), False, run.bars)
+    run.summary["harvest"] = {"config": hcfg, "target_rows": run.stores[0].n_rows, "target_store": run.stores[0].path,
+                              "draft_store": run.draft_stores[0].path if run.draft_stores else None}
+
+
+def _probes(run: DemoRun) -> None:
+    s = run.summary
+    s["probe"] = _probe(run.stores, run.probes(), run.plan, run.cfg, run.bars)
+    if run.draft_stores:
+        s["draft_probe"] = _probe(run.draft_stores, run.probes("draft"), run.plan, run.cfg, run.bars)
+    # The toy target computes the state at the question token rather than keeping a running state
+    # (probes at event tokens stay far below the answer-token probe): fit that readout too, and
+    # steer with it.
+    s["probe_answer_token"] = _probe(run.stores, run.probes("target-answer-token"), run.plan, run.cfg, run.bars,
+                                     positions="last")
+    run.sections.append(probe_section(s, run.figs))
+    run.sections.append(probe_section(s, run.figs, key="probe_answer_token"))
+
+
+def _beliefs(run: DemoRun) -> None:
+    from beliefscope.analyses import beliefs
+
+    best = run.summary["probe"]["best_layer"]
+    b = beliefs.main(beliefs.BeliefsConfig(model=run.cfg.model, probes=run.probes(), prompt=featured_prompt(run.plan),
+                                           out=os.path.join(run.figs, "beliefs.png"), layer=best),
+                     bridge=run.model, tok=run.tok)
+    run.summary["beliefs"] = b
+    run.sections.append(section("Belief trajectory of one story", report.reading_beliefs(b), b["files"],
+                                 ["Probe P(heads) at every layer and token; the strip below marks the true state.",
+                                  f"Layer {best} over the tokens, true state as a step, forced answers as squares."],
+                                 f"<p>Prompt: <code>{html.escape(b['prompt'])}</code></p>"))
+
+
+def _forced(run: DemoRun) -> None:
+    from beliefscope.analyses import forced
+
+    n = run.cfg.size("n_forced")
+    with run.bars("forced answers", n) as bar:
+        f = forced.main(forced.ForcedConfig(model=run.cfg.model, probes=run.probes(),
+                                            out=os.path.join(run.figs, "forced.png"), n=n, seed=4242,
+                                            events=run.plan["events"], rendering=run.plan["rendering"],
+                                            layer=run.summary["probe"]["best_layer"]),
+                        bridge=run.model, tok=run.tok, progress=bar.update)
+    run.summary["forced"] = f
+    run.sections.append(section("Forced answers vs probe at every event", report.reading_forced(f), f["files"],
+                                 ["Accuracy of both readouts and their agreement, by number of events completed.",
+                                  "One story: forced answer (fork the KV cache, append the question) and probe."]))
+
+
+def _trace(run: DemoRun) -> None:
+    from beliefscope.analyses import spec_trace
+    from beliefscope.decoding import ModelDrafter, make_drafter
+
+    cfg, plan = run.cfg, run.plan
+    drafter = ModelDrafter(run.draft[0]) if run.draft is not None else make_drafter(plan["drafter"], run.model)
+    tcfg = spec_trace.TraceConfig(model=cfg.model, drafter=plan["drafter"], probes=run.probes(),
+                                  draft_probes=run.probes("draft") if run.draft_stores else "",
+                                  prompt=None, n=cfg.size("n_trace"), seed=777, events=plan["trace_events"],
+                                  fmt="cot" if not cfg.real else "direct", rendering=plan["rendering"],
+                                  gamma=4, max_new_tokens=24 if not cfg.real else 12,
+                                  out=os.path.join(run.figs, "trace.png"))
+    with run.bars("speculative trace", tcfg.n) as bar:
+        t = spec_trace.main(tcfg, target=run.model, tok=run.tok, drafter=drafter, progress=bar.update)
+    run.summary["trace"] = t
+    run.sections.append({"group": "decoding", **section(
+        "Speculative decoding: draft, verify, rollback", report.reading_trace(t), t["files"],
+        ["The target's KV cache around the first rejected draft of one request, coloured by the cache's own "
+         "provenance labels (rejected entries kept for study).",
+         "Drafted tokens accepted and rejected at each verify step of that request.",
+         "At each rejection: the draft's and the target's probe P(heads) where the rejected token's claim is made, "
+         "with the true state."])})
+
+
+def _determinism(run: DemoRun) -> None:
+    from beliefscope.analyses import determinism
+
+    n = run.cfg.size("n_determinism")
+    if not n:
+        return
+    dk = run.plan["determinism"]
+    with run.bars("determinism", 2 * len(dk["others"].split(","))) as bar:
+        d = determinism.main(determinism.DeterminismConfig(model=run.cfg.model, prompts=n,
+                                                           out=os.path.join(run.figs, "determinism.png"),
+                                                           quick=run.cfg.quick, fast_dtype="bfloat16", **dk),
+                             bridge=run.model, tok=run.tok, progress=bar.update)
+    run.summary["determinism"] = d
+    run.sections.append({"group": "decoding", **section(
+        "Determinism among other requests", report.reading_determinism(d), d["files"],
+        ["Distinct outputs per prompt against the number of co-batched requests."])})
+
+
+def _steering_step(run: DemoRun) -> None:
+    st = _steering(run.model, run.tok, run.probes("target-answer-token"),
+                   run.summary["probe_answer_token"]["best_layer"], run.plan, run.cfg, run.bars)
+    run.summary["steering"] = st
+    path = os.path.join(run.figs, "steering.png")
+    save_fig(plots.steering_chart(st["flip_rate"], st["random"]["flip_rates"], st["layer"], st["alpha"]), path)
+    run.sections.append(section("Steering along the probe direction", report.reading_steering(st), [path],
+                                 ["Answers flipped by adding the probe direction, and by random directions of the "
+                                  "same norm (one tick each)."],
+                                 report.table([st], ["layer", "alpha", "added_norm", "flip_rate",
+                                                     "baseline_accuracy", "n_prompts"])))
+
+
+def _thinking_step(run: DemoRun) -> None:
+    if not run.cfg.real:
+        _thinking(run.model, run.tok, run.probes(), run.plan, run.cfg, run.bars, run.tmp, run.figs, run.summary,
+                  run.sections)
+
+
+def _view(run: DemoRun) -> None:
+    if not run.cfg.real:
+        run.sections.append(demo_view.viewer_section(run.cfg, run.tmp, run.summary, run.bars))
+
+
+# The demo, in order: (name, step). Each step is one analysis's run on what the earlier steps left
+# in the DemoRun; the report is written after the last.
+STEPS = (("load", _load), ("eval", _evaluate), ("harvest", _harvest_step), ("probes", _probes),
+         ("beliefs", _beliefs), ("forced", _forced), ("trace", _trace), ("determinism", _determinism),
+         ("steering", _steering_step), ("thinking", _thinking_step), ("view", _view))
+
+
 def main(cfg: DemoConfig) -> dict:
     """Run the whole demo into ``cfg.out``; returns the summary (also written as summary.json)."""
     out = check_writable_parent(cfg.out)  # fail before any work if DIR's parent is not writable
     t_all = time.perf_counter()
-    plan = _plan(cfg)
-    steps = "load eval harvest probes beliefs forced trace determinism steering thinking view report".split()
-    outer = progress_bar("demo", total=len(steps), disable=not cfg.progress)
-    bars = lambda desc, total=None: progress_bar(desc, total, disable=not cfg.progress)
-    timings, summary, sections = {}, {}, []
-
-    def step(name):
-        outer.set_postfix_str(name)
-        timings[name] = time.perf_counter()
-
-    def done(name):
-        timings[name] = round(time.perf_counter() - timings[name], 2)
-        outer.update(1)
-
     threads = torch.get_num_threads()
     if not cfg.real:  # toy matmuls are too small to gain from threads, and threads thrash on a busy CPU
         torch.set_num_threads(1)
+    timings = {}
     try:
-        return _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, sections)
+        with staged_output(out) as tmp, progress_bar("demo", total=len(STEPS) + 1, disable=not cfg.progress) as outer:
+            run = DemoRun(cfg=cfg, plan=_plan(cfg), tmp=tmp,
+                          bars=lambda desc, total=None: progress_bar(desc, total, disable=not cfg.progress))
+            os.makedirs(run.figs)
+            for name, step in STEPS:
+                outer.set_postfix_str(name)
+                t = time.perf_counter()
+                step(run)
+                timings[name] = round(time.perf_counter() - t, 2)
+                outer.update(1)
+            outer.set_postfix_str("report")
+            t = time.perf_counter()
+            summary = _write_report(run, out, t_all, timings)
+            timings["report"] = round(time.perf_counter() - t, 2)
+            write_json(os.path.join(tmp, "summary.json"), summary)
+            _fix_probe_folders(tmp, out)
+            outer.update(1)
     finally:
         torch.set_num_threads(threads)
-        outer.close()
+    return summary
 
 
-def _run(cfg, out, plan, t_all, outer, bars, step, done, timings, summary, sections) -> dict:
-    with staged_output(out) as tmp:
-        figs = os.path.join(tmp, "figures")
-        os.makedirs(figs)
-        step("load")
-        from beliefscope.models.load import load_model
-
-        model, tok = load_model(cfg.model)
-        draft = None if cfg.real else load_model(cfg.draft)
-        done("load")
-
-        step("eval")
-        from beliefscope.models.evaluate import evaluate
-
-        n_eval, ev_seed = cfg.size("n_eval"), 12345
-        summary["eval"] = evaluate(model, "coinflip", plan["eval_events"], n_eval, ev_seed, tokenizer=tok,
-                                   rendering=plan["rendering"])
-        summary["eval"]["model"] = cfg.model
-        sections.append(_eval_section(summary["eval"]))
-        done("eval")
-
-        step("harvest")
-        stores, hcfg = _harvest(model, tok, cfg.model, plan, cfg, os.path.join(tmp, "acts", "target"), True, bars)
-        dstores = None
-        if draft is not None:
-            dstores, _ = _harvest(draft[0], draft[1], cfg.draft, plan, cfg, os.path.join(tmp, "acts", "draft"),
-                                  False, bars)
-        summary["harvest"] = {"config": hcfg, "target_rows": stores[0].n_rows,
-                              "target_store": stores[0].path, "draft_store": dstores[0].path if dstores else None}
-        done("harvest")
-
-        step("probes")
-        pdir = os.path.join(tmp, "probes", "target")
-        summary["probe"] = _probe(stores, pdir, plan, cfg, bars)
-        if dstores:
-            summary["draft_probe"] = _probe(dstores, os.path.join(tmp, "probes", "draft"), plan, cfg, bars)
-        # The toy target computes the state at the question token rather than keeping a running
-        # state (probes at event tokens stay far below the answer-token probe): fit that readout
-        # too, and steer with it.
-        pdir_last = os.path.join(tmp, "probes", "target-answer-token")
-        summary["probe_answer_token"] = _probe(stores, pdir_last, plan, cfg, bars, positions="last")
-        sections.append(_probe_section(summary, figs))
-        sections.append(_probe_section(summary, figs, key="probe_answer_token"))
-        done("probes")
-        best = summary["probe"]["best_layer"]
-
-        step("beliefs")
-        from beliefscope.analyses import beliefs
-
-        b = beliefs.main(beliefs.BeliefsConfig(model=cfg.model, probes=pdir, prompt=featured_prompt(plan),
-                                               out=os.path.join(figs, "beliefs.png"), layer=best),
-                         bridge=model, tok=tok)
-        summary["beliefs"] = b
-        sections.append(_section("Belief trajectory of one story", report.reading_beliefs(b), b["files"],
-                                 ["Probe P(heads) at every layer and token; the strip below marks the true state.",
-                                  f"Layer {best} over the tokens, true state as a step, forced answers as squares."],
-                                 f"<p>Prompt: <code>{html.escape(b['prompt'])}</code></p>"))
-        done("beliefs")
-
-        step("forced")
-        from beliefscope.analyses import forced
-
-        bar = bars("forced answers", cfg.size("n_forced"))
-        f = forced.main(forced.ForcedConfig(model=cfg.model, probes=pdir, out=os.path.join(figs, "forced.png"),
-                                            n=cfg.size("n_forced"), seed=4242, events=plan["events"],
-                                            rendering=plan["rendering"], layer=best),
-                        bridge=model, tok=tok, progress=bar.update)
-        bar.close()
-        summary["forced"] = f
-        sections.append(_section("Forced answers vs probe at every event", report.reading_forced(f), f["files"],
-                                 ["Accuracy of both readouts and their agreement, by number of events completed.",
-                                  "One story: forced answer (fork the KV cache, append the question) and probe."]))
-        done("forced")
-
-        step("trace")
-        from beliefscope.analyses import spec_trace
-        from beliefscope.decoding import ModelDrafter, make_drafter
-
-        drafter = ModelDrafter(draft[0]) if draft is not None else make_drafter(plan["drafter"], model)
-        tcfg = spec_trace.TraceConfig(model=cfg.model, drafter=plan["drafter"], probes=pdir,
-                                      draft_probes=os.path.join(tmp, "probes", "draft") if dstores else "",
-                                      prompt=None, n=cfg.size("n_trace"), seed=777, events=plan["trace_events"],
-                                      fmt="cot" if not cfg.real else "direct", rendering=plan["rendering"],
-                                      gamma=4, max_new_tokens=24 if not cfg.real else 12,
-                                      out=os.path.join(figs, "trace.png"))
-        bar = bars("speculative trace", cfg.size("n_trace") + (0 if tcfg.prompt is None else 1))
-        t = spec_trace.main(tcfg, target=model, tok=tok, drafter=drafter, progress=bar.update)
-        bar.close()
-        summary["trace"] = t
-        sections.append({"group": "decoding", **_section("Speculative decoding: draft, verify, rollback",
-                                                         report.reading_trace(t), t["files"],
-                                 ["The target's KV cache around the first rejected draft of one request, coloured "
-                                  "by the cache's own provenance labels (rejected entries kept for study).",
-                                  "Drafted tokens accepted and rejected at each verify step of that request.",
-                                  "At each rejection: the draft's and the target's probe P(heads) where the "
-                                  "rejected token's claim is made, with the true state."])})
-        done("trace")
-
-        step("determinism")
-        n_det = cfg.size("n_determinism")
-        if n_det:
-            from beliefscope.analyses import determinism
-
-            dk = plan["determinism"]
-            bar = bars("determinism", 2 * len(dk["others"].split(",")))
-            d = determinism.main(determinism.DeterminismConfig(model=cfg.model, prompts=n_det, out=os.path.join(
-                                 figs, "determinism.png"), quick=cfg.quick, fast_dtype="bfloat16", **dk), bridge=model,
-                                 tok=tok, progress=bar.update)
-            bar.close()
-            summary["determinism"] = d
-            sections.append({"group": "decoding", **_section(
-                "Determinism among other requests", report.reading_determinism(d), d["files"],
-                ["Distinct outputs per prompt against the number of co-batched requests."])})
-        done("determinism")
-
-        step("steering")
-        summary["steering"] = _steering(model, tok, pdir_last, summary["probe_answer_token"]["best_layer"], plan,
-                                        cfg, bars)
-        st = summary["steering"]
-        save_fig(plots.steering_chart(st["flip_rate"], st["random"]["flip_rates"], st["layer"], st["alpha"]),
-                 os.path.join(figs, "steering.png"))
-        sections.append(_section("Steering along the probe direction", report.reading_steering(st),
-                                 [os.path.join(figs, "steering.png")],
-                                 ["Answers flipped by adding the probe direction, and by random directions of "
-                                  "the same norm (one tick each)."],
-                                 report.table([st], ["layer", "alpha", "added_norm", "flip_rate",
-                                                     "baseline_accuracy", "n_prompts"])))
-        done("steering")
-
-        step("thinking")
-        if not cfg.real:
-            _thinking(model, tok, pdir, plan, cfg, bars, tmp, figs, summary, sections)
-        done("thinking")
-
-        step("view")
-        if not cfg.real:
-            sections.append(demo_view.viewer_section(cfg, tmp, summary, bars))
-        done("view")
-        # the report leads with what is true: the validated instrument on the model whose beliefs are
-        # known, then the lazy target as the contrast, then decoding and determinism, then the viewer
-        sections.sort(key=lambda sec: demo_view.GROUPS.index(sec.get("group", "target")))
-
-        step("report")
-        summary["model"] = cfg.model
-        summary["config"] = asdict(cfg)
-        summary["timings_seconds"] = timings
-        summary["seconds_total"] = round(time.perf_counter() - t_all, 1)
-        summary = _relocate_paths(summary, tmp, out)
-        summary["files"] = sorted(os.path.relpath(os.path.join(r, x), tmp) for r, _, fs in os.walk(figs) for x in fs)
-        meta = (f"model <code>{cfg.model}</code> · {time.strftime('%Y-%m-%d %H:%M')} · "
-                f"{summary['seconds_total']} s on {os.cpu_count()} CPU cores"
-                + (" · quick sizes (noisy numbers)" if cfg.quick else ""))
-        html_text = report.render(f"beliefscope demo: {cfg.model}", meta, sections)
-        with open(os.path.join(tmp, "report.html"), "w") as fh:
-            fh.write(html_text)
-        done("report")
-        summary["timings_seconds"] = timings
-        write_json(os.path.join(tmp, "summary.json"), summary)
-        _fix_probe_folders(tmp, out)
+def _write_report(run: DemoRun, out: str, t_all: float, timings: dict) -> dict:
+    """report.html from the steps' sections (the validated instrument first, then the lazy target as
+    the contrast, then decoding and determinism, then the viewer); the summary, paths made final."""
+    cfg, tmp = run.cfg, run.tmp
+    run.sections.sort(key=lambda sec: demo_view.GROUPS.index(sec.get("group", "target")))
+    summary = {**run.summary, "model": cfg.model, "config": asdict(cfg), "timings_seconds": timings,
+               "seconds_total": round(time.perf_counter() - t_all, 1)}
+    summary = _relocate_paths(summary, tmp, out)
+    summary["timings_seconds"] = timings  # the same dict: the report step's time lands in it
+    summary["files"] = sorted(os.path.relpath(os.path.join(r, x), tmp) for r, _, fs in os.walk(run.figs) for x in fs)
+    meta = (f"model <code>{cfg.model}</code> · {time.strftime('%Y-%m-%d %H:%M')} · "
+            f"{summary['seconds_total']} s on {os.cpu_count()} CPU cores"
+            + (" · quick sizes (noisy numbers)" if cfg.quick else ""))
+    with open(os.path.join(tmp, "report.html"), "w") as fh:
+        fh.write(report.render(f"beliefscope demo: {cfg.model}", meta, run.sections))
     return summary
 
 
@@ -343,7 +372,7 @@ def _thinking(model, tok, pdir, plan, cfg: DemoConfig, bars, tmp, figs, summary,
     th = thinking_view.demo_step(model, tok, pdir, tdir, featured_prompt(plan), figs)
     summary["thinking"] = th
     sections.append(demo_view.instrument_section(cfg, summary))
-    sections.append({**_section(thinking_view.TITLE, report.reading_thinking(th), th["files"], thinking_view.CAPTIONS),
+    sections.append({**section(thinking_view.TITLE, report.reading_thinking(th), th["files"], thinking_view.CAPTIONS),
                      "group": "instrument"})
 
 
@@ -359,51 +388,3 @@ def _steering(model, tok, pdir, layer, plan, cfg: DemoConfig, bars) -> dict:
     res = steer_experiment(model, tok, probe, examples, SteerConfig(layer, cfg.steer_alpha), progress=bar.update)
     bar.close()
     return res
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _section(title, reading, files, captions, extra="") -> dict:
-    return {"title": title, "reading": reading, "html": extra,
-            "figures": [(_read(p), c) for p, c in zip(files, captions)]}
-
-
-def _eval_section(ev: dict) -> dict:
-    rows = [{"events": k, "answer accuracy": v,
-             "chain-of-thought exact match": ev.get("exact_match_by_events", {}).get(k)}
-            for k, v in ev["answer_accuracy_by_events"].items()]
-    return {"title": "Task accuracy", "reading": report.reading_eval(ev), "figures": [],
-            "html": report.table(rows, ["events", "answer accuracy", "chain-of-thought exact match"])}
-
-
-def _probe_section(summary: dict, figs: str, key: str = "probe") -> dict:
-    rep = summary[key]
-    rows = rep["layers"]
-    fig = plots.probe_layers_chart([r["layer"] for r in rows], [r["accuracy"] for r in rows],
-                                   [r["control_accuracy"] for r in rows],
-                                   [r["random_init_accuracy"] or float("nan") for r in rows],
-                                   rep["embedding_accuracy"], rep["majority_accuracy"])
-    path = os.path.join(figs, "probe_layers.png" if key == "probe" else f"{key}_layers.png")
-    data = save_fig(fig, path)
-    reading = report.reading_probe(rep, "the target")
-    if key != "probe":
-        return {"title": "Probe at the question token (where the toy target computes its answer)",
-                "reading": reading + " Steering below uses this probe's direction.",
-                "figures": [(data, "Same controls, rows restricted to the last prompt token.")],
-                "html": report.table(rep["layers"], ["layer", "accuracy", "control_accuracy", "selectivity",
-                                                     "random_init_accuracy"])}
-    if "draft_probe" in summary:
-        d = summary["draft_probe"]
-        dbest = next(r for r in d["layers"] if r["layer"] == d["best_layer"])
-        reading += (" The draft model's own probe (needed for the trace below) reaches "
-                    f"{report._pct(dbest['accuracy'])} at its best layer L{d['best_layer']}.")
-    cols = ["layer", "accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
-            "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy"]
-    cols = [c for c in cols if any(r.get(c) is not None for r in rows)]
-    return {"title": "Linear probes of the coin's state, with controls", "reading": reading,
-            "figures": [(data, "Held-out-by-prompt accuracy per layer, with the control task, a random-init "
-                               "model, the embedding-only probe and the majority class.")],
-            "html": report.table(rows, cols)}

@@ -19,7 +19,8 @@ from dataclasses import asdict
 
 from beliefscope.analyses import report
 from beliefscope.analyses.common import check_writable_parent, progress_bar, staged_output, write_json
-from beliefscope.analyses.demo import DemoConfig, _section, featured_prompt
+from beliefscope.analyses.demo import DemoConfig, featured_prompt
+from beliefscope.analyses.demo_view import section
 from beliefscope.models.profile import model_profile
 
 # prompts per step: (full, quick for tests)
@@ -82,7 +83,7 @@ def main(cfg: DemoConfig) -> dict:
         summary["instrument"] = inst
         verdicts = " ".join(f"{r['verdict']}." for r in inst["models"].values())
         table = "<pre>" + "\n".join(table_lines(inst)).replace("&", "&amp;").replace("<", "&lt;") + "</pre>"
-        sections.append(_section(f"The belief instrument: {cfg.model} beside {contrast}", verdicts, files[2:3],
+        sections.append(section(f"The belief instrument: {cfg.model} beside {contrast}", verdicts, files[2:3],
                                  ["Accuracy against the true state at every event boundary of held-out stories: the "
                                   "best-layer probe, the forced answer, the thought, and the probe on a control "
                                   "task."], table))
@@ -95,7 +96,7 @@ def main(cfg: DemoConfig) -> dict:
         summary["beliefs"] = b
         reading = (f"On one held-out story of {len(b['thoughts'])} events the thoughts name the true state at "
                    f"{report._pct(b['thought_accuracy'])} of the events; the answer is {b['answer']}.")
-        sections.append(_section("One story, token by token", reading, [story],
+        sections.append(section("One story, token by token", reading, [story],
                                  ["Truth at every token; the model's thought and its forced answer at every event "
                                   "boundary."]))
         bar.update(1)

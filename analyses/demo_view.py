@@ -1,13 +1,15 @@
-"""Two sections of the toy demo's report: the validated instrument on ``thinking`` (the report's
-opening: thought and forced-answer accuracy by band, probe vs thought, the causal check) and the
-belief viewer on the demo's stories (a link to ``view.html`` beside the report)."""
+"""Sections of the demo's report: a generic one (title, reading, figures with captions), the task
+accuracy, the probe layers with their controls, the validated instrument on ``thinking`` (the
+report's opening: thought and forced-answer accuracy by band, probe vs thought, the causal check)
+and the belief viewer on the demo's stories (a link to ``view.html`` beside the report)."""
 
 from __future__ import annotations
 
 import html
 import os
 
-from beliefscope.analyses import report
+from beliefscope.analyses import plots, report
+from beliefscope.analyses.common import save_fig
 
 GROUPS = ("instrument", "target", "decoding", "viewer")  # the report's order of sections
 
@@ -43,3 +45,51 @@ def viewer_section(cfg, tmp: str, summary: dict, bars) -> dict:
             "html": f"<p><a href='view.html'>view.html</a> ({v['bytes']:,} bytes, one file, no network): hover or "
                     "focus a token for the truth, the probe at every layer, the forced answer, the thought and the "
                     "KV-cache provenance of the speculative decode.</p>"}
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def section(title, reading, files, captions, extra="") -> dict:
+    return {"title": title, "reading": reading, "html": extra,
+            "figures": [(_read(p), c) for p, c in zip(files, captions)]}
+
+
+def eval_section(ev: dict) -> dict:
+    rows = [{"events": k, "answer accuracy": v,
+             "chain-of-thought exact match": ev.get("exact_match_by_events", {}).get(k)}
+            for k, v in ev["answer_accuracy_by_events"].items()]
+    return {"title": "Task accuracy", "reading": report.reading_eval(ev), "figures": [],
+            "html": report.table(rows, ["events", "answer accuracy", "chain-of-thought exact match"])}
+
+
+def probe_section(summary: dict, figs: str, key: str = "probe") -> dict:
+    rep = summary[key]
+    rows = rep["layers"]
+    fig = plots.probe_layers_chart([r["layer"] for r in rows], [r["accuracy"] for r in rows],
+                                   [r["control_accuracy"] for r in rows],
+                                   [r["random_init_accuracy"] or float("nan") for r in rows],
+                                   rep["embedding_accuracy"], rep["majority_accuracy"])
+    path = os.path.join(figs, "probe_layers.png" if key == "probe" else f"{key}_layers.png")
+    data = save_fig(fig, path)
+    reading = report.reading_probe(rep, "the target")
+    if key != "probe":
+        return {"title": "Probe at the question token (where the toy target computes its answer)",
+                "reading": reading + " Steering below uses this probe's direction.",
+                "figures": [(data, "Same controls, rows restricted to the last prompt token.")],
+                "html": report.table(rep["layers"], ["layer", "accuracy", "control_accuracy", "selectivity",
+                                                     "random_init_accuracy"])}
+    if "draft_probe" in summary:
+        d = summary["draft_probe"]
+        dbest = next(r for r in d["layers"] if r["layer"] == d["best_layer"])
+        reading += (" The draft model's own probe (needed for the trace below) reaches "
+                    f"{report._pct(dbest['accuracy'])} at its best layer L{d['best_layer']}.")
+    cols = ["layer", "accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
+            "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy"]
+    cols = [c for c in cols if any(r.get(c) is not None for r in rows)]
+    return {"title": "Linear probes of the coin's state, with controls", "reading": reading,
+            "figures": [(data, "Held-out-by-prompt accuracy per layer, with the control task, a random-init "
+                               "model, the embedding-only probe and the majority class.")],
+            "html": report.table(rows, cols)}
