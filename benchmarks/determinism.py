@@ -35,6 +35,9 @@ from dataclasses import dataclass, replace
 
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
 
+HEADLINE = "ratio_at_10pct"  # `beliefscope bench` sums the run up by this: throughput with 10% deterministic
+#   requests over none
+
 
 @dataclass
 class DeterminismBenchConfig:
@@ -137,8 +140,10 @@ def bench_model(bridge, prompts, cfg: DeterminismBenchConfig, progress=None) -> 
     return res
 
 
-def main(quick: bool = False, progress=None, models: tuple[str, ...] = ("smollm2", "target")) -> dict:
-    """Run the table on SmolLM2 (when installed) and the toy target; write ``determinism.json``."""
+def main(quick: bool = False, progress=None, config: DeterminismBenchConfig | None = None,
+         models: tuple[str, ...] = ("smollm2", "target")) -> dict:
+    """Run the table on SmolLM2 (when installed) and the toy target; write ``determinism.json``.
+    ``config`` replaces each model's own settings (SMOLLM2, TOY or QUICK)."""
     import torch
 
     out = header("determinism", quick, threads=torch.get_num_threads(), models={})
@@ -157,7 +162,7 @@ def main(quick: bool = False, progress=None, models: tuple[str, ...] = ("smollm2
             bridge, tok, _ = toy_target()
             exs = get_task("coinflip", fmt="cot").examples(32, 7, (1, 8))
             prompts, cfg = [tok(e.prompt)["input_ids"] for e in exs], QUICK if quick else TOY
-        out["models"][name] = bench_model(bridge, prompts, cfg, progress)
+        out["models"][name] = bench_model(bridge, prompts, config or cfg, progress)
     m = out["models"]
     for key in ("ratio_at_10pct", "ratio_at_50pct", "ratio_at_100pct", "invariant_fast_ratio"):
         out[key] = (m.get("smollm2") or {}).get(key)

@@ -27,6 +27,9 @@ from beliefscope.benchmarks.common import (
     write_result,
 )
 
+HEADLINE = "speedup_512"  # `beliefscope bench` sums the run up by this: forced answers on a forked cache vs
+#   recompute, 512-token stories
+
 
 @dataclass
 class ForcedBenchConfig:

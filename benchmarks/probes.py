@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
 
+HEADLINE = "speedup"  # `beliefscope bench` sums the run up by this: the batched torch trainer over scikit-learn
+
 
 @dataclass
 class ProbeBenchConfig:

@@ -35,6 +35,9 @@ from beliefscope.benchmarks.spec_stats import (  # noqa: F401 (table: the CLI re
     verify_cost_profile,
 )
 
+HEADLINE = "best_speedup_smollm2"  # `beliefscope bench` sums the run up by this: the best drafter's speed-up on
+#   SmolLM2 (the toy's when SmolLM2 is absent)
+
 
 def toy_models():
     """(target HF model, tokenizer, draft HF model or None, description) for the toy target."""

@@ -19,6 +19,8 @@ import torch
 
 from beliefscope.benchmarks.common import header, interleaved, spread, write_result
 
+HEADLINE = "speedup"  # `beliefscope bench` sums the run up by this: Thinking States over chain of thought, wall time
+
 
 @dataclass
 class ThinkingBenchConfig:

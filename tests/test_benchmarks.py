@@ -12,7 +12,7 @@ import math
 import os
 
 import pytest
-from beliefscope.benchmarks.cli import HEADLINES
+from beliefscope.benchmarks.cli import BENCHMARKS, headline
 from beliefscope.benchmarks.common import (
     OUT_ENV,
     interleaved,
@@ -73,7 +73,7 @@ def test_quick_benchmark(name, out_dir):
     assert path.exists(), f"{name} did not write {path}"
     res = json.loads(path.read_text())
     assert res["quick"] is True
-    assert HEADLINES[name] in res
+    assert headline(name) in res
     m = res["machine"]
     assert m["torch_threads"] >= 1 and m["date"] and "torch" in m
     for p, v in _ratios(res):
@@ -82,6 +82,18 @@ def test_quick_benchmark(name, out_dir):
     # the committed full result is untouched by a quick run
     after = open(committed).read() if os.path.exists(committed) else None
     assert after == before
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_every_benchmark_keeps_the_contract(name):
+    """main(quick, progress, config), a HEADLINE, and a result file of its own name (no module-level path)."""
+    import inspect
+
+    module = importlib.import_module(f"beliefscope.benchmarks.{name}")
+    params = list(inspect.signature(module.main).parameters)
+    assert params[:3] == ["quick", "progress", "config"], (name, params)
+    assert isinstance(module.HEADLINE, str) and module.HEADLINE
+    assert "write_result" in inspect.getsource(module.main)
 
 
 def _check_outputs(name, res):
