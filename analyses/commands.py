@@ -19,6 +19,7 @@ import dataclasses
 import os
 import time
 
+from beliefscope.analyses import beliefs, determinism, forced, spec_trace, view
 from beliefscope.analyses.beliefs import BeliefsConfig
 from beliefscope.analyses.demo import DemoConfig
 from beliefscope.analyses.determinism import DeterminismConfig, int_list
@@ -36,11 +37,6 @@ def _files(res: dict) -> list[str]:
     return [f"wrote {p}" for p in res.get("files", [])]
 
 
-def _beliefs(cfg: BeliefsConfig, progress) -> dict:
-    from beliefscope.analyses.beliefs import main
-
-    return main(cfg)
-
 
 def _beliefs_lines(res: dict) -> list[str]:
     if "thoughts" in res:  # a Thinking States model: its own beliefs
@@ -52,11 +48,6 @@ def _beliefs_lines(res: dict) -> list[str]:
                 f"after the first event; answer {res['answer']}")
     return [head, *_files(res)]
 
-
-def _forced(cfg: ForcedConfig, progress) -> dict:
-    from beliefscope.analyses.forced import main
-
-    return main(cfg, progress=progress)
 
 
 def _forced_lines(res: dict) -> list[str]:
@@ -101,22 +92,12 @@ def _instrument_lines(res: dict) -> list[str]:
     return table_lines(res)
 
 
-def _trace(cfg: TraceConfig, progress) -> dict:
-    from beliefscope.analyses.spec_trace import main
-
-    return main(cfg, progress=progress)
-
 
 def _trace_lines(res: dict) -> list[str]:
     return [f"acceptance {res['acceptance']}, {res['tokens_per_step']} tokens/step, {res['n_rejections']} rejecting "
             f"steps; draft belief wrong at rejections {res['draft_belief_wrong_at_rejections']} vs base rate "
             f"{res['draft_belief_wrong_base_rate']}", *_files(res)]
 
-
-def _determinism(cfg: DeterminismConfig, progress) -> dict:
-    from beliefscope.analyses.determinism import main
-
-    return main(cfg, progress=progress)
 
 
 def _determinism_total(cfg: DeterminismConfig) -> int:
@@ -162,11 +143,6 @@ def _view_from_flags(args) -> dict:
             "prompts": tuple(args.prompt or ())}
 
 
-def _view(cfg: ViewConfig, progress) -> dict:
-    from beliefscope.analyses.view import main
-
-    return main(cfg, progress=progress)
-
 
 def _view_lines(res: dict) -> list[str]:
     lines = [f"{name}: probe at layer {m['best_layer']} follows the truth on {m['probe_accuracy_at_best']:.1%} of "
@@ -177,7 +153,7 @@ def _view_lines(res: dict) -> list[str]:
 
 COMMANDS = (
     Command(name="beliefs", help="belief trajectory of one prompt: heatmap + best-layer line", config=BeliefsConfig,
-            run=_beliefs, lines=_beliefs_lines, required=("model", "prompt"),
+            run=lambda cfg, progress: beliefs.main(cfg), lines=_beliefs_lines, required=("model", "prompt"),
             choices={"task": ["coinflip", "cups"]},
             helps={"model": _MODEL,
                    "probes": "probe folder from `beliefscope probe --out` (same model); optional for Thinking States "
@@ -187,7 +163,8 @@ COMMANDS = (
             epilog='beliefscope beliefs --model target --probes probes/target --out b.png --prompt "A coin is heads '
                    '. Alice flips . State ?"'),
     Command(name="forced", help="forced answers vs probe at every event boundary of many prompts", config=ForcedConfig,
-            run=_forced, lines=_forced_lines, total=lambda cfg: cfg.n, unit="forced answers",
+            run=lambda cfg, progress: forced.main(cfg, progress=progress), lines=_forced_lines,
+            total=lambda cfg: cfg.n, unit="forced answers",
             required=("model", "probes"), choices={"rendering": ["toy", "natural"]}, helps={"model": _MODEL},
             epilog="beliefscope forced --model target --probes probes/target --n 50 --out forced.png --json"),
     Command(name="instrument", help="validate the belief instrument: probe, forced answer, thought and truth at every "
@@ -198,12 +175,14 @@ COMMANDS = (
                             "1-8,9-16,17-32 for coinflip and cups, 1-10,10-25,25-50 for variables)"},
             epilog="beliefscope instrument --models target,thinking --n-train 60 --n-test 30 --out runs/instrument"),
     Command(name="trace", help="speculative-decoding trace: cache timeline, acceptance, beliefs", config=TraceConfig,
-            run=_trace, lines=_trace_lines, total=lambda cfg: cfg.n + (1 if cfg.prompt else 0),
+            run=lambda cfg, progress: spec_trace.main(cfg, progress=progress), lines=_trace_lines,
+            total=lambda cfg: cfg.n + (1 if cfg.prompt else 0),
             unit="speculative trace", required=("model",), choices={"fmt": ["cot", "direct"],
                                                                     "rendering": ["toy", "natural"]},
             epilog="beliefscope trace --model target --drafter draft:draft --probes probes/target --out trace.png"),
     Command(name="determinism", help="unique outputs vs co-batched requests, fast path vs verified (chart)",
-            config=DeterminismConfig, run=_determinism, lines=_determinism_lines, total=_determinism_total,
+            config=DeterminismConfig, run=lambda cfg, progress: determinism.main(cfg, progress=progress),
+            lines=_determinism_lines, total=_determinism_total,
             unit="determinism", required=("model",),
             choices={"fast_dtype": ["float32", "bfloat16"],
                      "paths": ["all", "both", "fast", "invariant", "verified"]},
@@ -216,8 +195,9 @@ COMMANDS = (
             epilog="beliefscope demo --out runs/demo"),
     Command(name="view", help="one self-contained HTML page: every token coloured by the probe's belief, with every "
             "layer, the truth, forced answer, thought and KV-cache provenance on hover", config=ViewConfig,
-            run=_view, lines=_view_lines, total=lambda cfg: (len(cfg.prompts) or cfg.n) * (
-                len(cfg.models) + (1 if cfg.decode else 0)), unit="stories read", skip=("models", "prompts"),
+            run=lambda cfg, progress: view.main(cfg, progress=progress), lines=_view_lines,
+            total=lambda cfg: (len(cfg.prompts) or cfg.n) * (len(cfg.models) + (1 if cfg.decode else 0)),
+            unit="stories read", skip=("models", "prompts"),
             flags=_view_flags, from_flags=_view_from_flags, choices={"task": ["coinflip", "cups", "variables"]},
             epilog="beliefscope view --model thinking,target --task coinflip --events 9-16 --n 6 --out view.html"),
 )
