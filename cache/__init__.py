@@ -1,5 +1,20 @@
 """Inspectable, layer-wise KV cache implementing the transformers ``Cache`` protocol.
 
+A tour, in the order a forward meets the pieces. ``KVCache`` (kv.py) is what a model is handed as
+``past_key_values``; ``for_model`` sizes it from a ``CacheConfig`` (config.py) and refuses unknown
+overrides. Its K/V tensors live in a ``Storage`` (storage.py): preallocated buffers that a cache
+and its forks share, each holder owning its own physical slots. Which slots hold which logical
+positions of each row is the ``Layout`` (layout.py), a plain object of segments, lengths, the
+physical end and the write plan, with ``append``, ``rollback``, ``positions`` and ``live_mask``;
+everything else asks it rather than reading private fields. HF attention talks to one ``KVLayer``
+per layer (layer.py), which writes through the layout's plan after ``validate.py`` checks shape,
+dtype and device. masks.py turns the layout into attention masks and position ids for ragged rows
+and holes; hf.py is the HF ``Cache`` protocol (``crop``, ``get_seq_length``, beam search's row
+gathers, and the ``generate`` wrapper that refuses a decoding mode not tested against HF's cache). The read side is inspect.py (per-layer K/V, ``provenance.py``
+labels and the event log, write hooks), snapshot.py (cheap snapshots and diffs) and copying.py
+(``deepcopy`` and pickle give a compacted, independent cache). testing.py builds tiny models for
+tests and doctests.
+
 Example::
 
     >>> import torch
