@@ -9,8 +9,9 @@ physical end and the write plan, with ``append``, ``rollback``, ``positions`` an
 everything else asks it rather than reading private fields. HF attention talks to one ``KVLayer``
 per layer (layer.py), which writes through the layout's plan after ``validate.py`` checks shape,
 dtype and device. masks.py turns the layout into attention masks and position ids for ragged rows
-and holes; hf.py is the HF ``Cache`` protocol (``crop``, ``get_seq_length``, beam search's row
-gathers, and the ``generate`` wrapper that refuses a decoding mode not tested against HF's cache). The read side is inspect.py (per-layer K/V, ``provenance.py``
+and holes; hf.py is the HF ``Cache`` protocol (``crop``, ``get_seq_length``, beam search's
+row gathers, and the ``generate`` wrapper that refuses a decoding mode not tested against HF's
+cache). The read side is inspect.py (per-layer K/V, ``provenance.py``
 labels and the event log, write hooks), snapshot.py (cheap snapshots and diffs) and copying.py
 (``deepcopy`` and pickle give a compacted, independent cache). testing.py builds tiny models for
 tests and doctests.
