@@ -360,15 +360,20 @@ def tree_step(tokens: list[str], parents: list[int], codes: list[int], root: str
     return fig
 
 
-def loss_curve(history: list[dict], title: str = "Training loss") -> Figure:
+def loss_curve(history: list[dict], title: str = "Training loss", marks: dict | None = None) -> Figure:
     """Loss per optimiser step (log scale) from a training history: the total, and its parts
-    (``lm``, ``thought``) where recorded."""
+    (``lm``, ``thought``) where recorded; ``marks`` ({step: label}) draws a dashed line at each
+    step where the run changed (a warm start on other data, say)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.2), constrained_layout=True)
     steps = np.arange(1, len(history) + 1)
     for key, color in (("loss", "0.2"), ("lm", "#2e86ab"), ("thought", "#d1495b")):
         vals = [h.get(key) for h in history]
         if all(v is not None for v in vals):
             ax.plot(steps, vals, color=color, lw=1, label=key)
+    for step, label in (marks or {}).items():
+        ax.axvline(step, color="0.5", ls="--", lw=0.8)
+        ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), xytext=(3, -10),
+                    textcoords="offset points", fontsize=7, color="0.35", va="top")
     ax.set_yscale("log")
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("loss")

@@ -137,3 +137,17 @@ def test_steering_chart():
     assert widths == pytest.approx([0.9, 0.05])
     assert _ticklabels(ax, "y") == ["random", "probe"] and ax.get_xlabel() == "fraction of answers flipped"
     assert "layer 2" in ax.get_title()
+
+
+def test_loss_curve_draws_each_part_and_the_marks():
+    from beliefscope.analyses.plots import loss_curve
+
+    history = [{"loss": 2.0 / s, "lm": 1.0 / s, "thought": 1.0 / s} for s in range(1, 11)]
+    fig = loss_curve(history, marks={6: "warm start"})
+    ax = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    assert {"loss", "lm", "thought"} <= set(lines)
+    assert list(lines["loss"].get_ydata()) == [h["loss"] for h in history]
+    marks = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [6, 6]
+    assert any(t.get_text() == "warm start" for t in ax.texts)
