@@ -75,15 +75,15 @@ def _generate_thinking(args) -> int:
     run = run_thinking(model, ids, max_new_tokens=args.max_new_tokens)
     starts = {e: a for a, e in run.chunk_steps}
     thoughts = [{"after": tok.decode(ids[starts[e]: e]) if e in starts else "(generated)", "position": e,
-                 "thought": tok.decode(z)} for e, z in run.thoughts]
+                 "thought": tok.decode(z), "empty": model.carries(z)} for e, z in run.thoughts]
     text = tok.decode(run.tokens, skip_special_tokens=True)
     if args.json:
         print(json.dumps({"model": args.model, "text": text, "tokens": run.tokens, "thoughts": thoughts,
                           "context_length": run.cache.seq_len,
                           "thought_tokens_dropped": sum(s.end - s.start for s in run.thought_cache.rejected)}))
     else:
-        for t in thoughts:
-            print(f"  after {t['after']!s:<28} thinks: {t['thought']}")
+        for t in thoughts:  # an empty thought leaves S as it was: the state is unchanged
+            print(f"  after {t['after']!s:<28} thinks: {t['thought']}" + ("  (empty: no change)" if t["empty"] else ""))
         print(f"answer: {text}")
     return 0
 

@@ -125,3 +125,18 @@ def test_thought_lookup_gives_plain_greedy_thoughts_in_fewer_forwards(name, monk
     model.thinking_config.lookup = 4
     assert [(r.thoughts, r.tokens) for r in runs[4]] == [(r.thoughts, r.tokens) for r in runs[0]]
     assert forwards[4] < 0.8 * forwards[0], forwards
+
+
+def test_generate_json_marks_empty_thoughts(capsys):
+    """`beliefscope generate` on a model trained with empty thoughts: each thought says whether it is
+    empty (S carried over), and the empty ones are exactly the events that change nothing."""
+    import json
+
+    from beliefscope.cli import main
+
+    story = "A coin is heads . Alice flips . Bob stays . Carol stays . Dan flips . State ?"
+    assert main(["generate", "--model", "thinking-empty", "--json", "--quiet", "--prompt", story]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [t["empty"] for t in out["thoughts"]] == [False, False, True, True, False]  # intro, flip, stay, stay, flip
+    assert [t["thought"].split()[0] for t in out["thoughts"] if not t["empty"]] == ["heads", "tails", "heads"]
+    assert out["text"].strip() == "heads"
