@@ -30,7 +30,6 @@ Run ``beliefscope bench determinism [--quick]``; writes ``benchmarks/results/det
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import dataclass, replace
 
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
@@ -183,10 +182,3 @@ def table(result: dict) -> list[list]:
                          x["tokens_per_s"], f"{r['median']:.3f} ({r['q1']:.3f}-{r['q3']:.3f})",
                          x["verify_forwards"], x.get("verify_rows"), x["mean_fast_batch"]])
     return rows
-
-
-if __name__ == "__main__":
-    import json
-
-    res = main(quick="--quick" in sys.argv)
-    sys.stdout.write(json.dumps({k: res[k] for k in ("ratio_at_10pct", "outputs_identical")}, indent=1) + "\n")

@@ -6,13 +6,12 @@ each boundary. Both are timed interleaved on the same coin-flip story at prompt 
 64 / 128 / 256 / 512 tokens (toy target) and 64 / 128 / 256 (SmolLM2, natural rendering), and
 their answer distributions must agree. Headline: ``speedup_512`` (toy target).
 
-Run ``python -m beliefscope.benchmarks.forced [--quick]``; writes ``benchmarks/results/forced.json``.
+Run ``beliefscope bench forced [--quick]``; writes ``benchmarks/results/forced.json``.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
@@ -198,10 +197,3 @@ def table(result: dict) -> list[list]:
                          r["seconds_fork"]["median"], f"{s['median']:.2f} ({s['q1']:.2f}-{s['q3']:.2f})",
                          f"{r['max_abs_diff_p']:.1e}"])
     return rows
-
-
-if __name__ == "__main__":
-    import json
-
-    res = main(quick="--quick" in sys.argv)
-    sys.stdout.write(json.dumps({k: res[k] for k in ("speedup_512", "all_identical")}, indent=1) + "\n")

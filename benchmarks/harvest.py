@@ -6,7 +6,7 @@ headline ``overhead`` is the median per-repeat (harvest time / bare time) - 1 on
 Then the same harvest through ``torchrun -m beliefscope.probes.harvest`` with 1 and 2 processes (wall time
 of the whole job, start-up included), and the 2-process store is compared with the 1-process one.
 
-Run ``python -m beliefscope.benchmarks.harvest [--quick]``; writes ``benchmarks/results/harvest.json``.
+Run ``beliefscope bench harvest [--quick]``; writes ``benchmarks/results/harvest.json``.
 """
 
 from __future__ import annotations
@@ -264,8 +264,3 @@ def table(result: dict) -> list[list[list]]:
             t.append([n, tr["n_prompts"], tr["n_rows"][n], s["median"], tr["tokens_per_s"][n]])
         tables.append(t)
     return tables
-
-
-if __name__ == "__main__":
-    res = main(quick="--quick" in sys.argv)
-    sys.stdout.write(json.dumps({k: res.get(k) for k in ("overhead", "overhead_smollm2", "outputs_identical")}) + "\n")

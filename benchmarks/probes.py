@@ -5,13 +5,12 @@ Activations of every layer (embedding + each block's resid_post) are harvested f
 target (and SmolLM2 on natural stories) into a temporary store; rows are the prompt tokens after
 the first event, label ``state``; train/test are split by prompt (first GroupKFold fold). Both
 trainers are timed interleaved; their held-out accuracy must agree within 1 point per layer.
-Headline: ``speedup`` (toy target). Run ``python -m beliefscope.benchmarks.probes [--quick]``.
+Headline: ``speedup`` (toy target). Run ``beliefscope bench probes [--quick]``.
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -125,10 +124,3 @@ def table(result: dict) -> list[list]:
                          r["seconds_torch"]["median"], f"{s['median']:.2f} ({s['q1']:.2f}-{s['q3']:.2f})",
                          r["max_accuracy_diff"]])
     return rows
-
-
-if __name__ == "__main__":
-    import json
-
-    res = main(quick="--quick" in sys.argv)
-    sys.stdout.write(json.dumps({k: res.get(k) for k in ("speedup", "speedup_smollm2", "accuracy_equal")}) + "\n")

@@ -12,12 +12,11 @@ token for token (where they do not, we also compare with the fixed-shape referen
 
 All methods run on the same raw HF module (``models.load.load_hf``): HF's assisted generation
 cannot run through the TransformerBridge, so ours does not either, and the comparison is fair.
-Headline: ``best_speedup_smollm2``. Run ``python -m beliefscope.benchmarks.spec [--quick]``.
+Headline: ``best_speedup_smollm2``. Run ``beliefscope bench spec [--quick]``.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 
 import torch
@@ -244,11 +243,3 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
                       "HF prompt lookup", "vs_hf_matching": "> 1"}
     write_result("spec", result, quick)
     return result
-
-
-if __name__ == "__main__":
-    import json
-
-    res = main(quick="--quick" in sys.argv)
-    sys.stdout.write(json.dumps({k: res.get(k) for k in ("best_speedup_toy", "best_speedup_smollm2",
-                                                         "outputs_identical")}, indent=1) + "\n")

@@ -321,9 +321,9 @@ def _advance(bar, n: int, total: int) -> None:
 
 
 def main(argv=None) -> int:
-    """Command-line entry point of ``python -m beliefscope.probes.harvest`` and
-    ``torchrun ... -m beliefscope.probes.harvest``: harvest, then rank 0 writes the result as JSON
-    to stdout (``beliefscope harvest`` is the same through the ``beliefscope`` CLI)."""
+    """Entry point of ``torchrun ... -m beliefscope.probes.harvest``, kept as a module because torchrun
+    starts a module or a script in every process: harvest sharded across the processes, then rank 0
+    writes the result as JSON to stdout. In one process, ``beliefscope harvest`` is the same."""
     import json
 
     p = argparse.ArgumentParser(prog="beliefscope.probes.harvest", description=__doc__.split("\n")[0])
