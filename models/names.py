@@ -35,7 +35,7 @@ SHIPPED = {
     "thinking-cups": "cups-thinking",
     "direct-cups": "cups-direct-rope",
     "cot-cups": "cups-cot-rope",
-    "thinking-variables": "variables-thinking",  # 3000 steps (1000 left it at loss 0.37)
+    "thinking-variables": "variables-thinking",  # 9000 steps (3000 left it at 0.885 on its trained band)
     "direct-variables": "variables-direct-rope",
     "cot-variables": "variables-cot-rope",  # the chain-of-thought baseline, same backbone, data and 3000 steps
 }

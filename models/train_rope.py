@@ -137,6 +137,22 @@ def random_positions(shape, n: int, spread: str = "fixed") -> torch.Tensor | Non
     return keys.topk(T, dim=1).indices.sort(dim=1).values
 
 
+def rope_rebuild_command(cfg: RopeTrainConfig) -> str:
+    """The `beliefscope train` command that trains ``cfg`` again: the preset and task, then every
+    flag whose value differs from the default (a card that said only the preset of a 3000-step run
+    rebuilt a 1000-step one).
+
+    >>> rope_rebuild_command(RopeTrainConfig(preset="thinking", task="variables", steps=9000))
+    'beliefscope train --preset thinking --task variables --steps 9000 --out DIR'
+    """
+    base = RopeTrainConfig(preset=cfg.preset, task=cfg.task)
+    flags = [f"--task {cfg.task}"] if cfg.task != "coinflip" else []
+    flags += [f"--{k.replace('_', '-')} {getattr(cfg, k)}" for k in ("steps", "lr", "seed", "max_events")
+              if getattr(cfg, k) != getattr(base, k)]
+    flags += ["--empty-thoughts"] if cfg.empty_thoughts else []
+    return " ".join([f"beliefscope train --preset {cfg.preset}", *flags, "--out DIR"])
+
+
 def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[[dict], None] | None = None):
     """Train one preset; save to `out` atomically if given. Returns (model, tokenizer, card)."""
     from beliefscope.models.thinking_data import make_batch as thinking_batch
@@ -176,9 +192,7 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     model.eval()
     card = {"kind": "thinking" if cfg.preset == "thinking" else "lm", "rendering": "toy",
             "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
-            "rebuild": f"beliefscope train --preset {cfg.preset}"
-            + (f" --task {cfg.task}" if cfg.task != "coinflip" else "")
-            + (" --empty-thoughts" if cfg.empty_thoughts else "")}
+            "rebuild": rope_rebuild_command(cfg)}
     if cfg.preset == "thinking":
         card["thinking_config"] = asdict(model.thinking_config)
     if cfg.eval_n:

@@ -9,9 +9,9 @@ THINKING = [name for name in ("thinking-cups", "thinking-variables") if name in 
 
 
 # per model: (answer, thought) floors on the first band, and the answer floor on the second-longest band.
-# Measured on 200 prompts per band (model cards): thinking-cups 1.00 everywhere; thinking-variables 0.885 /
-# 0.92 at 1-10 updates and 0.645 at 25-50 (goal 0.9 at 50-100 missed; chance 0.1): its floors sit below.
-FLOORS = {"thinking-cups": (0.97, 0.97, 0.85), "thinking-variables": (0.75, 0.85, 0.35)}
+# Measured on 200 prompts per band (model cards): thinking-cups 1.00 everywhere; thinking-variables (9000
+# steps) 1.00 answers and thoughts at 1-10, 10-25, 25-50 and 50-100 updates (chance 0.1).
+FLOORS = {"thinking-cups": (0.97, 0.97, 0.85), "thinking-variables": (0.97, 0.97, 0.9)}
 
 
 @pytest.mark.parametrize("name", THINKING)
