@@ -372,8 +372,9 @@ def loss_curve(history: list[dict], title: str = "Training loss", marks: dict | 
             ax.plot(steps, vals, color=color, lw=1, label=key)
     for step, label in (marks or {}).items():
         ax.axvline(step, color="0.5", ls="--", lw=0.8)
-        ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), xytext=(3, -10),
-                    textcoords="offset points", fontsize=7, color="0.35", va="top")
+        right = step > 0.6 * len(history)  # a late mark's label goes on its left, inside the axes
+        ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), xytext=(-3 if right else 3, -4),
+                    textcoords="offset points", fontsize=7, color="0.35", va="top", ha="right" if right else "left")
     ax.set_yscale("log")
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("loss")
