@@ -9,10 +9,24 @@ import sys
 def progress_bar(desc: str, total: int | None = None, disable: bool = False, leave: bool = False):
     """A tqdm bar on stderr, silent for its first second.
 
-    >>> bar = progress_bar("work", total=2, disable=True)
-    >>> bar.update(2); bar.n
-    2
+    >>> bar = progress_bar("work", total=2, disable=True)  # --no-progress: nothing is drawn
+    >>> bar.disable, bar.total
+    (True, 2)
     """
     from tqdm import tqdm
 
     return tqdm(desc=desc, total=total, file=sys.stderr, disable=disable, dynamic_ncols=True, leave=leave, delay=1.0)
+
+
+def resume_bar(bar, step: int) -> None:
+    """Start ``bar`` at ``step`` (a resumed run), so its rate counts this run's steps only.
+
+    >>> bar = progress_bar("train", total=10, disable=True)
+    >>> resume_bar(bar, 4); bar.n
+    4
+    """
+    bar.initial = bar.n = bar.last_print_n = step
+    if bar.disable:  # --no-progress: a disabled bar has no clock to reset
+        return
+    bar.start_t = bar.last_print_t = bar._time()
+    bar.refresh()

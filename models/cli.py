@@ -121,7 +121,7 @@ def _report_training(args, res: dict) -> int:
 
 
 def _train_rope(args) -> int:
-    from beliefscope.progress import progress_bar
+    from beliefscope.progress import progress_bar, resume_bar
 
     from beliefscope.files import check_writable_parent
     from beliefscope.models.train_rope import RopeTrainConfig, train_rope
@@ -133,6 +133,8 @@ def _train_rope(args) -> int:
     bar = progress_bar(f"train {args.preset}", total=cfg.steps, disable=args.no_progress, leave=True)
 
     def progress(h):
+        if "resumed_from" in h:
+            return resume_bar(bar, h["resumed_from"])
         bar.update(h["step"] - bar.n)
         bar.set_postfix({k: v for k, v in h.items() if k not in ("step", "seconds")})
 

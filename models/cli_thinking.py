@@ -26,7 +26,7 @@ def _config(args):
 def train_pretrained_thinking(args, echo) -> int:
     """Run the command; ``echo(text, err=False)`` prints a line (on stderr when ``err``)."""
     from beliefscope.models.train_thinking import COST_FILE, check_out, measure_costs, train_thinking
-    from beliefscope.progress import progress_bar
+    from beliefscope.progress import progress_bar, resume_bar
 
     from beliefscope.files import atomic_write_json
 
@@ -47,13 +47,8 @@ def train_pretrained_thinking(args, echo) -> int:
     bar.mininterval = 0  # one step takes seconds: show each
 
     def progress(rec):
-        if "resumed_from" in rec:  # the bar starts at the resumed step; its rate counts this run's steps only
-            if bar.disable:  # --no-progress: a disabled bar has no clock to reset
-                return
-            bar.initial = bar.n = bar.last_print_n = rec["resumed_from"]
-            bar.start_t = bar.last_print_t = bar._time()
-            bar.refresh()
-            return
+        if "resumed_from" in rec:
+            return resume_bar(bar, rec["resumed_from"])
         bar.set_postfix({k: rec[k] for k in ("loss", "lm", "thought") if k in rec} | {"s_per_step": rec["seconds"]},
                         refresh=False)  # the baselines have no thought loss
         bar.update(rec["step"] - bar.n)

@@ -31,6 +31,8 @@ from beliefscope.models.lm_batch import make_batch as lm_batch
 from beliefscope.tasks import get_task
 
 ROPE_PRESETS = ("direct-rope", "cot-rope", "thinking")
+# Fields that may differ between a run and its resumption (they do not change the trajectory).
+RESUME_FREE = ("threads", "eval_n", "log_every", "checkpoint_every")
 
 
 # Randomised position range per task: at least the token length of the longest evaluated story, so
@@ -75,6 +77,7 @@ class RopeTrainConfig:
     threads: int = 1  # torch CPU threads (1: OpenMP threads thrash on a shared 2-core machine)
     eval_n: int = 200  # held-out prompts per length band for the model card (0 skips it)
     log_every: int = 25  # steps between progress reports
+    checkpoint_every: int = 250  # steps between resumable states in OUT/train_state.pt (with an output folder)
 
     def __post_init__(self):
         if self.random_positions is None:
@@ -154,8 +157,13 @@ def rope_rebuild_command(cfg: RopeTrainConfig) -> str:
 
 
 def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[[dict], None] | None = None):
-    """Train one preset; save to `out` atomically if given. Returns (model, tokenizer, card)."""
+    """Train one preset; save to `out` atomically if given. Returns (model, tokenizer, card).
+
+    With `out`, the run is resumable: every ``checkpoint_every`` steps its state goes to
+    ``out/train_state.pt`` (`models.train_state`), and a run started again with the same settings
+    continues from there; ``progress`` then gets ``{"resumed_from": step}`` first."""
     from beliefscope.models.thinking_data import make_batch as thinking_batch
+    from beliefscope.models.train_state import load_state, save_state
 
     torch.set_num_threads(cfg.threads)
     model, tok = build(cfg)
@@ -163,9 +171,19 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     fmt = "cot" if cfg.preset == "cot-rope" else "direct"
     task = get_task(cfg.task, fmt=fmt)
     rng = random.Random(cfg.seed)
-    history, t0 = [], time.time()
+    start, history = 0, []
+    if out:
+        from beliefscope.files import check_writable_parent
+
+        out = check_writable_parent(out)
+        if os.path.isfile(out):
+            raise ValueError(f"output {out} is an existing file; give a folder path")
+        start, history = load_state(out, cfg, dict(model.named_parameters()), opt, free=RESUME_FREE, rng=rng)
+        if start and progress:
+            progress({"resumed_from": start})
+    t0 = time.time() - (history[-1]["seconds"] if history else 0.0)
     model.train()
-    for step in range(1, cfg.steps + 1):
+    for step in range(start + 1, cfg.steps + 1):
         frac = min(1.0, step / cfg.warmup) * (1 - 0.9 * max(0.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)))
         for g in opt.param_groups:
             g["lr"] = cfg.lr * frac
@@ -189,6 +207,9 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
                             "seconds": round(time.time() - t0, 1)})
             if progress:
                 progress(history[-1])
+        if out and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+            os.makedirs(out, exist_ok=True)
+            save_state(out, step, dict(model.named_parameters()), opt, history, cfg, rng=rng)
     model.eval()
     card = {"kind": "thinking" if cfg.preset == "thinking" else "lm", "rendering": "toy",
             "train_config": asdict(cfg), "steps": cfg.steps, "history": history,

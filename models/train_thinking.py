@@ -30,14 +30,14 @@ import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 
 from beliefscope.tasks import get_task
 from beliefscope.models.load import HOST
+from beliefscope.models.train_state import STATE_FILE, load_state, save_state
 
-STATE_FILE = "train_state.pt"
 COST_FILE = "training_cost.json"
 
 # Training settings of the pretrained Thinking States presets (`beliefscope train --preset NAME`).
@@ -227,42 +227,6 @@ def _trained_named(model) -> dict:
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
 
-def save_state(out: str, step: int, model, opt, history: list, cfg: ThinkingTrainConfig) -> None:
-    """Write the resumable training state atomically (temp file, then rename)."""
-    from beliefscope.files import atomic_save
-
-    state = {"step": step, "config": asdict(cfg), "history": history, "optimizer": opt.state_dict(),
-             "trained": {n: p.detach().cpu() for n, p in _trained_named(model).items()},
-             "torch_rng": torch.get_rng_state()}
-    atomic_save(os.path.join(out, STATE_FILE), lambda tmp: torch.save(state, tmp))
-
-
-def load_state(out: str, cfg: ThinkingTrainConfig, model, opt) -> tuple[int, list]:
-    """Restore a run from ``OUT/train_state.pt``; ``(last step, history)``, or ``(0, [])`` without one.
-    A state written by another configuration is refused, naming the fields that differ."""
-    path = os.path.join(out, STATE_FILE)
-    if not os.path.exists(path):
-        return 0, []
-    state = torch.load(path, map_location=HOST, weights_only=True)
-    mine = asdict(cfg)
-    saved = {f.name: state["config"].get(f.name, f.default) for f in fields(cfg)}  # a field added since: its default
-    diff = {f.name: (saved[f.name], mine[f.name]) for f in fields(cfg)
-            if f.name not in RESUME_FREE and saved[f.name] != mine[f.name]}
-    if diff:
-        raise ValueError(f"{path} was written by another training configuration "
-                         f"({', '.join(f'{k}: saved {a!r}, now {b!r}' for k, (a, b) in diff.items())}): "
-                         "give the same settings to resume, or another --out to start afresh")
-    named = _trained_named(model)
-    if set(named) != set(state["trained"]):
-        raise ValueError(f"{path} holds other trained weights than this model: start afresh in another --out")
-    with torch.no_grad():
-        for n, p in named.items():
-            p.copy_(state["trained"][n])
-    opt.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["torch_rng"])
-    return int(state["step"]), list(state["history"])
-
-
 def warm_start(model, name_or_path: str, digest: str) -> None:
     """Copy a composed checkpoint's trained parts (T, C, the injection, LoRA weights) into ``model``,
     whose trained parameters must be exactly those parts; refused by name on another backbone."""
@@ -304,7 +268,7 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
     check_out(out, force, need_bytes=4 * sum(p.numel() for p in trained) * 4)  # weights, 2 Adam moments, temp
     os.makedirs(out, exist_ok=True)
     opt = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start, history = load_state(out, cfg, model, opt)
+    start, history = load_state(out, cfg, _trained_named(model), opt, free=RESUME_FREE)
     if start == 0 and cfg.init_from:
         warm_start(model, cfg.init_from, digest)
     if progress:
@@ -315,7 +279,7 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
         if progress:
             progress(history[-1])
         if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-            save_state(out, step, model, opt, history, cfg)
+            save_state(out, step, _trained_named(model), opt, history, cfg)
     model.eval()
     card = {"rendering": cfg.rendering, "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
             **({"thinking_config": asdict(model.thinking_config)} if cfg.method == "thinking" else {}),

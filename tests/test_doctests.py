@@ -10,7 +10,9 @@ SUBPACKAGES = ["tasks", "models", "hooks", "cache", "decoding", "probes", "analy
 
 
 def _modules() -> list[str]:
-    names = ["beliefscope", "beliefscope.files", "beliefscope.config_flags"]
+    top = importlib.import_module("beliefscope")  # its own modules (files, progress, ...), then each subpackage's
+    names = ["beliefscope"] + [m.name for m in pkgutil.iter_modules(top.__path__, prefix="beliefscope.")
+                               if not m.ispkg and m.name != "beliefscope.__main__"]
     for sub in SUBPACKAGES:
         pkg = importlib.import_module(f"beliefscope.{sub}")
         names.append(pkg.__name__)
