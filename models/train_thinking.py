@@ -36,7 +36,7 @@ import torch
 
 from beliefscope.tasks import get_task
 from beliefscope.models.load import HOST
-from beliefscope.models.train_state import STATE_FILE, load_state, save_state
+from beliefscope.models.train_state import load_state, save_state
 
 COST_FILE = "training_cost.json"
 

@@ -12,7 +12,8 @@ from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.load import load_model
 from beliefscope.models.thinking_ckpt import PARTS_FILE, backbone_sha256
 from beliefscope.models.tokenizer import toy_tokenizer
-from beliefscope.models.train_thinking import STATE_FILE, ThinkingTrainConfig, check_out, train_thinking
+from beliefscope.models.train_state import STATE_FILE
+from beliefscope.models.train_thinking import ThinkingTrainConfig, check_out, train_thinking
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
