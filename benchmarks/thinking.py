@@ -33,6 +33,9 @@ class ThinkingBenchConfig:
     repeats: int = 3  # timed calls per prompt and path (interleaved)
     k: int | None = None  # chunks drafted per forward by speculative prefill (None: decoding.tune.choose_prefill_k
     #   picks it from 1/2/4/8/16 on 6 other stories of the first band, timed before the benchmark)
+    thought_drafter: str = "shared"  # what speculative prefill drafts as each chunk's thought
+    #   (decoding.thought_drafter): "shared" one drafter, first taught by the calibration stories, kept
+    #   across prompts; "fresh" a new one per story; "empty" every thought empty (the paper's assumption)
     threads: int = 1  # torch threads
     rendering: str = "toy"  # story rendering: "toy" grammar, or "natural" English on held-out templates and names
     batch: int = 32  # stories per batch in the batched comparison (0 skips it)
@@ -70,9 +73,9 @@ def _cot_drafted(model, tok, prompt: str, max_new: int, drafter) -> list[int]:
     return speculative_generate(model, drafter, tok(prompt)["input_ids"], cfg).tokens
 
 
-def _band(cfg, band, thinking, tok, cot, ctok, progress, drafter=None) -> dict:
+def _band(cfg, band, thinking, tok, cot, ctok, progress, drafter=None, thought_drafter=None) -> dict:
     """Paired timings of CoT (plain, and with ``drafter`` when given), chunk-by-chunk Thinking States
-    and speculative prefill on one band."""
+    and speculative prefill (each run's thought drafter from ``thought_drafter()``) on one band."""
     from beliefscope.benchmarks.common import ratio_spread
     from beliefscope.decoding.thinking import run_thinking
     from beliefscope.tasks import get_task
@@ -90,7 +93,8 @@ def _band(cfg, band, thinking, tok, cot, ctok, progress, drafter=None) -> dict:
         fns = {"cot": lambda c=c, m=max_new: _cot_answer(cot, ctok, c.prompt, m),
                "chunked": lambda ids=ids: run_thinking(thinking, ids, max_new_tokens=2),
                "speculative": lambda ids=ids: run_thinking(thinking, ids, max_new_tokens=2,
-                                                            prefill="speculative", k=cfg.k)}
+                                                            prefill="speculative", k=cfg.k,
+                                                            thought_drafter=thought_drafter())}
         if drafter is not None:
             fns["cot_drafted"] = lambda c=c, m=max_new: _cot_drafted(cot, ctok, c.prompt, m, drafter)
         res = interleaved(fns, repeats=cfg.repeats, warmup=0, progress=progress)
@@ -161,37 +165,50 @@ def _batched(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
 
 
 def _run_bands(cfg: ThinkingBenchConfig, progress) -> dict:
-    """Every band of ``cfg``: its two models loaded once, the paired timings per band."""
+    """Every band of ``cfg``: its two models loaded once; the thought drafter taught and k and the CoT
+    drafter chosen on calibration stories the benchmark does not time (seed 4040); the paired timings."""
+    from dataclasses import replace
+
+    from beliefscope.decoding.thinking import run_thinking
+    from beliefscope.decoding.thought_drafter import thought_drafter_factory
+    from beliefscope.decoding.tune import choose_prefill_k
     from beliefscope.models import load_model
+    from beliefscope.tasks import get_task
 
     torch.set_num_threads(cfg.threads)
     thinking, tok = load_model(cfg.model)
     cot, ctok = load_model(cfg.cot_model)
-    chosen = {}
-    if cfg.k is None:  # measured here, on stories the benchmark does not time (another seed)
-        from dataclasses import replace
+    held = {"split": "heldout"} if cfg.rendering == "natural" else {}
 
-        from beliefscope.decoding.tune import choose_prefill_k
-        from beliefscope.tasks import get_task
+    def calib(fmt, band):
+        return get_task("coinflip", rendering=cfg.rendering, fmt=fmt, **held).examples(6, 4040, band)
 
-        held = {"split": "heldout"} if cfg.rendering == "natural" else {}
-        calib = get_task("coinflip", rendering=cfg.rendering, fmt="direct", **held).examples(6, 4040, cfg.bands[0])
-        k, secs = choose_prefill_k(thinking, [tok(e.prompt)["input_ids"] for e in calib])
-        chosen = {"k_chosen": k, "k_seconds": {str(a): round(b, 4) for a, b in secs.items()}}
-        cfg = replace(cfg, k=k)
+    thought_drafter = thought_drafter_factory(cfg.thought_drafter, thinking.eos_id)
+    chosen = {"thought_drafter": cfg.thought_drafter}
+    if cfg.thought_drafter == "shared":
+        for e in calib("direct", cfg.bands[0]) + calib("direct", cfg.bands[-1]):
+            run_thinking(thinking, tok(e.prompt)["input_ids"], max_new_tokens=1, prefill="speculative", k=4,
+                         thought_drafter=thought_drafter())
+        chosen["thought_drafter_entries"] = len(thought_drafter().table)
     drafter = None
-    if cfg.cot_drafters:  # the CoT model's best drafter, measured on CoT stories the benchmark does not time
+    if cfg.cot_drafters:  # the CoT model's best drafter
         from beliefscope.decoding.drafters import make_drafter
         from beliefscope.decoding.tune import choose_drafter
-        from beliefscope.tasks import get_task
 
-        held = {"split": "heldout"} if cfg.rendering == "natural" else {}
-        calib = get_task("coinflip", rendering=cfg.rendering, fmt="cot", **held).examples(6, 4040, cfg.bands[0])
-        max_new = max(len(ctok(c.completion)["input_ids"]) for c in calib) + 2
-        spec, secs = choose_drafter(cot, [ctok(c.prompt)["input_ids"] for c in calib], cfg.cot_drafters, max_new)
+        cs = calib("cot", cfg.bands[0])
+        max_new = max(len(ctok(c.completion)["input_ids"]) for c in cs) + 2
+        spec, secs = choose_drafter(cot, [ctok(c.prompt)["input_ids"] for c in cs], cfg.cot_drafters, max_new)
         chosen |= {"cot_drafter": spec, "cot_drafter_seconds": {s: round(t, 4) for s, t in secs.items()}}
         drafter = None if spec == "none" else make_drafter(spec, cot)
-    out = {b: {**_band(cfg, b, thinking, tok, cot, ctok, progress, drafter), **chosen} for b in cfg.bands}
+    out = {}
+    for b in cfg.bands:
+        bcfg, picked = cfg, {}
+        if cfg.k is None:  # k per band: a longer story keeps longer drafts
+            k, secs = choose_prefill_k(thinking, [tok(e.prompt)["input_ids"] for e in calib("direct", b)],
+                                       drafter=thought_drafter)
+            bcfg = replace(cfg, k=k)
+            picked = {"k_chosen": k, "k_seconds": {str(a): round(t, 4) for a, t in secs.items()}}
+        out[b] = {**_band(bcfg, b, thinking, tok, cot, ctok, progress, drafter, thought_drafter), **chosen, **picked}
     if cfg.batch:
         for b in cfg.bands:
             out[b]["batched"] = _batched(cfg, b, thinking, tok, cot, ctok, progress)

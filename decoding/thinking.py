@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from beliefscope.cache import KVCache, Provenance
+from beliefscope.decoding.thought_drafter import ThoughtDrafter
 
 
 @dataclass
@@ -41,6 +42,8 @@ class ThinkingRun:
     #   drafted end, kept end) of each drafting forward
     spec_thoughts: list[list[tuple[int, list[int]]]] = field(default_factory=list)  # per drafting forward:
     #   (chunk end, thought T wrote) for every drafted chunk, kept or rolled back
+    spec_drafts: list[list[list[int]]] = field(default_factory=list)  # per drafting forward: the thought
+    #   drafted for every chunk (decoding.thought_drafter); a draft is cut at the first one T contradicts
 
 
 def _check_room(model, n_total: int) -> None:
@@ -85,7 +88,8 @@ def think_cached(model, h: torch.Tensor, tcache: KVCache) -> list[int]:
 
 @torch.no_grad()
 def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, keep_thoughts: bool = True,
-                 stop_at_eos: bool = True, prefill: str = "chunked", k: int = 4) -> ThinkingRun:
+                 stop_at_eos: bool = True, prefill: str = "chunked", k: int = 4,
+                 thought_drafter: ThoughtDrafter | None = None) -> ThinkingRun:
     """Run a Thinking States model chunk by chunk on KV caches and decode greedily.
 
     ``intervene(j, S) -> S`` may replace the state added to chunk j (the causal check).
@@ -93,11 +97,14 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
     speculative prefill, the rolled-back chunks in ``cache.rejected``).
 
     ``prefill="speculative"`` (the paper's speculative prefill) drafts up to ``k`` complete chunks
-    in one backbone forward, all with the current S, as if every thought before them were empty;
-    T reads all of them in one batched call; the chunks up to and including the first non-empty
-    thought are kept (their S was right), the rest is rolled back, and the run goes on from there.
-    The thoughts and the answer are those of ``prefill="chunked"``; ``run.spec_steps`` holds
-    ``(start, drafted_end, kept_end)`` of every drafting forward."""
+    in one backbone forward. The paper gives them all the current S, as if every thought before
+    them were empty; here ``thought_drafter`` (`decoding.thought_drafter`; a fresh one by default,
+    which learns from the story's own thoughts) drafts each chunk's thought, and the next chunk
+    gets the S that thought gives. T reads all of them in one batched call; the chunks up to and
+    including the first thought T writes differently from its draft are kept (their S was right),
+    the rest is rolled back, and the run goes on from there. The thoughts and the answer are those
+    of ``prefill="chunked"``; ``run.spec_steps`` holds ``(start, drafted_end, kept_end)`` of every
+    drafting forward, ``run.spec_drafts`` the drafted thoughts."""
     ids = [int(t) for t in prompt_ids]
     if not ids:
         raise ValueError("the prompt is empty: give at least one token")
@@ -128,8 +135,9 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
 
     spans = model.spans(ids)
     if prefill == "speculative":
+        drafter = thought_drafter if thought_drafter is not None else ThoughtDrafter(model.eos_id)
         done = _speculative_prefill(model, ids, [(a, e) for a, e, c in spans if c], k, cache, lambda: S,
-                                    after_chunk, run, logits_all)
+                                    after_chunk, run, logits_all, drafter)
         spans = [sp for sp in spans if sp[0] >= done]
     cur_h: list[torch.Tensor] = []  # L_out states of the chunk in progress
     for a, e, complete in spans:
@@ -159,29 +167,48 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
     return run
 
 
-def _speculative_prefill(model, ids, chunks, k, cache, current_S, after_chunk, run, logits_all) -> int:
+def _speculative_prefill(model, ids, chunks, k, cache, current_S, after_chunk, run, logits_all, drafter) -> int:
     """Draft, check and keep the complete chunks ``[(start, end)]`` (see `run_thinking`); returns the
     end of the last kept chunk."""
-    i, end = 0, 0
+    i, end, state = 0, 0, None  # state: the last non-empty thought (the drafter's key)
     while i < len(chunks):
         group = chunks[i: i + k]
         a0, e1 = group[0][0], group[-1][1]
+        drafts, spans, s, st = [], [], current_S(), state
+        for a, e in group:  # each drafted chunk gets the S its predecessors' drafted thoughts give
+            spans.append((s, e - a))
+            z = drafter.predict(st, ids[a:e])
+            drafts.append(z)
+            s = s if model.carries(z) else model.state_from_thoughts([z])[0]
+            st = drafter.next_state(st, z, model.carries(z))
         with cache.tagging(Provenance.DRAFT):
-            logits, h = _chunk_forward(model, ids[a0:e1], cache, current_S())  # [n, V], [n, d]
+            logits, h = _chunk_forward(model, ids[a0:e1], cache, _per_token_states(model, spans))  # [n, V], [n, d]
         zs = model.think([h[a - a0: e - a0] for a, e in group])  # T once for every drafted chunk
-        m = next((n for n, z in enumerate(zs) if not model.carries(z)), len(group) - 1)
-        end = group[m][1]  # chunks after the first non-empty thought saw a stale S: roll them back
+        m = next((n for n, (z, dz) in enumerate(zip(zs, drafts)) if list(z) != dz), len(group) - 1)
+        end = group[m][1]  # chunks after the first mis-drafted thought saw a wrong S: roll them back
         cache.mark(a0, end, Provenance.VERIFIED)
         if end < e1:
             cache.rollback(end)
         logits_all.append(logits[: end - a0])
         run.spec_steps.append((a0, e1, end))
         run.spec_thoughts.append([(e, z) for (_, e), z in zip(group, zs, strict=True)])
+        run.spec_drafts.append(drafts)
         run.chunk_steps.append((a0, end))
         for (a, e), z in zip(group[: m + 1], zs[: m + 1], strict=True):
+            drafter.record(state, ids[a:e], z)
+            state = drafter.next_state(state, z, model.carries(z))
             after_chunk(h[a - a0: e - a0], e, z)
         i += m + 1
     return end
+
+
+def _per_token_states(model, spans: list) -> torch.Tensor | None:
+    """``[n, d]`` S per drafted token from ``[(S or None, chunk length)]``; None when no chunk has one
+    (before the first state nothing is added; adding zeros is the same)."""
+    if all(s is None for s, _ in spans):
+        return None
+    d = model.out_proj.weight.shape[0]
+    return torch.cat([(s if s is not None else model.out_proj.weight.new_zeros(d)).expand(n, -1) for s, n in spans])
 
 
 @dataclass

@@ -88,11 +88,12 @@ def choose_tree_nodes(path_ranks: list[list[int]], costs: dict[int, float], max_
 
 
 @torch.no_grad()
-def choose_prefill_k(model, prompts, ks=(1, 2, 4, 8, 16), repeats: int = 3) -> tuple[int, dict]:
+def choose_prefill_k(model, prompts, ks=(1, 2, 4, 8, 16), repeats: int = 3, drafter=None) -> tuple[int, dict]:
     """The speculative-prefill width k (chunks drafted per backbone forward) that runs a Thinking
     States model fastest on ``prompts`` (lists of token ids) on this machine, as `measure_verify_widths`
     does for verify widths: ``(k, {k: seconds})``, each the fastest of ``repeats`` interleaved passes
-    over all the prompts. ``{"chunked": seconds}`` is there too, for reference.
+    over all the prompts. ``{"chunked": seconds}`` is there too, for reference. ``drafter()`` gives
+    each run its thought drafter (`decoding.thought_drafter`; None: run_thinking's default).
 
     >>> from beliefscope.models import load_model
     >>> model, tok = load_model("thinking-empty")
@@ -112,7 +113,8 @@ def choose_prefill_k(model, prompts, ks=(1, 2, 4, 8, 16), repeats: int = 3) -> t
         for k in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
             t0 = time.perf_counter()
             for p in prompts:
-                run_thinking(model, p, max_new_tokens=1, keep_thoughts=False, **runs[k])
+                extra = {"thought_drafter": drafter()} if drafter is not None and k != "chunked" else {}
+                run_thinking(model, p, max_new_tokens=1, keep_thoughts=False, **runs[k], **extra)
             times[k].append(time.perf_counter() - t0)
     secs = {k: min(v) for k, v in times.items()}
     return min(ks, key=lambda k: (secs[k], k)), secs

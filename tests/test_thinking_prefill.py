@@ -140,3 +140,45 @@ def test_generate_json_marks_empty_thoughts(capsys):
     assert [t["empty"] for t in out["thoughts"]] == [False, False, True, True, False]  # intro, flip, stay, stay, flip
     assert [t["thought"].split()[0] for t in out["thoughts"] if not t["empty"]] == ["heads", "tails", "heads"]
     assert out["text"].strip() == "heads"
+
+
+def test_thought_drafter_keeps_more_chunks_and_changes_no_output():
+    """Speculative prefill with drafted thoughts (decoding.thought_drafter) on the shipped model with
+    empty thoughts: on 60 toy stories of 1-24 events, the thoughts and answer of every story are
+    those of chunk-by-chunk inference, and a drafter shared across stories keeps more chunks per
+    backbone forward than drafting every thought empty (the paper's assumption)."""
+    from beliefscope.decoding.thought_drafter import thought_drafter_factory
+    from beliefscope.models import load_model
+
+    model, tok = load_model("thinking-empty")
+    stories = [tok(e.prompt)["input_ids"] for e in get_task("coinflip").examples(60, 2026, (1, 24))]
+    kept = {}
+    for kind in ("shared", "empty"):
+        drafter, chunks, forwards = thought_drafter_factory(kind, model.eos_id), 0, 0
+        for ids in stories if kind == "shared" else stories[:20]:
+            ref = run_thinking(model, ids, max_new_tokens=1)
+            spec = run_thinking(model, ids, max_new_tokens=1, prefill="speculative", k=8, thought_drafter=drafter())
+            assert (spec.thoughts, spec.tokens) == (ref.thoughts, ref.tokens)
+            chunks, forwards = chunks + len(spec.thoughts), forwards + len(spec.spec_steps)
+        kept[kind] = chunks / forwards
+    assert kept["shared"] > 1.5 * kept["empty"], kept
+
+
+def test_a_wrong_thought_drafter_costs_forwards_not_correctness(mixed_thinking):
+    """A drafter that always drafts a thought T never writes: every draft is cut after its first chunk,
+    and the run is still chunk-by-chunk inference, logit for logit."""
+    from beliefscope.decoding.thought_drafter import ThoughtDrafter
+
+    class Wrong(ThoughtDrafter):
+        def predict(self, state, chunk):
+            return [7, 7]
+
+    model, tok = mixed_thinking
+    ids = tok(get_task("coinflip").example(seed=8, n_events=10).prompt)["input_ids"]
+    ref = run_thinking(model, ids, max_new_tokens=2, stop_at_eos=False)
+    spec = run_thinking(model, ids, max_new_tokens=2, stop_at_eos=False, prefill="speculative", k=4,
+                        thought_drafter=Wrong(model.eos_id))
+    assert (spec.thoughts, spec.tokens) == (ref.thoughts, ref.tokens)
+    assert (spec.logits - ref.logits).abs().max() <= 1e-4
+    assert len(spec.spec_steps) == len(spec.thoughts)  # one chunk kept per drafting forward
+    assert all(d == [[7, 7]] * len(d) for d in spec.spec_drafts)
