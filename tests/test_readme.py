@@ -1,9 +1,9 @@
 """Every code block of README.md runs as written, from a temporary folder outside the repository.
 
 Python blocks run in order in one interpreter (a later block uses what an earlier one defined);
-bash blocks run in order in one shared folder (the analyses use the probes the probe block
-fitted). The set-up block (`make demo` / `make test`) is what CI itself runs. Numbers the README
-quotes next to a command are checked against that command's output.
+bash blocks run in one shared folder, two lanes at a time (the analyses that read the probes the
+probe block fitted run after it, in its lane). The set-up block (`make demo` / `make test`) is what
+CI itself runs. Numbers the README quotes next to a command are checked against its output.
 """
 
 from __future__ import annotations
@@ -75,16 +75,46 @@ def test_readme_python_blocks_run_as_written(workdir):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def test_readme_bash_blocks_run_as_written(workdir):
-    ran = []
+def _run_bash(heading: str, code: str, workdir) -> tuple[str, str, str]:
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=workdir, env=_env(), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, f"README block under '{heading}' failed:\n{code}\n{r.stderr[-3000:]}"
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    return heading, code, r.stdout
+
+
+def bash_lanes() -> list[list[tuple[str, str]]]:
+    """The bash blocks, ``(heading, code)``, in lanes that may run side by side: a block that reads
+    fitted probes (``--probes``) runs after the block that fits them, in its lane; every other block
+    is a lane of its own. Each block runs single-threaded, so two lanes at a time use two cores."""
+    lanes, probe_lane = [], None
     for heading, lang, code in readme_blocks():
         if lang != "bash" or code.lstrip().startswith(SETUP):
             continue
-        r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=workdir, env=_env(), capture_output=True,
-                           text=True, timeout=900)
-        assert r.returncode == 0, f"README block under '{heading}' failed:\n{code}\n{r.stderr[-3000:]}"
-        assert "Traceback" not in r.stderr, r.stderr[-3000:]
-        ran.append((heading, code, r.stdout))
+        if "--probes" in code and probe_lane is not None:
+            probe_lane.append((heading, code))
+            continue
+        lanes.append([(heading, code)])
+        if "beliefscope probe " in code:
+            probe_lane = lanes[-1]
+    return sorted(lanes, key=len, reverse=True)  # the longest lane first
+
+
+def test_readme_bash_lanes_keep_the_probe_blocks_in_order():
+    lanes = bash_lanes()
+    probe = next(lane for lane in lanes if any("beliefscope probe " in c for _, c in lane))
+    assert "beliefscope probe " in probe[0][1] and all("--probes" in c for _, c in probe[1:]) and len(probe) >= 2
+    assert not [c for lane in lanes if lane is not probe for _, c in lane if "--probes" in c]
+
+
+def test_readme_bash_blocks_run_as_written(workdir):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run_lane(lane):
+        return [_run_bash(heading, code, workdir) for heading, code in lane]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        ran = [block for lane in pool.map(run_lane, bash_lanes()) for block in lane]
     assert len(ran) >= 6
     # the numbers quoted beside the commands are what the commands print
     out = {code: _json_objects(stdout) for _, code, stdout in ran}
