@@ -157,14 +157,22 @@ def demo_step(target, target_tok, target_probes: str, thinking_probes: str, prom
     return summary
 
 
+def _thought_text(tok, z) -> str:
+    return " ".join(tok.convert_ids_to_tokens(t) for t in z if t != tok.eos_token_id) or "∅"
+
+
 def speculative_prefill_figure(run, tok, title: str = "") -> Figure:
     """Speculative prefill of one request, a pair of rows per drafting forward: the chunks drafted
-    with the current S (DRAFT) and the thought T wrote after each (empty: a bare <eos>), then what
-    was kept (VERIFIED, up to the first non-empty thought) and what was rolled back (crossed out)."""
-    rows = []  # (label, [(position, provenance code, crossed)], {chunk end: thought})
-    for (a0, e1, kept), drafts in zip(run.spec_steps, run.spec_thoughts, strict=True):
+    (DRAFT) and the thought T wrote after each (empty: a bare <eos>; in red with the drafted one
+    where T first contradicted the draft, in grey after it, where the chunk saw a wrong S), then
+    what was kept (VERIFIED, up to and including that chunk) and what was rolled back (crossed out)."""
+    rows = []  # (label, [(position, provenance code, crossed)], {chunk end: (thought, drafted or None)})
+    drafted = run.spec_drafts or [[None] * len(d) for d in run.spec_thoughts]
+    for (a0, e1, kept), thoughts, guesses in zip(run.spec_steps, run.spec_thoughts, drafted, strict=True):
         before = [(i, int(Provenance.PREFILL if i < a0 else Provenance.DRAFT), False) for i in range(e1)]
-        rows.append((f"draft {a0}-{e1}", before, dict(drafts)))
+        marks = {e: (z, g, e == kept < e1 and g is not None and list(g) != list(z), e > kept)  # cut / stale S
+                 for (e, z), g in zip(thoughts, guesses, strict=True)}
+        rows.append((f"draft {a0}-{e1}", before, marks))
         after = [(i, int(Provenance.VERIFIED if a0 <= i < kept else Provenance.REJECTED if i >= kept
                           else Provenance.PREFILL), i >= kept) for i in range(e1)]
         rows.append((f"keep {a0}-{kept}" + (f", roll back {kept}-{e1}" if kept < e1 else ""), after, {}))
@@ -176,15 +184,17 @@ def speculative_prefill_figure(run, tok, title: str = "") -> Figure:
             ax.add_patch(_cell(i, y, PROVENANCE_COLORS[code], alpha=0.45 if crossed else 1))
             if crossed:
                 ax.plot([i, i + 0.95], [y + 0.1, y + 0.9], color="k", lw=0.6)
-        for end, z in thoughts.items():
-            words = [tok.convert_ids_to_tokens(t) for t in z if t != tok.eos_token_id]
-            ax.text(end - 0.5, y + 1.0, " ".join(words) or "∅", ha="center", va="bottom", fontsize=5,
-                    color=PROVENANCE_COLORS[int(Provenance.THOUGHT)])
+        for end, (z, guess, cut, stale) in thoughts.items():
+            text = _thought_text(tok, z)
+            ax.text(end - 0.5, y + 1.0, f"{text} (drafted {_thought_text(tok, guess)})" if cut else text,
+                    ha="center", va="bottom", fontsize=5,
+                    color="tab:red" if cut else "0.6" if stale else PROVENANCE_COLORS[int(Provenance.THOUGHT)])
         ax.text(-0.5, y + 0.5, label, ha="right", va="center", fontsize=7)
     ax.set_xlim(-0.2, width)
     ax.set_ylim(0, len(rows) + 0.6)
     ax.set_yticks([])
-    ax.set_xlabel("context cache position (thought above each drafted chunk's end; ∅: empty, S carried over)")
+    ax.set_xlabel("context cache position (T's thought above each drafted chunk's end; ∅: empty, S carried over)\n"
+                  "red: where T first contradicted the drafted thought; grey: after it (wrong S, rolled back)")
     codes = [int(Provenance.PREFILL), int(Provenance.DRAFT), int(Provenance.VERIFIED), int(Provenance.REJECTED)]
     ax.legend(handles=[Patch(color=PROVENANCE_COLORS[c], label=PROVENANCE_NAMES[c]) for c in codes],
               loc="upper right", fontsize=7, ncols=4)
