@@ -21,13 +21,13 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="request seed (sampling is seeded per position)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--prompt", required=True, help="prompt text")
-    p.add_argument("--verify-widths", default="fixed",
+    p.add_argument("--verify-widths", dest="widths", default="fixed",
                    help="fixed: every verify is gamma+1 wide (exact vs the fixed-shape reference); auto: each verify "
                         "as wide as its draft, padded to widths measured fastest here; or a list such as 1,5,8")
     p.add_argument("--packed", action="store_true",
                    help="pre-pack the linear weights for oneDNN (CPU, float32 only): a verify forward of a few tokens "
                         "then costs about one decode step (models.packed)")
-    p.add_argument("--trace", default=None, help="write the per-step Trace as JSON to this file")
+    p.add_argument("--trace", dest="trace_file", default=None, help="write the per-step Trace as JSON to this file")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_generate)
     register_datastore(subparsers)
@@ -117,13 +117,13 @@ def run_generate(args) -> int:
         _pack(model)
     drafter = make_drafter(args.drafter, model)
     ids = tok(args.prompt)["input_ids"]
-    widths = _verify_widths(args.verify_widths, model, ids)
+    widths = _verify_widths(args.widths, model, ids)
     cfg = SpecConfig(gamma=gamma, temperature=args.temperature, seed=args.seed,
-                     max_new_tokens=args.max_new_tokens, trace=bool(args.trace), fixed_window=widths is None,
+                     max_new_tokens=args.max_new_tokens, trace=bool(args.trace_file), fixed_window=widths is None,
                      verify_widths=widths or None)
     out = speculative_generate(model, drafter, ids, cfg, tokenizer=tok)
-    if args.trace and out.trace is not None:
-        out.trace.save(args.trace)
+    if args.trace_file and out.trace is not None:
+        out.trace.save(args.trace_file)
     result = {"model": args.model, "drafter": args.drafter, "gamma": cfg.gamma,
               "verify_widths": "fixed" if widths is None else list(widths), "text": tok.decode(out.tokens),
               **out.summary()}

@@ -12,6 +12,7 @@ from beliefscope.analyses.determinism import DeterminismConfig
 from beliefscope.analyses.forced import ForcedConfig
 from beliefscope.analyses.instrument import InstrumentConfig
 from beliefscope.analyses.spec_trace import TraceConfig
+from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.store_build import StoreBuildConfig
 from beliefscope.probes.harvest import HarvestConfig
 from beliefscope.probes.linear import ProbeConfig
@@ -21,7 +22,8 @@ from beliefscope.cli import build_parser
 
 CONFIGS = {"beliefs": BeliefsConfig, "forced": ForcedConfig, "instrument": InstrumentConfig,
            "determinism": DeterminismConfig, "demo": DemoConfig, "trace": TraceConfig, "steer": SteerConfig,
-           "harvest": HarvestConfig, "probe": ProbeConfig, "datastore": StoreBuildConfig}
+           "harvest": HarvestConfig, "probe": ProbeConfig, "datastore": StoreBuildConfig,
+           "generate": SpecConfig}  # (--trace FILE and --verify-widths fixed|auto|LIST are not SpecConfig's fields)
 
 
 def _norm(v):
