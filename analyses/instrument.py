@@ -23,6 +23,7 @@ on training-template prompts, and blocks.1 only 0.47 on held-out ones.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,8 @@ class InstrumentConfig:
     random_init: bool = True  # also probe a randomly initialised twin of each model
     threads: int = 1  # torch CPU threads (toy models gain nothing from more; threads thrash on a busy machine)
     out: str = ""  # folder `beliefscope instrument` writes instrument.json and the agreement figure into ("": none)
+    probe_offset: int = 0  # the probes read the token this many after each event's last: 0 the boundary token;
+    #   1 the next, the first that a Thinking States model reads the state after the event (S_{i+1}) at
 
 
 def dev_prompts(config: InstrumentConfig, name: str) -> int:
@@ -75,8 +78,9 @@ def _hooks(model) -> list[str]:
 
 
 @torch.no_grad()
-def collect(model, tok, examples, forced: bool = True, progress=None) -> dict:
-    """Per event boundary: activations ``[L, n, d]``, truth, control label, forced answer, thought."""
+def collect(model, tok, examples, forced: bool = True, progress=None, offset: int = 0) -> dict:
+    """Per event boundary: activations ``[L, n, d]`` (at the boundary token, or ``offset`` tokens
+    after it: the story then runs on into its question), truth, control label, forced answer, thought."""
     from beliefscope.hooks import capture
 
     hooks = _hooks(model)
@@ -84,13 +88,16 @@ def collect(model, tok, examples, forced: bool = True, progress=None) -> dict:
     acts, cols = [], {k: [] for k in ("truth", "control", "forced", "thought", "prompt", "event", "values")}
     for i, ex in enumerate(examples):
         fa = forced_answers(model, tok, ex) if forced else None
-        lab = ex.labels(tok, text=ex.prompt[: ex.events[-1].span[1]])
+        lab = ex.labels(tok, text=ex.prompt if offset else ex.prompt[: ex.events[-1].span[1]])
         pos = np.nonzero(lab.is_event_boundary)[0]
+        at = pos + offset  # the rows read; every label is the one at the boundary
+        if offset < 0 or (len(at) and at[-1] >= len(lab.input_ids)):
+            raise ValueError(f"probe_offset={offset} reads past the prompt's {len(lab.input_ids)} tokens: use 0 or 1")
         with capture(model, hooks) as cap:
             model(torch.as_tensor(lab.input_ids)[None], return_type=None)
-        acts.append(torch.stack([cap.stacked(h)[0, pos] for h in hooks]).cpu())  # [L, n, d]
+        acts.append(torch.stack([cap.stacked(h)[0, at] for h in hooks]).cpu())  # [L, n, d]
         cols["truth"] += lab.state[pos].tolist()
-        cols["control"] += control_labels(lab.input_ids[pos], pos, n_classes).tolist()
+        cols["control"] += control_labels(lab.input_ids[at], at, n_classes).tolist()
         cols["forced"] += fa.p_state.argmax(-1).tolist() if fa else [-1] * len(pos)
         if lab.values is not None:  # every variable's value: [n, V]
             cols["values"] += lab.values[pos].tolist()
@@ -246,6 +253,7 @@ def main(config: InstrumentConfig, progress=None) -> dict:
     for name in config.models:  # every name before any work
         check_model_name(name)
     torch.set_num_threads(config.threads)
+    read = functools.partial(collect, offset=config.probe_offset)  # the probes' rows
     out = {"config": {k: getattr(config, k) for k in config.__dataclass_fields__}, "models": {}}
     for name in config.models:
         train_task, test_task = tasks_for(name, config.task)
@@ -257,8 +265,8 @@ def main(config: InstrumentConfig, progress=None) -> dict:
         # probe that learned the training templates' words cannot win by a tie at 1.0
         dev = dev_examples(name, config.task, dev_prompts(config, name), config.seed)
         model, tok = load_model(name)
-        tr = collect(model, tok, train, forced=False, progress=progress)
-        dv = collect(model, tok, dev, forced=False, progress=progress) if dev else None
+        tr = read(model, tok, train, forced=False, progress=progress)
+        dv = read(model, tok, dev, forced=False, progress=progress) if dev else None
         probe, layer = fit_probes(tr["X"], tr["truth"], tr["prompt"], n_classes,
                                   dev=(dv["X"], dv["truth"]) if dv else None)
         control, _ = fit_probes(tr["X"], tr["control"], tr["prompt"], n_classes)  # read at the state probe's layer
@@ -270,7 +278,7 @@ def main(config: InstrumentConfig, progress=None) -> dict:
         if dv:
             res["dev_accuracy_by_layer"] = dict(zip(_hooks(model), layer_accuracy(probe, dv["X"], dv["truth"])))
         for band, exs in tests.items():
-            te = collect(model, tok, exs, progress=progress)
+            te = read(model, tok, exs, progress=progress)
             pred = probe.predict(te["X"][layer], probe.hooks[layer]).numpy()
             b = res["bands"][band] = agreement(te, pred, n_classes)
             b["control_accuracy"] = float((control.predict(te["X"][layer], control.hooks[layer]).numpy()
@@ -284,11 +292,11 @@ def main(config: InstrumentConfig, progress=None) -> dict:
             res["variable_probe_layers"] = {v: _hooks(model)[lv] for v, (_, lv) in per_var.items()}
         if config.random_init:
             twin = random_init_like(model)
-            tr0 = collect(twin, tok, train, forced=False, progress=progress)
-            dv0 = collect(twin, tok, dev, forced=False, progress=progress) if dev else None
+            tr0 = read(twin, tok, train, forced=False, progress=progress)
+            dv0 = read(twin, tok, dev, forced=False, progress=progress) if dev else None
             p0, l0 = fit_probes(tr0["X"], tr0["truth"], tr0["prompt"], n_classes,
                                 dev=(dv0["X"], dv0["truth"]) if dv0 else None)
-            te0 = collect(twin, tok, tests[bands[0]], forced=False, progress=progress)
+            te0 = read(twin, tok, tests[bands[0]], forced=False, progress=progress)
             res["random_init_probe_accuracy"] = float(
                 (p0.predict(te0["X"][l0], p0.hooks[l0]).numpy() == te0["truth"]).mean())
         if hasattr(model, "thinking_config"):

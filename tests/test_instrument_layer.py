@@ -31,3 +31,27 @@ def test_layer_is_chosen_on_held_out_templates_when_given():
     assert by_dev == 2
     test = layer_accuracy(probe, X_test, y_test)  # and on unseen held-out rows it is the better layer
     assert test[2] > 0.75 and test[0] < 0.6, test
+
+
+def test_probe_offset_reads_the_token_after_each_boundary_with_the_boundary_labels():
+    """collect(offset=1) gives the residual one token after each event's last token (reference: the
+    same model's hook on the whole prompt) with the labels at the boundary; past the prompt: refused."""
+    import pytest
+    from beliefscope.analyses.instrument import collect
+    from beliefscope.hooks import capture
+    from beliefscope.models.load import load_model
+    from beliefscope.tasks import get_task
+
+    model, tok = load_model("thinking-variables")
+    exs = get_task("variables").examples(3, 5, (2, 4))
+    at0, at1 = collect(model, tok, exs, forced=False), collect(model, tok, exs, forced=False, offset=1)
+    assert (at0["truth"] == at1["truth"]).all() and (at0["values"] == at1["values"]).all()
+    lab = exs[0].labels(tok)
+    pos = np.nonzero(lab.is_event_boundary)[0] + 1
+    with capture(model, ["blocks.1.hook_resid_post"]) as cap:
+        model(torch.as_tensor(lab.input_ids)[None], return_type=None)
+    ref = cap.stacked("blocks.1.hook_resid_post")[0, pos]  # [n_events, d]
+    assert torch.allclose(at1["X"][2, : len(pos)], ref.float(), atol=1e-5)
+    assert not torch.allclose(at0["X"][2, : len(pos)], ref.float(), atol=1e-3)
+    with pytest.raises(ValueError, match="probe_offset=99 reads past"):
+        collect(model, tok, exs, forced=False, offset=99)
