@@ -28,6 +28,10 @@ def register(subparsers) -> None:
                    help="pre-pack the linear weights for oneDNN (CPU, float32 only): a verify forward of a few tokens "
                         "then costs about one decode step (models.packed)")
     p.add_argument("--trace", dest="trace_file", default=None, help="write the per-step Trace as JSON to this file")
+    p.add_argument("--prefill", default="chunked", choices=("chunked", "speculative"),
+                   help="Thinking States models: read the prompt chunk by chunk, or draft k chunks per forward with "
+                        "drafted thoughts and keep what T confirms (the same thoughts and answer, fewer forwards)")
+    p.add_argument("--k", type=int, default=8, help="chunks drafted per forward with --prefill speculative")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_generate)
     register_datastore(subparsers)
@@ -72,15 +76,16 @@ def _generate_thinking(args) -> int:
                          "--temperature")
     model, tok = load_model(args.model)
     ids = tok(args.prompt)["input_ids"]
-    run = run_thinking(model, ids, max_new_tokens=args.max_new_tokens)
-    starts = {e: a for a, e in run.chunk_steps}
+    run = run_thinking(model, ids, max_new_tokens=args.max_new_tokens, prefill=args.prefill, k=args.k)
+    starts = {e: a for a, e, complete in model.spans(ids) if complete}
     thoughts = [{"after": tok.decode(ids[starts[e]: e]) if e in starts else "(generated)", "position": e,
                  "thought": tok.decode(z), "empty": model.carries(z)} for e, z in run.thoughts]
     text = tok.decode(run.tokens, skip_special_tokens=True)
     if args.json:
         print(json.dumps({"model": args.model, "text": text, "tokens": run.tokens, "thoughts": thoughts,
                           "context_length": run.cache.seq_len,
-                          "thought_tokens_dropped": sum(s.end - s.start for s in run.thought_cache.rejected)}))
+                          "thought_tokens_dropped": sum(s.end - s.start for s in run.thought_cache.rejected),
+                          "prefill": args.prefill, "backbone_forwards_prefill": len(run.chunk_steps)}))
     else:
         for t in thoughts:  # an empty thought leaves S as it was: the state is unchanged
             print(f"  after {t['after']!s:<28} thinks: {t['thought']}" + ("  (empty: no change)" if t["empty"] else ""))

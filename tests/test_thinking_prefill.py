@@ -182,3 +182,25 @@ def test_a_wrong_thought_drafter_costs_forwards_not_correctness(mixed_thinking):
     assert (spec.logits - ref.logits).abs().max() <= 1e-4
     assert len(spec.spec_steps) == len(spec.thoughts)  # one chunk kept per drafting forward
     assert all(d == [[7, 7]] * len(d) for d in spec.spec_drafts)
+
+
+def test_generate_with_speculative_prefill_prints_the_chunked_thoughts(capsys):
+    """`beliefscope generate --prefill speculative`: the thoughts (with the chunk each follows) and the
+    answer of `--prefill chunked`, in fewer backbone forwards."""
+    import json
+
+    from beliefscope.cli import main
+
+    from beliefscope.tasks.coinflip import TOY_NAMES
+
+    events = [f"{TOY_NAMES[i % len(TOY_NAMES)]} {'flips' if i % 3 else 'stays'} ." for i in range(12)]
+    story = " ".join(["A coin is heads .", *events, "State ?"])
+    outs = {}
+    for prefill in ("chunked", "speculative"):
+        assert main(["generate", "--model", "thinking-empty", "--json", "--quiet", "--prefill", prefill,
+                     "--k", "8", "--prompt", story]) == 0
+        outs[prefill] = json.loads(capsys.readouterr().out)
+    a, b = outs["chunked"], outs["speculative"]
+    assert (a["thoughts"], a["text"]) == (b["thoughts"], b["text"])
+    assert all(t["after"].strip().endswith(".") for t in b["thoughts"])
+    assert b["backbone_forwards_prefill"] < a["backbone_forwards_prefill"]
