@@ -81,7 +81,7 @@ def load_model(name_or_path: str, device=None, dtype=None):
     path = checkpoint_path(name_or_path, must_exist=False) if name_or_path != SMOLLM2 else None
     card = read_card(path) if path is not None else {}
     if card.get("kind") == "thinking":
-        from beliefscope.models.thinking import load_thinking
+        from beliefscope.models.thinking_ckpt import load_thinking
 
         return load_thinking(name_or_path, device=device, dtype=dtype)
     if card.get("kind") == "adapters":  # adapters composed over their backbone, merged into its weights

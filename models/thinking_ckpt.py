@@ -32,6 +32,7 @@ import os
 import torch
 from beliefscope.models.devices import HOST
 from beliefscope.models.errors import ModelLoadError
+from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
 
 PARTS_FILE = "thinking.safetensors"
 PARTS_FILES = {"thinking": PARTS_FILE, "adapters": "adapters.safetensors"}  # card kind -> file of trained parts
@@ -92,7 +93,7 @@ def resolve_backbone(card: dict, path: str) -> str:
 
 def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build):
     """A model from a parts-only checkpoint over its backbone; ``(model, tokenizer)``.
-    ``build(backbone, tokenizer)`` makes the model around the loaded backbone (`models.thinking.load_thinking`
+    ``build(backbone, tokenizer)`` makes the model around the loaded backbone (`load_thinking`
     passes it). The backbone is refused by name when its weights do not hash to the card's ``backbone_sha256``."""
     from safetensors.torch import load_file
 
@@ -132,5 +133,43 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
         raise ModelLoadError(f"{path}/{parts_file} does not match the model built from its card: {bad[:4]}; "
                              "rebuild the checkpoint with the beliefscope version that reads it")
     model.load_state_dict({k: v.float() for k, v in parts.items() if not k.startswith("backbone.")}, strict=False)
+    model.name_or_path = name_or_path
+    return model.to(device=device, dtype=dtype).eval(), tok
+
+
+def load_thinking(name_or_path: str, device=None, dtype=None):
+    """Load a Thinking States checkpoint as ``(ThinkingStates, tokenizer)``: a whole model saved
+    with its backbone, or only the trained parts composed over a named backbone
+    (`models.thinking_ckpt`). A plain checkpoint is refused with the loader to use instead."""
+    import os
+
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from beliefscope.models.cards import read_card
+    from beliefscope.models.devices import default_device, resolve_dtype
+    from beliefscope.models.errors import ModelLoadError
+    from beliefscope.models.names import checkpoint_path
+
+    path = checkpoint_path(name_or_path)
+    card = read_card(path)
+    if card.get("kind") != "thinking" or not os.path.isfile(os.path.join(path, "thinking.safetensors")):
+        raise ModelLoadError(f"{name_or_path!r} is not a Thinking States checkpoint (no thinking.safetensors / "
+                             "kind 'thinking' in its model card): load it with beliefscope.load_model")
+    device, dtype = default_device(device), resolve_dtype(dtype)
+    cfg = ThinkingConfig(**{**card.get("thinking_config", {}), "init_from_backbone": False})
+    if card.get("backbone"):  # only the trained parts: composed over a pretrained backbone
+        return load_composed(name_or_path, path, card, device, dtype,
+                             build=lambda backbone, tok: ThinkingStates(backbone, tok, cfg))
+    backbone = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    model = ThinkingStates(backbone, tok, cfg)
+    parts = {k: v for k, v in load_file(os.path.join(path, "thinking.safetensors")).items()
+             if k not in model.dropped_keys}  # older files hold T's and C's unused token tables
+    missing = model.load_state_dict(parts, strict=False)
+    bad = [k for k in missing.missing_keys if not k.startswith("backbone.")] + list(missing.unexpected_keys)
+    if bad:
+        raise ModelLoadError(f"{path}/thinking.safetensors does not match the model: {bad[:4]}")
     model.name_or_path = name_or_path
     return model.to(device=device, dtype=dtype).eval(), tok

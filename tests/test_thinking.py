@@ -97,7 +97,7 @@ def test_shipped_checkpoint_matches_gold_teacher_forcing(thinking):
 
 def test_plain_loader_refuses_a_thinking_checkpoint_and_back(thinking):
     from beliefscope.models import ModelLoadError, load_hf
-    from beliefscope.models.thinking import load_thinking
+    from beliefscope.models.thinking_ckpt import load_thinking
 
     with pytest.raises(ModelLoadError, match="Thinking States checkpoint: load it with beliefscope.load_model"):
         load_hf("thinking")
