@@ -11,6 +11,7 @@ import random
 from dataclasses import asdict, fields
 
 import torch
+from beliefscope.models.devices import HOST
 
 STATE_FILE = "train_state.pt"
 
@@ -33,7 +34,7 @@ def load_state(out: str, cfg, named: dict, opt, free: tuple = (), rng: random.Ra
     path = os.path.join(out, STATE_FILE)
     if not os.path.exists(path):
         return 0, []
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(path, map_location=HOST, weights_only=True)
     mine = asdict(cfg)
     saved = {f.name: state["config"].get(f.name, f.default) for f in fields(cfg)}  # a field added since: its default
     diff = {f.name: (saved[f.name], mine[f.name]) for f in fields(cfg)
