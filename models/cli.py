@@ -26,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: the preset's; use 1 on a machine shared with other jobs)")
+    p.add_argument("--device", default="auto",
+                   help="RoPE and smollm2 presets: where the steps run (cpu, cuda, cuda:N or mps); auto is cuda "
+                        "when available, else cpu. The GPT-2 presets (target, draft, tiny) train on the cpu")
     p.add_argument("--eval-n", type=int, default=None,
                    help="RoPE presets: held-out prompts per length band evaluated into the model card "
                         "(default: the preset's 200; 0 skips the evaluation)")
@@ -95,6 +98,11 @@ def _train(args) -> int:
     if args.preset not in PRESETS:
         raise ValueError(f"preset {args.preset!r} is unknown; choose one of "
                          f"{sorted(PRESETS) + list(ROPE_PRESETS) + list(PRETRAINED_PRESETS)}")
+    from beliefscope.models.devices import HOST, default_device
+
+    if args.device != "auto" and default_device(args.device) != HOST:
+        raise ValueError(f"--device {args.device} is for the RoPE and smollm2 presets; preset {args.preset!r} "
+                         "trains on the cpu: drop --device")
     chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "cot_fraction", "threads")
               if getattr(args, k) is not None}
     cfg = TrainConfig(task=args.task, preset=args.preset, max_events=args.max_events or 8,

@@ -29,14 +29,19 @@ def direct_answers(hf_model, tok, examples, batch_size=64, progress=None):
     preds = []
     for i in range(0, len(examples), batch_size):
         chunk = examples[i: i + batch_size]
-        enc = tok([e.prompt for e in chunk], return_tensors="pt", padding=True)
+        enc = tok([e.prompt for e in chunk], return_tensors="pt", padding=True).to(_device_of(hf_model))
         pos = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
         logits = hf_model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                           position_ids=pos).logits[:, -1]  # [batch, vocab]
-        preds += logits[:, ids].argmax(-1).tolist()
+        preds += logits[:, ids.to(logits.device)].argmax(-1).tolist()
         if progress:
             progress(len(chunk))
     return [names[p] for p in preds]
+
+
+def _device_of(model) -> torch.device:
+    """Where ``model``'s weights are (inputs go there)."""
+    return next(model.parameters()).device
 
 
 def story_split(rendering: str, split: str | None) -> dict:
@@ -63,7 +68,7 @@ def greedy_completions(hf_model, tok, prompts, max_new_tokens, batch_size=64, pr
     batch of n prompts."""
     outs = []
     for i in range(0, len(prompts), batch_size):
-        enc = tok(prompts[i: i + batch_size], return_tensors="pt", padding=True)
+        enc = tok(prompts[i: i + batch_size], return_tensors="pt", padding=True).to(_device_of(hf_model))
         gen = hf_model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
         outs += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -155,10 +160,12 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
             thoughts = [t for _, t in runs]
             last = torch.stack([lg[ans.to(lg.device)] for lg, _ in runs]).argmax(-1)  # [batch]
         else:  # batched, one recompute per chunk index: faster for a small backbone
+            ids = ids.to(_device_of(model))
             mask = (ids != tok.pad_token_id).long()
             add, thoughts = model.self_states(ids, lengths)
             logits, _ = model.backbone_forward(ids, mask, add)
-            last = logits[torch.arange(len(chunk)), torch.tensor(lengths) - 1][:, ans].argmax(-1)  # [batch]
+            rows, ends = torch.arange(len(chunk), device=ids.device), torch.tensor(lengths, device=ids.device) - 1
+            last = logits[rows, ends][:, ans.to(ids.device)].argmax(-1)  # [batch]
             if progress:
                 progress(len(chunk))
         for b, ex in enumerate(chunk):

@@ -36,8 +36,8 @@ SHIPPED = {
     "direct-cups": "cups-direct-rope",
     "cot-cups": "cups-cot-rope",
     "thinking-variables": "variables-thinking",  # 9000 steps (3000 left it at 0.885 on its trained band)
-    "direct-variables": "variables-direct-rope",
-    "cot-variables": "variables-cot-rope",  # the chain-of-thought baseline, same backbone, data and 3000 steps
+    "direct-variables": "variables-direct-rope",  # 9000 steps, like thinking-variables
+    "cot-variables": "variables-cot-rope",  # the chain-of-thought baseline, same backbone, data and 9000 steps
 }
 # n-gram stores of the retrieval drafter (decoding.datastore), by name
 STORES = {"smollm2": "smollm2-ngram-store.json",  # coin-flip rewrites (train templates and names)

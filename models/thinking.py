@@ -186,7 +186,7 @@ class ThinkingStates(nn.Module):
         k = thought_ids.shape[1]
         mask = (torch.arange(k, device=thought_ids.device)[None] < lengths[:, None]).long()  # [n, k]
         h = self.C(inputs_embeds=self.embed(thought_ids), attention_mask=mask).last_hidden_state  # [n, k, d]
-        last = h[torch.arange(len(h)), (lengths - 1).clamp(min=0)]  # [n, d]
+        last = h[torch.arange(len(h), device=h.device), (lengths - 1).clamp(min=0)]  # [n, d]
         return self.out_proj(last)
 
     def think_logits(self, states: torch.Tensor, mask: torch.Tensor, select=None, **kw) -> torch.Tensor:

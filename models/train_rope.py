@@ -26,13 +26,14 @@ from typing import Callable
 
 import torch
 
+from beliefscope.models.devices import HOST
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.models.lm_batch import make_batch as lm_batch
 from beliefscope.tasks import get_task
 
 ROPE_PRESETS = ("direct-rope", "cot-rope", "thinking")
 # Fields that may differ between a run and its resumption (they do not change the trajectory).
-RESUME_FREE = ("threads", "eval_n", "log_every", "checkpoint_every")
+RESUME_FREE = ("threads", "eval_n", "log_every", "checkpoint_every", "device")
 
 
 # Randomised position range per task: at least the token length of the longest evaluated story, so
@@ -78,6 +79,8 @@ class RopeTrainConfig:
     eval_n: int = 200  # held-out prompts per length band for the model card (0 skips it)
     log_every: int = 25  # steps between progress reports
     checkpoint_every: int = 250  # steps between resumable states in OUT/train_state.pt (with an output folder)
+    device: str | None = None  # where the steps run: None is the CLI's --device, else CUDA when available, else
+    #   the CPU (weights are initialised and the data drawn on the CPU, so every device starts alike)
 
     def __post_init__(self):
         if self.random_positions is None:
@@ -165,8 +168,12 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     from beliefscope.models.thinking_data import make_batch as thinking_batch
     from beliefscope.models.train_state import load_state, save_state
 
+    from beliefscope.models.devices import default_device
+
     torch.set_num_threads(cfg.threads)
+    device = default_device(cfg.device)
     model, tok = build(cfg)
+    model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     fmt = "cot" if cfg.preset == "cot-rope" else "direct"
     task = get_task(cfg.task, fmt=fmt)
@@ -190,13 +197,14 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
         exs = [task.example(rng.randrange(10**12), rng.randint(cfg.min_events, cfg.max_events))
                for _ in range(cfg.batch_size)]
         if cfg.preset == "thinking":
-            batch = thinking_batch(exs, tok, model.thinking_config)
-            loss, parts = model.loss(batch, position_ids=random_positions(batch.ids.shape, cfg.random_positions,
-                                                                                cfg.position_spread))
+            batch = thinking_batch(exs, tok, model.thinking_config, device=device)
+            pos = random_positions(batch.ids.shape, cfg.random_positions, cfg.position_spread)
+            loss, parts = model.loss(batch, position_ids=None if pos is None else pos.to(device))
         else:
-            ids, lab, mask = lm_batch(tok, exs)
+            ids, lab, mask = lm_batch(tok, exs, device=device)
+            pos = random_positions(ids.shape, cfg.random_positions, cfg.position_spread)
             loss = model(input_ids=ids, attention_mask=mask, labels=lab,
-                         position_ids=random_positions(ids.shape, cfg.random_positions, cfg.position_spread)).loss
+                         position_ids=None if pos is None else pos.to(device)).loss
             parts = {"lm": loss.item()}
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -204,7 +212,7 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
         opt.step()
         if step % cfg.log_every == 0 or step == cfg.steps:
             history.append({"step": step, "loss": round(loss.item(), 4), **{k: round(v, 4) for k, v in parts.items()},
-                            "seconds": round(time.time() - t0, 1)})
+                            "seconds": round(time.time() - t0, 1), "device": _device_name(device)})
             if progress:
                 progress(history[-1])
         if out and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
@@ -213,7 +221,7 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     model.eval()
     card = {"kind": "thinking" if cfg.preset == "thinking" else "lm", "rendering": "toy",
             "train_config": asdict(cfg), "steps": cfg.steps, "history": history,
-            "rebuild": rope_rebuild_command(cfg)}
+            "rebuild": rope_rebuild_command(cfg), "trained_on": trained_on(history)}
     if cfg.preset == "thinking":
         card["thinking_config"] = asdict(model.thinking_config)
     if cfg.eval_n:
@@ -223,6 +231,25 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     if out:
         save_rope(model, tok, card, out)
     return model, tok, card
+
+
+def trained_on(history: list[dict]) -> str:
+    """Which device ran which steps, from the history (a run resumed elsewhere names both).
+
+    >>> trained_on([{"step": 25, "device": "cpu"}, {"step": 50, "device": "cpu"}, {"step": 75, "device": "H100"}])
+    'cpu (steps 1-50), H100 (steps 51-75)'
+    """
+    spans, first = [], 1
+    for i, h in enumerate(history):
+        if i + 1 == len(history) or history[i + 1].get("device") != h.get("device"):
+            spans.append(f"{h.get('device', HOST.type)} (steps {first}-{h['step']})")
+            first = h["step"] + 1
+    return ", ".join(spans)
+
+
+def _device_name(device: torch.device) -> str:
+    """``cpu``, or the GPU's name (what a card says its steps ran on; results differ in the last bits)."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 def save_rope(model, tok, card: dict, out: str) -> None:
@@ -236,6 +263,6 @@ def save_rope(model, tok, card: dict, out: str) -> None:
         backbone.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         if card.get("kind") == "thinking":
-            save_file({k: v.contiguous() for k, v in model.thinking_state_dict().items()},
+            save_file({k: v.detach().to(HOST).contiguous() for k, v in model.thinking_state_dict().items()},
                       os.path.join(tmp, "thinking.safetensors"))
         atomic_write_json(os.path.join(tmp, "model_card.json"), json.loads(json.dumps(card, default=str)))

@@ -28,7 +28,7 @@ def test_thinking_answers_and_thoughts_far_past_training(name):
 
 
 # the chain-of-thought baselines, the answer after their own chain against the task's label: right at the
-# trained lengths (on 200 per band: cot-cups 0.69, cot-variables 0.995; on these 30 prompts 0.73 and 1.00)
+# trained lengths (on 200 per band: cot-cups 0.69, cot-variables 1.00; on these 30 prompts 0.73 and 1.00)
 COT_FLOORS = {"cot-cups": 0.5, "cot-variables": 0.9}
 
 
