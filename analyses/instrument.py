@@ -200,6 +200,12 @@ def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
         if min(each) >= 0.9:
             return (f"{name} keeps every variable: probes read each variable's value at every event boundary "
                     f"with mean accuracy >= {min(each):.2f} in every band")
+        written = [b.get("thought_accuracy", 0.0) for b in bands.values()]
+        if written[0] >= 0.9:  # the binding is in the thoughts (and S, which the next chunk receives)
+            return (f"{name} writes every binding down: its thoughts name the variables' values at the event "
+                    f"boundaries with accuracy >= {min(written):.2f} in every band, while per-variable probes at the "
+                    f"boundary token read {each[0]:.2f} on average in the first band and {each[-1]:.2f} in the last "
+                    f"(chance {chance:.2f})")
         return (f"{name} keeps no complete readable binding at the event boundaries: the per-variable probes "
                 f"read {each[0]:.2f} on average in the first band and {each[-1]:.2f} in the last (chance {chance:.2f})")
     probe = min(b["probe_accuracy"] for b in bands.values())

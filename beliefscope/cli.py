@@ -94,7 +94,6 @@ FLAG_HELP = {
 }
 EXAMPLES = {  # one working example per hand-wired command, shown at the end of its help (a Command has its own)
     "train": "beliefscope train --preset thinking --steps 20 --eval-n 20 --out my-thinking",
-    "eval": "beliefscope eval --model thinking --events 17-32 --n 100 --json",
     "generate": 'beliefscope generate --model target --drafter ngram:3 --prompt "A coin is heads . Alice flips . '
                 'Think :"',
     "datastore": "beliefscope datastore --model smollm2 --out my-store.json",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from beliefscope.cache import KVCache
 from beliefscope.decoding.config import SpecConfig
+from beliefscope.models.bridge import cache_kwarg
 from beliefscope.models.profile import hf_of
 
 
@@ -37,7 +38,7 @@ def hf_logits(model, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
     """
     hf = hf_model(model)
     dev = next(hf.parameters()).device
-    kwargs = {k: _to_device(v, dev) for k, v in kwargs.items()}
+    kwargs = {cache_kwarg(hf) if k == "past_key_values" else k: _to_device(v, dev) for k, v in kwargs.items()}
     return hf(tokens.to(dev), use_cache=True, **kwargs).logits.float().cpu()
 
 

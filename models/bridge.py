@@ -95,9 +95,15 @@ def install_handoff(model) -> None:
         if hasattr(module, "_update_kv_cache"):
             module.register_forward_pre_hook(_rename_cache_kwarg, with_kwargs=True)
     hf = hf_of(model)
-    params = inspect.signature(hf.forward).parameters
-    if "cache" in params and "past_key_values" not in params:
+    if cache_kwarg(hf) == "cache":
         hf.register_forward_pre_hook(_to_new_cache_kwarg, with_kwargs=True)
+
+
+def cache_kwarg(hf_model) -> str:
+    """The name ``hf_model``'s forward takes its cache under: ``cache`` from transformers 5.24 on (where
+    ``past_key_values`` still works but warns that it is deprecated), ``past_key_values`` before."""
+    params = inspect.signature(hf_model.forward).parameters
+    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
 
 
 def install_growth_check(hf_model) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from beliefscope.config_flags import Command, register_command
+from beliefscope.models.evaluate import EvalConfig
 from beliefscope.models.profile import model_profile
 
 
@@ -62,21 +64,7 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)
 
-    e = sub.add_parser("eval", help="exact match and answer accuracy of a model on a task")
-    e.add_argument("--model", required=True, help="checkpoint folder, alias (target, draft, smollm2) or hub name")
-    e.add_argument("--task", default="coinflip")
-    e.add_argument("--events", default="1-8", help="inclusive range of event counts, e.g. 1-8")
-    e.add_argument("--n", type=int, default=500, help="prompts per format")
-    e.add_argument("--seed", type=int, default=12345)
-    e.add_argument("--rendering", default=None, help="toy or natural (default: natural for smollm2)")
-    e.add_argument("--split", default=None, choices=["train", "heldout", "all"],
-                   help="natural English only: which templates and names the stories use (default: heldout, "
-                        "what model cards report; train separates length generalisation from new wordings)")
-    e.add_argument("--format", default=None, choices=["both", "direct", "cot"],
-                   help="prompts: direct answers, chain of thought, or both (default: both for toy models, "
-                        "direct for natural English ones; smollm2-cot answers after its chain: --format cot)")
-    e.add_argument("--json", action="store_true", help="print one JSON object")
-    e.set_defaults(func=_eval)
+    register_command(sub, EVAL)
 
 
 def _train(args) -> int:
@@ -151,35 +139,49 @@ def _train_rope(args) -> int:
     return _report_training(args, {"out": args.out, "steps": card["steps"], "eval": card.get("eval")})
 
 
-def _eval(args) -> int:
-    from beliefscope.models.evaluate import evaluate
+def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
+    """Refuse bad values before loading anything; fill the model's rendering and its default format."""
+    from dataclasses import replace
+
     from beliefscope.tasks import get_task, parse_events_range
 
-    get_task(args.task)
-    parse_events_range(args.events)
-    rendering = args.rendering or model_profile(args.model).rendering
-    if args.n < 1:
-        raise ValueError(f"--n must be at least 1 prompt, got {args.n}")
-    if args.split is not None and rendering != "natural":
-        raise ValueError(f"--split {args.split} needs natural English stories; {args.model} uses the {rendering!r} "
+    get_task(cfg.task)
+    parse_events_range(cfg.events)
+    if cfg.n < 1:
+        raise ValueError(f"--n must be at least 1 prompt, got {cfg.n}")
+    rendering = cfg.rendering or model_profile(cfg.model).rendering
+    if cfg.split is not None and rendering != "natural":
+        raise ValueError(f"--split {cfg.split} needs natural English stories; {cfg.model} uses the {rendering!r} "
                          f"rendering: add --rendering natural, or drop --split")
-    fmt = args.format or ("both" if rendering == "toy" else "direct")
-    formats = ("direct", "cot") if fmt == "both" else (fmt,)
-    from beliefscope.progress import progress_bar
+    return replace(cfg, rendering=rendering, format=cfg.format or ("both" if rendering == "toy" else "direct"))
 
-    thinking = model_profile(args.model).thinking
-    with progress_bar(f"eval {args.model}", total=args.n * (1 if thinking else len(formats)),
-                      disable=args.no_progress) as bar:
-        res = evaluate(args.model, args.task, args.events, args.n, args.seed, rendering=rendering, formats=formats,
-                       split=args.split, progress=bar.update)
-    if args.json:
-        print(json.dumps(res))
-    else:
-        print(f"{args.model} on {args.task} {args.events}: exact match {res.get('exact_match', float('nan')):.4f}, "
-              f"answer accuracy {res['answer_accuracy']:.4f} (n={res['n']})")
-        for k, v in res.get("exact_match_by_events", res["answer_accuracy_by_events"]).items():
-            print(f"  {k:>2} events: {v:.4f}")
-    return 0
+
+def _eval_total(cfg: EvalConfig) -> int:
+    """Prompts the progress bar counts: n per format (a Thinking States model reads each story once)."""
+    return cfg.n * (1 if model_profile(cfg.model).thinking or cfg.format != "both" else 2)
+
+
+def _eval_run(cfg: EvalConfig, progress) -> dict:
+    from beliefscope.models.evaluate import evaluate
+
+    formats = ("direct", "cot") if cfg.format == "both" else (cfg.format,)
+    res = evaluate(cfg.model, cfg.task, cfg.events, cfg.n, cfg.seed, rendering=cfg.rendering, formats=formats,
+                   split=cfg.split, progress=progress)
+    return res
+
+
+def _eval_lines(res: dict) -> list[str]:
+    head = (f"{res['task']} {res['events']}: exact match {res.get('exact_match', float('nan')):.4f}, "
+            f"answer accuracy {res['answer_accuracy']:.4f} (n={res['n']})")
+    return [head, *(f"  {k:>2} events: {v:.4f}"
+                    for k, v in res.get("exact_match_by_events", res["answer_accuracy_by_events"]).items())]
+
+
+EVAL = Command(name="eval", help="exact match and answer accuracy of a model on a task", config=EvalConfig,
+               run=_eval_run, lines=_eval_lines, total=_eval_total, unit="eval", prepare=_eval_prepare,
+               required=("model",), choices={"split": ["train", "heldout", "all"], "format": ["both", "direct", "cot"],
+                                             "rendering": ["toy", "natural"]},
+               epilog="beliefscope eval --model thinking --events 17-32 --n 100 --json")
 
 
 def _echo(text: str, err: bool = False) -> None:

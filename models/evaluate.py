@@ -9,6 +9,7 @@ True
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 from beliefscope.models.profile import hf_of
@@ -75,6 +76,22 @@ def greedy_completions(hf_model, tok, prompts, max_new_tokens, batch_size=64, pr
         if progress:
             progress(len(prompts[i: i + batch_size]))
     return [o.strip() for o in outs]
+
+
+@dataclass
+class EvalConfig:
+    """`beliefscope eval`: which model, on which stories, in which prompt format."""
+
+    model: str = ""  # checkpoint folder, shipped name (target, draft, thinking, smollm2-thinking, ...) or hub name
+    task: str = "coinflip"  # task family: coinflip, cups or variables
+    events: str = "1-8"  # inclusive range of event counts, e.g. 1-8
+    n: int = 500  # prompts per format
+    seed: int = 12345  # seed of the sampled stories (model cards report this one)
+    rendering: str | None = None  # toy or natural (None: the model's own, natural for smollm2)
+    split: str | None = None  # natural English only: which templates and names the stories use (None: heldout,
+    #   what model cards report; train separates length generalisation from new wordings)
+    format: str | None = None  # prompts: direct answers, chain of thought, or both (None: both for toy models,
+    #   direct for natural English ones; smollm2-cot answers after its chain: --format cot)
 
 
 def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,

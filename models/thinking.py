@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from beliefscope.hooks.capture import hooked
+from beliefscope.models.bridge import cache_kwarg
 
 
 @dataclass
@@ -317,7 +318,7 @@ class ThinkingStates(nn.Module):
         keep: dict = {}
         extra = {} if keep_logits is None else {"logits_to_keep": keep_logits}
         if past_key_values is not None:
-            extra.update(past_key_values=past_key_values, use_cache=True)
+            extra.update({cache_kwarg(self.backbone): past_key_values, "use_cache": True})
         with self._plain_hooks(add, keep):
             logits = self.backbone(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids,
                                    **extra).logits

@@ -14,6 +14,7 @@ from beliefscope.analyses.instrument import InstrumentConfig
 from beliefscope.analyses.spec_trace import TraceConfig
 from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.store_build import StoreBuildConfig
+from beliefscope.models.evaluate import EvalConfig
 from beliefscope.probes.harvest import HarvestConfig
 from beliefscope.probes.linear import ProbeConfig
 from beliefscope.probes.steering import SteerConfig
@@ -23,7 +24,7 @@ from beliefscope.cli import build_parser
 CONFIGS = {"beliefs": BeliefsConfig, "forced": ForcedConfig, "instrument": InstrumentConfig,
            "determinism": DeterminismConfig, "demo": DemoConfig, "trace": TraceConfig, "steer": SteerConfig,
            "harvest": HarvestConfig, "probe": ProbeConfig, "datastore": StoreBuildConfig,
-           "generate": SpecConfig}  # (--trace FILE and --verify-widths fixed|auto|LIST are not SpecConfig's fields)
+           "generate": SpecConfig, "eval": EvalConfig}  # (--trace FILE and --verify-widths fixed|auto|LIST are not SpecConfig's fields)
 
 
 def _norm(v):

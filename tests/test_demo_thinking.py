@@ -56,3 +56,23 @@ def _bands(probe, forced, thought=None, *later):
 ])
 def test_verdict_words_follow_the_numbers(bands, words):
     assert verdict("m", bands).startswith(f"m {words}")
+
+
+def _variable_bands(per_variable, thought=None):
+    """Bands of a variables model: per-variable probe accuracies per band (and its thoughts' accuracy)."""
+    return {band: {"probe_accuracy": 0.5, "forced_accuracy": 0.7, "variable_probe_accuracy": dict(zip("abc", accs)),
+                   **({"thought_accuracy": thought} if thought is not None else {})}
+            for band, accs in zip(["1-10", "10-25"], per_variable)}
+
+
+@pytest.mark.parametrize("bands,words,means", [
+    (_variable_bands([(0.99, 0.95, 0.97), (0.96, 0.92, 0.95)]), "keeps every variable", ">= 0.94 in every band"),
+    # right thoughts, boundary probes well below them (the binding reaches the next chunk through S)
+    (_variable_bands([(0.88, 0.72, 0.73), (0.81, 0.51, 0.59)], thought=1.0), "writes every binding down",
+     "0.78 on average in the first band and 0.64 in the last"),
+    (_variable_bands([(0.56, 0.46, 0.51), (0.29, 0.31, 0.37)]), "keeps no complete readable binding",
+     "0.51 on average in the first band and 0.32 in the last"),
+])
+def test_variable_verdict_words_follow_the_numbers(bands, words, means):
+    text = verdict("m", bands, chance=0.09)
+    assert text.startswith(f"m {words}") and means in text, text
