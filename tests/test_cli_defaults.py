@@ -24,7 +24,8 @@ from beliefscope.cli import build_parser
 CONFIGS = {"beliefs": BeliefsConfig, "forced": ForcedConfig, "instrument": InstrumentConfig,
            "determinism": DeterminismConfig, "demo": DemoConfig, "trace": TraceConfig, "steer": SteerConfig,
            "harvest": HarvestConfig, "probe": ProbeConfig, "datastore": StoreBuildConfig,
-           "generate": SpecConfig, "eval": EvalConfig}  # (--trace FILE and --verify-widths fixed|auto|LIST are not SpecConfig's fields)
+           "generate": SpecConfig,  # (--trace FILE and --verify-widths fixed|auto|LIST are not SpecConfig's fields)
+           "eval": EvalConfig}
 
 
 def _norm(v):
