@@ -197,14 +197,15 @@ def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
     variable's value: the verdict reads the per-variable probes (their mean)."""
     if all("variable_probe_accuracy" in b for b in bands.values()):
         each = [float(np.mean(list(b["variable_probe_accuracy"].values()))) for b in bands.values()]
-        if min(each) >= 0.9:
+        worst = min(min(b["variable_probe_accuracy"].values()) for b in bands.values())  # every variable, not the mean
+        if worst >= 0.9:
             return (f"{name} keeps every variable: probes read each variable's value at every event boundary "
-                    f"with mean accuracy >= {min(each):.2f} in every band")
+                    f"with accuracy >= {worst:.2f} for every variable in every band")
         written = [b.get("thought_accuracy", 0.0) for b in bands.values()]
         if written[0] >= 0.9:  # the binding is in the thoughts (and S, which the next chunk receives)
             return (f"{name} writes every binding down: its thoughts name the variables' values at the event "
-                    f"boundaries with accuracy >= {min(written):.2f} in every band, while per-variable probes at the "
-                    f"boundary token read {each[0]:.2f} on average in the first band and {each[-1]:.2f} in the last "
+                    f"boundaries with accuracy >= {min(written):.2f} in every band, while per-variable probes of the "
+                    f"residual stream read {each[0]:.2f} on average in the first band and {each[-1]:.2f} in the last "
                     f"(chance {chance:.2f})")
         return (f"{name} keeps no complete readable binding at the event boundaries: the per-variable probes "
                 f"read {each[0]:.2f} on average in the first band and {each[-1]:.2f} in the last (chance {chance:.2f})")
