@@ -96,10 +96,8 @@ EXAMPLES = {  # one working example per hand-wired command, shown at the end of 
     "train": "beliefscope train --preset thinking --steps 20 --eval-n 20 --out my-thinking",
     "generate": 'beliefscope generate --model target --drafter ngram:3 --prompt "A coin is heads . Alice flips . '
                 'Think :"',
-    "datastore": "beliefscope datastore --model smollm2 --out my-store.json",
     "harvest": "beliefscope harvest --model target --n 300 --events 1-8 --out acts/target",
     "probe": "beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json",
-    "steer": "beliefscope steer --model target --probes probes/target-last --layer 3 --alpha 3 --n 100 --json",
     "bench": "beliefscope bench determinism --quick",
 }
 

@@ -142,50 +142,39 @@ def run_generate(args) -> int:
 
 
 def register_datastore(subparsers) -> None:
-    p = subparsers.add_parser("datastore", help="build the n-gram store of the retrieval drafter (store:PATH) from "
-                                                "the model's own greedy outputs on training prompts")
-    p.add_argument("--model", default="smollm2", help="checkpoint folder or alias (target, smollm2)")
-    p.add_argument("--workload", default="coinflip", choices=("coinflip", "stdlib"),
-                   help="the requests: coin-flip story rewrites (tasks.instruct), or requests about the Python "
-                        "standard library's docstrings (decoding.general_prompts, its 'store' half; --events and "
-                        "--split do not apply)")
-    p.add_argument("--prompts", type=int, default=320, help="training prompts to generate from")
-    p.add_argument("--seed", type=int, default=1, help="prompt seed")
-    p.add_argument("--events", default="5-9", help="events per story, e.g. 5-9")
-    p.add_argument("--split", default="train", choices=("train", "heldout", "all"),
-                   help="story templates/names to use (benchmarks run on heldout)")
-    p.add_argument("--max-new-tokens", type=int, default=96, help="greedy tokens per prompt")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--max-n", type=int, default=4, help="longest n-gram counted")
-    p.add_argument("--out", required=True, help="output JSON (resumes from OUT.partial.jsonl if present)")
-    p.set_defaults(func=run_datastore)
+    from beliefscope.config_flags import Command, register_command
+    from beliefscope.decoding.store_build import DatastoreConfig
+
+    register_command(subparsers, Command(
+        name="datastore", help="build the n-gram store of the retrieval drafter (store:PATH) from the model's own "
+                               "greedy outputs on training prompts", config=DatastoreConfig,
+        run=_datastore, lines=lambda res: [f"wrote {res['out']}: {res['n_tokens']:,} tokens, "
+                                           f"{res['ngrams']:,} n-grams"],
+        total=lambda cfg: cfg.prompts, unit="greedy outputs", required=("out",),
+        choices={"workload": ["coinflip", "stdlib"], "split": ["train", "heldout", "all"]},
+        epilog="beliefscope datastore --model smollm2 --out my-store.json"))
 
 
-def run_datastore(args) -> int:
+def _datastore(cfg, progress) -> dict:
     from beliefscope.decoding.store_build import StoreBuildConfig, build_store
     from beliefscope.models.load import load_model
     from beliefscope.tasks.base import parse_events_range
     from beliefscope.tasks.instruct import chat_prompts
 
-    events = parse_events_range(args.events)
-    model, tok = load_model(args.model)
-    if args.workload == "stdlib":
+    events = parse_events_range(cfg.events)
+    model, tok = load_model(cfg.model)
+    if cfg.workload == "stdlib":
         from beliefscope.decoding.general_prompts import general_chat_prompts
 
-        texts = general_chat_prompts(tok, args.prompts, args.seed, split="store")
-        meta = {"model": args.model, "workload": "stdlib docstrings, store split", "prompts": args.prompts,
-                "seed": args.seed}
+        texts = general_chat_prompts(tok, cfg.prompts, cfg.seed, split="store")
+        meta = {"model": cfg.model, "workload": "stdlib docstrings, store split", "prompts": cfg.prompts,
+                "seed": cfg.seed}
     else:
-        texts = chat_prompts(tok, args.prompts, args.seed, events, args.split)
-        meta = {"model": args.model, "prompts": args.prompts, "seed": args.seed, "events": list(events),
-                "split": args.split, "instruction": "tasks.instruct.REWRITE_INSTRUCTION"}
+        texts = chat_prompts(tok, cfg.prompts, cfg.seed, events, cfg.split)
+        meta = {"model": cfg.model, "prompts": cfg.prompts, "seed": cfg.seed, "events": list(events),
+                "split": cfg.split, "instruction": "tasks.instruct.REWRITE_INSTRUCTION"}
     prompts = [tok(t)["input_ids"] for t in texts]
-    cfg = StoreBuildConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, max_n=args.max_n)
-    from beliefscope.progress import progress_bar
-
-    with progress_bar("greedy outputs", total=len(prompts), disable=args.no_progress) as bar:
-        store = build_store(model, prompts, args.out, cfg, meta=meta, pad_id=tok.pad_token_id or 0,
-                            progress=bar.update, tokenizer=tok)
-    print(json.dumps({"out": args.out, "n_tokens": store.n_tokens,
-                      "ngrams": sum(len(t) for t in store.tables), "meta": store.meta}))
-    return 0
+    build = StoreBuildConfig(max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, max_n=cfg.max_n)
+    store = build_store(model, prompts, cfg.out, build, meta=meta, pad_id=tok.pad_token_id or 0,
+                        progress=progress, tokenizer=tok)
+    return {"out": cfg.out, "n_tokens": store.n_tokens, "ngrams": sum(len(t) for t in store.tables), "meta": store.meta}

@@ -32,6 +32,24 @@ class StoreBuildConfig:
     include_prompts: bool = True  # also count the prompts' own n-grams (the outputs quote them)
 
 
+@dataclass
+class DatastoreConfig:
+    """`beliefscope datastore`: which model answers which training requests, and how the store is counted."""
+
+    out: str = ""  # output JSON (resumes from OUT.partial.jsonl if present)
+    model: str = "smollm2"  # checkpoint folder or alias (target, smollm2)
+    workload: str = "coinflip"  # the requests: coin-flip story rewrites (tasks.instruct), or requests about the
+    #   Python standard library's docstrings (decoding.general_prompts, its 'store' half; --events and --split
+    #   do not apply)
+    prompts: int = 320  # training prompts to generate from
+    seed: int = 1  # prompt seed
+    events: str = "5-9"  # events per story, e.g. 5-9
+    split: str = "train"  # story templates and names to use (benchmarks run on heldout)
+    max_new_tokens: int = 96  # greedy tokens per prompt
+    batch_size: int = 16  # prompts per HF generate call
+    max_n: int = 4  # longest n-gram counted
+
+
 @torch.no_grad()
 def greedy_outputs(model, prompts: list, config: StoreBuildConfig, pad_id: int = 0, done=None, progress=None) -> list:
     """Greedy continuations (token lists, eos kept) of token-id ``prompts``, ``batch_size`` at a time.

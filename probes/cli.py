@@ -4,7 +4,7 @@ Shell::
 
     beliefscope harvest --model target --n 1000 --events 1-16 --out acts/target
     beliefscope probe --acts acts/target --label state --out probes/target --json
-    beliefscope steer --model target --probes probes/target --layer 2 --alpha 1 --json
+    beliefscope steer --model target --probes probes/target --layer 2 --alpha 1 --json  # a config_flags Command
 """
 
 from __future__ import annotations
@@ -68,37 +68,38 @@ def cmd_probe(args) -> int:
     return 0
 
 
-def cmd_steer(args) -> int:
+def steer_run(cfg, progress) -> dict:
+    """Every alpha of ``cfg`` on the same prompts: one experiment's dict, or ``{"sweep": [...]}``."""
     from beliefscope.models.load import load_model
     from beliefscope.probes.harvest import HarvestConfig, make_examples
     from beliefscope.probes.linear import LinearProbe
     from beliefscope.probes.steering import SteerConfig, steer_experiment
 
-    probe = LinearProbe.load(args.probes)
+    probe = LinearProbe.load(cfg.probes)
     hc = dict(probe.meta.get("harvest_config", {}))
     fields = {k: hc[k] for k in HarvestConfig.__dataclass_fields__ if k in hc}
-    fields.update(n=args.n, seed=args.seed, events=args.events or "1-8")
+    fields.update(n=cfg.n, seed=cfg.seed, events=cfg.events)
     if fields.get("split") == "train+heldout":
         fields["split"] = "train"
     examples = make_examples(HarvestConfig(**fields))
-    model, tok = load_model(args.model)
-    results = []
-    for alpha in [float(a) for a in str(args.alpha).split(",")]:
-        bar = _tqdm(f"steer alpha={alpha}", total=len(examples), disable=args.no_progress)
-        cfg = SteerConfig(layer=args.layer, alpha=alpha, n_random=args.n_random, random_seed=args.random_seed,
-                          include_boundary=not args.no_boundary, batch_size=args.batch_size)
-        results.append(steer_experiment(model, tok, probe, examples, cfg, progress=bar.update))
-        bar.close()
-    out = results[0] if len(results) == 1 else {"sweep": results}
-    if args.json:
-        print(json.dumps(out, indent=1))
-        return 0
-    for r in results:
+    model, tok = load_model(cfg.model)
+    results = [steer_experiment(model, tok, probe, examples,
+                                SteerConfig(layer=cfg.layer, alpha=alpha, n_random=cfg.n_random,
+                                            random_seed=cfg.random_seed, include_boundary=cfg.boundary,
+                                            batch_size=cfg.batch_size), progress=progress)
+               for alpha in cfg.alpha]
+    return results[0] if len(results) == 1 else {"sweep": results}
+
+
+def steer_lines(out: dict) -> list[str]:
+    lines = []
+    for r in out.get("sweep", [out]):
         rr = r["random"]
-        print(f"layer {r['layer']} alpha {r['alpha']} (|v| = {r['added_norm']}): probe flip rate {r['flip_rate']:.3f}"
-              f"; random directions mean {rr['mean']:.3f} (std {rr['std']:.3f}, min {rr['min']:.3f}, "
-              f"max {rr['max']:.3f}, n={rr['n']}); baseline accuracy {r['baseline_accuracy']:.3f}")
-    return 0
+        lines.append(f"layer {r['layer']} alpha {r['alpha']} (|v| = {r['added_norm']}): probe flip rate "
+                     f"{r['flip_rate']:.3f}; random directions mean {rr['mean']:.3f} (std {rr['std']:.3f}, min "
+                     f"{rr['min']:.3f}, max {rr['max']:.3f}, n={rr['n']}); baseline accuracy "
+                     f"{r['baseline_accuracy']:.3f}")
+    return lines
 
 
 def register(subparsers) -> None:
@@ -127,18 +128,11 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_probe)
 
-    p = subparsers.add_parser("steer", help="add the probe direction and count answer flips")
-    p.add_argument("--model", required=True)
-    p.add_argument("--probes", required=True, help="folder written by `beliefscope probe --out`")
-    p.add_argument("--layer", type=int, required=True)
-    p.add_argument("--alpha", default="1.0", help="norm in units of the mean residual norm; comma list sweeps")
-    p.add_argument("--n", type=int, default=200, help="prompts")
-    p.add_argument("--seed", type=int, default=777, help="prompt seed (use one the probe never saw)")
-    p.add_argument("--events", default=None, help="events per prompt (default 1-8)")
-    p.add_argument("--n-random", type=int, default=10)
-    p.add_argument("--random-seed", type=int, default=0)
-    p.add_argument("--no-boundary", action="store_true", help="do not steer the token completing the last event")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_steer)
+    from beliefscope.config_flags import Command, register_command
+    from beliefscope.probes.steering import SteerCommandConfig
+
+    register_command(subparsers, Command(
+        name="steer", help="add the probe direction and count answer flips", config=SteerCommandConfig,
+        run=steer_run, lines=steer_lines, total=lambda cfg: cfg.n * len(cfg.alpha), unit="steered prompts",
+        required=("model", "probes", "layer"),
+        epilog="beliefscope steer --model target --probes probes/target-last --layer 3 --alpha 3 --n 100 --json"))

@@ -35,6 +35,23 @@ class SteerConfig:
     batch_size: int = 32  # prompts per forward (prompts are batched by equal token length)
 
 
+@dataclass
+class SteerCommandConfig:
+    """`beliefscope steer`: steering experiments (one per alpha) on prompts drawn like the probe's own."""
+
+    model: str = ""  # model the probe was fitted on (a shipped name or a checkpoint folder)
+    probes: str = ""  # folder written by `beliefscope probe --out`
+    layer: int = 0  # block whose resid_post is steered (the probe must have this layer)
+    alpha: tuple[float, ...] = (1.0,)  # added norm, in units of the mean residual norm; a comma list sweeps
+    n: int = 200  # prompts
+    seed: int = 777  # prompt seed (use one the probe never saw)
+    events: str = "1-8"  # events per prompt, LO-HI
+    n_random: int = 10  # random directions of equal norm (baseline)
+    random_seed: int = 0  # seed of the random directions
+    boundary: bool = True  # steer the token that completes the last event
+    batch_size: int = 32  # prompts per forward (prompts are batched by equal token length)
+
+
 def answer_token_ids(tokenizer, state_names) -> list[int]:
     """First token id of " <state>" for each state; they must differ."""
     ids = [tokenizer(" " + s, add_special_tokens=False)["input_ids"][0] for s in state_names]

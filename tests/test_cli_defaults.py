@@ -13,17 +13,17 @@ from beliefscope.analyses.forced import ForcedConfig
 from beliefscope.analyses.instrument import InstrumentConfig
 from beliefscope.analyses.spec_trace import TraceConfig
 from beliefscope.decoding.config import SpecConfig
-from beliefscope.decoding.store_build import StoreBuildConfig
+from beliefscope.decoding.store_build import DatastoreConfig
 from beliefscope.models.evaluate import EvalConfig
 from beliefscope.probes.harvest import HarvestConfig
 from beliefscope.probes.linear import ProbeConfig
-from beliefscope.probes.steering import SteerConfig
+from beliefscope.probes.steering import SteerCommandConfig
 
 from beliefscope.cli import build_parser
 
 CONFIGS = {"beliefs": BeliefsConfig, "forced": ForcedConfig, "instrument": InstrumentConfig,
-           "determinism": DeterminismConfig, "demo": DemoConfig, "trace": TraceConfig, "steer": SteerConfig,
-           "harvest": HarvestConfig, "probe": ProbeConfig, "datastore": StoreBuildConfig,
+           "determinism": DeterminismConfig, "demo": DemoConfig, "trace": TraceConfig, "steer": SteerCommandConfig,
+           "harvest": HarvestConfig, "probe": ProbeConfig, "datastore": DatastoreConfig,
            "generate": SpecConfig,  # (--trace FILE and --verify-widths fixed|auto|LIST are not SpecConfig's fields)
            "eval": EvalConfig}
 
