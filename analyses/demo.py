@@ -98,8 +98,8 @@ def _probe(stores, folder, plan, cfg: DemoConfig, bar_factory, positions: str = 
     rc = ReportConfig(label="state", positions=positions, folds=3 if cfg.quick else cfg.folds,
                       train_events=plan["train_events"])
     bar = bar_factory(f"probe {os.path.basename(folder)}")
-    rep = probe_report(stores[0], rc, stores[1] if len(stores) > 1 else None, out=folder,
-                       progress=lambda m: bar.set_postfix_str(m))
+    bar.total = len(stores[0].hooks)
+    rep = probe_report(stores[0], rc, stores[1] if len(stores) > 1 else None, out=folder, progress=bar.update)
     bar.close()
     data = rep.to_json()
     atomic_write_json(os.path.join(folder, "report.json"), data)

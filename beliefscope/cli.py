@@ -97,7 +97,6 @@ EXAMPLES = {  # one working example per hand-wired command, shown at the end of 
     "generate": 'beliefscope generate --model target --drafter ngram:3 --prompt "A coin is heads . Alice flips . '
                 'Think :"',
     "harvest": "beliefscope harvest --model target --n 300 --events 1-8 --out acts/target",
-    "probe": "beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json",
     "bench": "beliefscope bench determinism --quick",
 }
 

@@ -32,8 +32,16 @@ import typing
 
 
 def field_help(cls) -> dict[str, str]:
-    """Each field's comment in the class source (a comment's continuation lines joined to it); no
-    help at all for a class without a source file (one typed at a prompt)."""
+    """Each field's comment in the class source (a comment's continuation lines joined to it), a base
+    dataclass's fields included; no help at all for a class without a source file (one typed at a prompt)."""
+    out: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):
+        if dataclasses.is_dataclass(base):
+            out.update(_own_field_help(base))
+    return {**out, **_own_field_help(cls)}
+
+
+def _own_field_help(cls) -> dict[str, str]:
     try:
         src = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):

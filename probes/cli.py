@@ -32,40 +32,43 @@ def cmd_harvest(args) -> int:
     return 0
 
 
-def cmd_probe(args) -> int:
-    from beliefscope.probes.report import ReportConfig, probe_report
+def _probe_stores(cfg):
+    """The store and its random-init twin (or None) that ``cfg`` names; a bad label is refused before any fit."""
     from beliefscope.probes.store import ActivationStore
 
-    store = ActivationStore.open(args.acts)
-    store.check_label(args.label)
-    rpath = args.random_init or os.path.join(args.acts, "random_init")
-    random_store = ActivationStore.open(rpath) if os.path.exists(rpath) and not args.no_random_init else None
-    cfg = ReportConfig(label=args.label, positions=args.positions, folds=args.folds, train_events=args.train_events,
-                       trainer=args.trainer, C=args.C, max_iter=args.max_iter, control_seed=args.control_seed,
-                       layers_per_fit=args.layers_per_fit)
-    bar = _tqdm("probe", disable=args.no_progress)
-    rep = probe_report(store, cfg, random_store, out=args.out, progress=lambda m: bar.set_postfix_str(m))
-    bar.close()
-    data = rep.to_json()
-    if args.out:
+    store = ActivationStore.open(cfg.acts)
+    store.check_label(cfg.label)
+    rpath = cfg.random_init or os.path.join(cfg.acts, "random_init")
+    twin = ActivationStore.open(rpath) if os.path.exists(rpath) and cfg.random_init_twin else None
+    return store, twin
+
+
+def probe_run(cfg, progress) -> dict:
+    from dataclasses import fields
+
+    from beliefscope.probes.report import ReportConfig, probe_report
+
+    store, twin = _probe_stores(cfg)
+    report_cfg = ReportConfig(**{f.name: getattr(cfg, f.name) for f in fields(ReportConfig)})
+    data = probe_report(store, report_cfg, twin, out=cfg.out, progress=progress).to_json()
+    if cfg.out:
         from beliefscope.files import atomic_write_json
 
-        atomic_write_json(os.path.join(args.out, "report.json"), data)
-    if args.json:
-        print(json.dumps(data, indent=1))
-        return 0
-    print(f"{rep.model}: label={rep.label} positions={rep.positions} prompts={rep.n_prompts} "
-          f"tokens={rep.n_rows} folds={rep.folds} (by prompt) trainer={rep.trainer}")
-    print(f"majority {rep.majority_accuracy:.3f}  embedding {rep.embedding_accuracy:.3f} "
-          f"(control {rep.embedding_control_accuracy:.3f})")
+        atomic_write_json(os.path.join(cfg.out, "report.json"), data)
+    return data
+
+
+def probe_lines(rep: dict) -> list[str]:
     cols = ["layer", "accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
             "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy"]
-    cols = [c for c in cols if any(c in r for r in rep.layers)]
-    print("  ".join(f"{c[:14]:>14}" for c in cols))
-    for r in rep.layers:
-        print("  ".join(f"{'-' if r.get(c) is None else r[c]:>14}" for c in cols))
-    print(f"best layer: {rep.best_layer}")
-    return 0
+    cols = [c for c in cols if any(c in r for r in rep["layers"])]
+    return [f"{rep['model']}: label={rep['label']} positions={rep['positions']} prompts={rep['n_prompts']} "
+            f"tokens={rep['n_rows']} folds={rep['folds']} (by prompt) trainer={rep['trainer']}",
+            f"majority {rep['majority_accuracy']:.3f}  embedding {rep['embedding_accuracy']:.3f} "
+            f"(control {rep['embedding_control_accuracy']:.3f})",
+            "  ".join(f"{c[:14]:>14}" for c in cols),
+            *("  ".join(f"{'-' if r.get(c) is None else r[c]:>14}" for c in cols) for r in rep["layers"]),
+            f"best layer: {rep['best_layer']}"]
 
 
 def steer_run(cfg, progress) -> dict:
@@ -102,6 +105,11 @@ def steer_lines(out: dict) -> list[str]:
     return lines
 
 
+def _probe_flags(p) -> None:
+    p.add_argument("--no-random-init", action="store_true",
+                   help="do not fit the random-init twin's probes, even where the store has one")
+
+
 def register(subparsers) -> None:
     from beliefscope.probes.harvest import add_arguments
 
@@ -110,23 +118,16 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_harvest)
 
-    p = subparsers.add_parser("probe", help="fit linear probes on a store, with controls")
-    p.add_argument("--acts", required=True, help="activation store folder")
-    p.add_argument("--label", default="state", help="label to probe (state, parity, ...)")
-    p.add_argument("--positions", default="after_first_event", choices=["after_first_event", "boundary", "all", "last"])
-    p.add_argument("--out", default=None, help="folder for the fitted probes and report.json")
-    p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--train-events", default="1-8", help="main split; longer prompts test held-out lengths")
-    p.add_argument("--trainer", default="torch", choices=["torch", "sklearn"])
-    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength")
-    p.add_argument("--max-iter", type=int, default=300)
-    p.add_argument("--control-seed", type=int, default=0)
-    p.add_argument("--layers-per-fit", type=int, default=8)
-    p.add_argument("--random-init", default=None, help="random-init store (default ACTS/random_init)")
-    p.add_argument("--no-random-init", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_probe)
+    from beliefscope.config_flags import Command, register_command
+    from beliefscope.probes.report import ProbeCommandConfig
+
+    register_command(subparsers, Command(
+        name="probe", help="fit linear probes on a store, with controls", config=ProbeCommandConfig,
+        run=probe_run, lines=probe_lines, total=lambda cfg: len(_probe_stores(cfg)[0].hooks), unit="layers fitted",
+        required=("acts",), skip=("random_init_twin",), flags=_probe_flags,
+        from_flags=lambda args: {"random_init_twin": not args.no_random_init},
+        choices={"positions": ["after_first_event", "boundary", "all", "last"], "trainer": ["torch", "sklearn"]},
+        epilog="beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json"))
 
     from beliefscope.config_flags import Command, register_command
     from beliefscope.probes.steering import SteerCommandConfig

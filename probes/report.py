@@ -33,7 +33,9 @@ class ReportConfig:
     """What `beliefscope probe` fits and reports."""
 
     label: str = "state"  # label to probe: "state" or "parity" (any store label name works)
-    positions: str = "after_first_event"  # which tokens: after_first_event / boundary / all
+    positions: str = "after_first_event"  # token rows the probe is fitted on: after_first_event (every token once
+    #   the story has begun), boundary (the token completing each event), last (the final token, where the answer
+    #   is computed) or all
     folds: int = 5  # GroupKFold folds over prompts
     train_events: str = "1-8"  # prompts with this many events form the main split; longer ones test lengths
     trainer: str = "torch"  # "torch" (batched) or "sklearn" (reference)
@@ -41,6 +43,16 @@ class ReportConfig:
     max_iter: int = 300  # optimiser iterations per fit
     control_seed: int = 0  # seed of the control task's random labels
     layers_per_fit: int = 8  # hooks fitted together (bounds memory: rows x d x this many floats)
+
+
+@dataclass
+class ProbeCommandConfig(ReportConfig):
+    """`beliefscope probe`: the report's settings, and which stores it reads and where it writes."""
+
+    acts: str = ""  # activation store folder (from `beliefscope harvest --out`)
+    out: str | None = None  # folder for the fitted probes and report.json (None: report only)
+    random_init: str | None = None  # random-init twin store (None: ACTS/random_init when it exists)
+    random_init_twin: bool = True  # fit the random-init twin's probes beside the model's (the control)
 
 
 def layer_index(hook: str) -> int:
@@ -102,7 +114,7 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
                  out: str | None = None, progress=None) -> ProbeReport:
     """Fit and evaluate probes on every hook of `store`; save the final probes to `out`.
 
-    `progress(message)` is called before each block of layers.
+    `progress(n)` is called after each block of n layers is fitted.
     """
     from beliefscope.tasks import parse_events_range
 
@@ -138,8 +150,6 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     hooks = store.hooks
     for start in range(0, len(hooks), cfg.layers_per_fit):
         block = hooks[start:start + cfg.layers_per_fit]
-        if progress:
-            progress(f"layers {start}-{start + len(block) - 1} of {len(hooks)}")
         data = load_probe_data(store, cfg.positions, block, sel)
         X = data.X[:, torch.as_tensor(mi)]  # [L, n_main, d]
         acc = _oof(X, y[mi], folds, cfg, n_classes)
@@ -168,6 +178,8 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
             else:
                 rows.append(row)
         del data, X
+        if progress:
+            progress(len(block))
     best = max(rows, key=lambda r: r["accuracy"]) if rows else embed
     if out:
         _save_final(finals, store, cfg, out)

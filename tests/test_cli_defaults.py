@@ -16,14 +16,14 @@ from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.store_build import DatastoreConfig
 from beliefscope.models.evaluate import EvalConfig
 from beliefscope.probes.harvest import HarvestConfig
-from beliefscope.probes.linear import ProbeConfig
+from beliefscope.probes.report import ProbeCommandConfig
 from beliefscope.probes.steering import SteerCommandConfig
 
 from beliefscope.cli import build_parser
 
 CONFIGS = {"beliefs": BeliefsConfig, "forced": ForcedConfig, "instrument": InstrumentConfig,
            "determinism": DeterminismConfig, "demo": DemoConfig, "trace": TraceConfig, "steer": SteerCommandConfig,
-           "harvest": HarvestConfig, "probe": ProbeConfig, "datastore": DatastoreConfig,
+           "harvest": HarvestConfig, "probe": ProbeCommandConfig, "datastore": DatastoreConfig,
            "generate": SpecConfig,  # (--trace FILE and --verify-widths fixed|auto|LIST are not SpecConfig's fields)
            "eval": EvalConfig}
 
