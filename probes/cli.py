@@ -22,13 +22,18 @@ def _tqdm(desc: str, total: int | None = None, disable: bool = False):
 def cmd_harvest(args) -> int:
     from beliefscope.probes.harvest import run
 
-    result = run(args, None if args.no_progress else (lambda out: _tqdm(f"harvest {out}")))
+    import sys
+
+    say = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    result = run(args, None if args.no_progress else (lambda out: _tqdm(f"harvest {out}")), say=say)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
         for out, r in result.items():
-            print(f"{out}: {r['n_rows']} tokens, {len(r['hooks'])} hooks, config {r['config_hash']}, "
-                  f"complete={r['complete']}")
+            print(f"{out}: {r['n_rows']} tokens, {len(r['hooks'])} hooks, {r['bytes'] / 1e6:.1f} MB, config "
+                  f"{r['config_hash']}, complete={r['complete']}")
+            if "labels" in r:
+                print("  labels: " + "; ".join(f"{k} ({len(v)} classes: {', '.join(v)})" for k, v in r["labels"].items()))
     return 0
 
 
@@ -60,7 +65,8 @@ def probe_run(cfg, progress) -> dict:
 
 def probe_lines(rep: dict) -> list[str]:
     cols = ["layer", "accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
-            "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy"]
+            "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy",
+            "heldout_split_accuracy"]
     cols = [c for c in cols if any(c in r for r in rep["layers"])]
     return [f"{rep['model']}: label={rep['label']} positions={rep['positions']} prompts={rep['n_prompts']} "
             f"tokens={rep['n_rows']} folds={rep['folds']} (by prompt) trainer={rep['trainer']}",
@@ -126,7 +132,7 @@ def register(subparsers) -> None:
         run=probe_run, lines=probe_lines, total=lambda cfg: len(_probe_stores(cfg)[0].hooks), unit="layers fitted",
         required=("acts",), skip=("random_init_twin",), flags=_probe_flags,
         from_flags=lambda args: {"random_init_twin": not args.no_random_init},
-        choices={"positions": ["after_first_event", "boundary", "all", "last"], "trainer": ["torch", "sklearn"]},
+        choices={"positions": ["auto", "after_first_event", "boundary", "labelled", "all", "last"], "trainer": ["torch", "sklearn"]},
         epilog="beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json"))
 
     from beliefscope.config_flags import Command, register_command

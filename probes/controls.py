@@ -25,14 +25,16 @@ POSITIONS = {
     "boundary": "prompt tokens that complete an event (is_event_boundary)",
     "all": "every prompt token, including those before the first event",
     "last": "the last prompt token of each prompt, where the answer is read out (toy: '?')",
+    "labelled": "every token that carries a label (your data: event ends onward, spans, a text's last token)",
 }
 
 
-def position_mask(labels: dict[str, np.ndarray], positions: str) -> np.ndarray:
-    """Boolean row mask ``[rows]`` of the tokens a probe is trained and tested on."""
+def position_mask(labels: dict[str, np.ndarray], positions: str, label: str = "state") -> np.ndarray:
+    """Boolean row mask ``[rows]`` of the tokens a probe is trained and tested on; a row whose `label` is
+    -1 (unlabelled) is never chosen."""
     if positions not in POSITIONS:
         raise ValueError(f"positions {positions!r} is unknown; choose one of {sorted(POSITIONS)}")
-    mask = labels["in_prompt"].astype(bool)
+    mask = labels["in_prompt"].astype(bool) & (labels[label] >= 0)
     if positions == "after_first_event":
         mask &= labels["events_so_far"] >= 1
     elif positions == "boundary":

@@ -25,9 +25,9 @@ class ProbeData:
     labels: dict  # label name -> [n] int64
 
 
-def _row_selection(store: ActivationStore, positions: str):
+def _row_selection(store: ActivationStore, positions: str, label: str = "state"):
     labels = store.load_labels()
-    mask = position_mask(labels, positions)
+    mask = position_mask(labels, positions, label)
     idx = np.nonzero(mask)[0]
     key = labels["prompt_id"][idx] * 1_000_000 + labels["position"][idx]
     perm = np.argsort(key, kind="stable")

@@ -99,6 +99,18 @@ def checkpoint_hash(model) -> str:
     return "v2-" + h.hexdigest()[:16]
 
 
+def random_twin(model, seed: int = 0, tries: int = 8):
+    """(random-init twin, the seed it used): the twin of `seed`, or of the next seed where that twin's weights
+    are the model's own (a folder model that *is* a random init of seed 0 would otherwise be its own control)."""
+    want = checkpoint_hash(model)
+    for s in range(seed, seed + tries):
+        twin = random_init_like(model, s)
+        if checkpoint_hash(twin) != want:
+            return twin, s
+    raise RuntimeError(f"the random-init twins of seeds {seed}-{seed + tries - 1} all equal the model: is the model "
+                       "untrained? pass --no-random-init")
+
+
 def random_init_like(model, seed: int = 0):
     """A freshly initialised model with the same HF config, wrapped as a bridge."""
     from beliefscope.models.load import bridge_from_hf
@@ -116,11 +128,29 @@ def row_labels(ex, lab, prompt_id: int) -> dict[str, np.ndarray]:
     """Per-token label arrays for one example (the keys are `LABEL_NAMES`)."""
     T = len(lab.input_ids)
     held = int(ex.meta.get("split") == "heldout")
-    return {"state": lab.state, "parity": lab.parity, "events_so_far": lab.events_so_far,
+    extra = {}
+    state = lab.state
+    if "token_labels" in ex.meta:  # a researcher's record: every named label, and its cross-validation group
+        extra = {**ex.meta["token_labels"](lab.offsets), "group_id": np.full(T, ex.meta["group_index"])}
+        state = extra[ex.meta["label"]]
+    return {**extra, "state": state, "parity": lab.parity, "events_so_far": lab.events_so_far,
             "is_event_boundary": lab.is_event_boundary.astype(np.int64), "token_id": lab.input_ids,
             "position": np.arange(T), "prompt_id": np.full(T, prompt_id), "n_events": np.full(T, ex.n_events),
             "in_prompt": lab.in_prompt.astype(np.int64), "in_answer": lab.in_answer.astype(np.int64),
             "template_split": np.full(T, held)}
+
+
+def check_context(model, lengths: list[int]) -> None:
+    """Refuse texts longer than the positions the model can address, before any forward (a learned-position
+    model would index past its table; a RoPE model would run silently outside the lengths it was built for)."""
+    from beliefscope.models.profile import model_shapes
+
+    n_ctx = model_shapes(model).n_ctx
+    long = [i for i, n in enumerate(lengths) if n > n_ctx]
+    if long:
+        raise ValueError(f"{len(long)} text(s) are longer than the model's context of {n_ctx} tokens (text {long[0]}: "
+                         f"{lengths[long[0]]} tokens): shorten them, or pass --skip-long (drop them) or --truncate "
+                         "(cut them to the context)")
 
 
 def plan_shards(order: list[int], lengths: list[int], batch_size: int, shard_rows: int) -> list[list[list[int]]]:
@@ -151,7 +181,7 @@ def plan_shards(order: list[int], lengths: list[int], batch_size: int, shard_row
 def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | None = None,
             batch_size: int = 16, shard_rows: int = 8192, dtype: str = "float32",
             max_gb: float | None = None, progress=None, rank: int = 0, world_size: int = 1,
-            barrier=None, pause_after_shard: float = 0.0) -> ActivationStore:
+            barrier=None, pause_after_shard: float = 0.0, extra_header: dict | None = None) -> ActivationStore:
     """Store activations of `hooks` x `layers` for every token of every example's full text.
 
     `config` (JSON-able) is hashed together with the model's checkpoint hash, the hook names
@@ -165,6 +195,7 @@ def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | No
         raise ValueError("no examples to harvest: pass at least one prompt (--n >= 1)")
     names = hook_names_for(model, hooks, layers)
     labels = [ex.labels(tokenizer) for ex in examples]
+    check_context(model, [len(lab.input_ids) for lab in labels])
     n_rows = sum(len(lab.input_ids) for lab in labels)
     width = model.cfg.d_model
     bytes_per_row = len(names) * width * torch.finfo(DTYPES[dtype]).bits // 8 + 4 * len(LABEL_NAMES)
@@ -182,6 +213,7 @@ def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | No
         "n_prompts": len(examples), "estimated_bytes": est,
         "prompt_lengths": [len(lab.input_ids) for lab in labels],
         "state_names": list(examples[0].state_names),
+        **(extra_header or {}),
     }
     header["checkpoint_hash"] = header["config"]["checkpoint_hash"]
     if rank == 0:
@@ -216,7 +248,7 @@ def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | No
             buf.clear()
             filled.clear()
             at.update(row=0, rows=rows)
-            lab = {k: np.empty(rows, dtype=np.int32) for k in LABEL_NAMES}
+            lab = {k: np.empty(rows, dtype=np.int32) for k in store.label_names}
             prompts = []
             for batch in shard:
                 T = len(labels[batch[0]].input_ids)
@@ -259,8 +291,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "without a model card, the card's for checkpoints trained here)")
     p.add_argument("--fmt", default=d.fmt, choices=["direct", "cot"])
     p.add_argument("--split", default=d.split, choices=["train", "heldout", "all", "train+heldout"])
-    p.add_argument("--n", "--n-prompts", dest="n", type=int, default=d.n,
-                   help="number of prompts (under torchrun spell it --n-prompts: torchrun takes --n as its own)")
+    p.add_argument("--n", "--n-prompts", dest="n", type=int, default=None,
+                   help=f"number of prompts (default {d.n}; with --data, every record; under torchrun spell it "
+                        "--n-prompts: torchrun takes --n as its own)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--events", default=d.events, help="events per prompt, LO-HI (use 1-16 for held-out lengths)")
     p.add_argument("--hooks", default=d.hooks, help="comma-separated hook kinds (resid_post, ...)")
@@ -275,15 +308,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-gb", type=float, default=None, help="refuse to write more than this")
     p.add_argument("--pause-after-shard", type=float, default=0.0, help=argparse.SUPPRESS)  # tests only
     p.add_argument("--no-progress", action="store_true")
+    from beliefscope.probes.harvest_data import add_data_arguments
+
+    add_data_arguments(p)
+    p.add_argument("--truncate", action="store_true", help="with --data: cut texts longer than the model's context")
+    p.add_argument("--skip-long", action="store_true", help="with --data: drop texts longer than the model's context")
 
 
-def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None) -> dict:
-    """Harvest the model store and (unless ``--no-random-init``) the random-init twin store."""
+def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None, say=None) -> dict:
+    """Harvest the model store and (unless ``--no-random-init``) the random-init twin store. ``say(line)``
+    hears what is about to be written (sizes) before it is."""
     from beliefscope.models.load import load_model
     from beliefscope.tasks import parse_events_range
 
     from beliefscope.files import check_writable_parent
 
+    if getattr(args, "data", None):
+        return run_data(args, progress_factory, rank, world_size, barrier, say)
+    if args.n is None:
+        args.n = HarvestConfig().n
     lo, hi = parse_events_range(args.events)
     if args.n < 1:
         raise ValueError(f"--n {args.n}: harvest at least 1 prompt")
@@ -296,22 +339,75 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
                         dtype=args.dtype, random_init_seed=args.random_init_seed)
     examples = make_examples(cfg)
     model, tok = load_model(cfg.model)
-    targets = [(model, args.out, "model")]
+    return harvest_targets(args, model, tok, examples, asdict(cfg), progress_factory, rank, world_size, barrier, say)
+
+
+def harvest_targets(args, model, tok, examples, config: dict, progress_factory=None, rank=0, world_size=1,
+                    barrier=None, say=None, extra_header: dict | None = None) -> dict:
+    """Harvest `examples` through the model into ``args.out`` and (unless ``--no-random-init``) through its
+    random-init twin into ``args.out/random_init``; the twin's seed is recorded (requested and used)."""
+    targets = [(model, args.out, "model", {})]
     if not args.no_random_init:
-        twin = random_init_like(model, cfg.random_init_seed)
-        targets.append((twin, os.path.join(args.out, "random_init"), "random_init"))
+        twin, used = random_twin(model, config["random_init_seed"])
+        targets.append((twin, os.path.join(args.out, "random_init"), "random_init",
+                        {"random_init_seed_used": used}))
+        if used != config["random_init_seed"] and say:
+            say(f"the random-init twin of seed {config['random_init_seed']} has the model's own weights; "
+                f"the twin uses seed {used} (recorded in the store)")
     result = {}
-    for m, out, role in targets:
+    for m, out, role, more in targets:
+        if say:
+            n_rows = sum(len(ex.labels(tok).input_ids) for ex in examples[:200]) * len(examples) / min(200, len(examples))
+            names = hook_names_for(m, config["hooks"], config["layers"])
+            gb = n_rows * len(names) * m.cfg.d_model * torch.finfo(DTYPES[config["dtype"]]).bits / 8 / 1e9
+            say(f"{out}: about {gb:.2f} GB ({int(n_rows):,} tokens x {len(names)} hooks x {m.cfg.d_model} x "
+                f"{config['dtype']})")
         bar = progress_factory(out) if progress_factory else None
-        kw = {"batch_size": args.batch_size, "shard_rows": args.shard_rows, "dtype": cfg.dtype, "max_gb": args.max_gb,
-              "rank": rank, "world_size": world_size, "barrier": barrier,
-              "pause_after_shard": args.pause_after_shard}
-        store = harvest(m, tok, examples, cfg.hooks, cfg.layers, out, config={**asdict(cfg), "role": role},
+        kw = {"batch_size": args.batch_size, "shard_rows": args.shard_rows, "dtype": config["dtype"],
+              "max_gb": args.max_gb, "rank": rank, "world_size": world_size, "barrier": barrier,
+              "pause_after_shard": args.pause_after_shard, "extra_header": extra_header}
+        store = harvest(m, tok, examples, config["hooks"], config["layers"], out,
+                        config={**config, "role": role, **more},
                         progress=None if bar is None else lambda n, t, b=bar: _advance(b, n, t), **kw)
         if bar is not None:
             bar.close()
         result[out] = {"config_hash": store.hash, "n_rows": store.manifest.get("n_rows"),
-                       "complete": store.manifest.get("complete"), "hooks": store.hooks}
+                       "complete": store.manifest.get("complete"), "hooks": store.hooks,
+                       "bytes": store.bytes_written(), **more}
+    return result
+
+
+def run_data(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None, say=None) -> dict:
+    """`harvest --data`: the records are read and checked before the model loads, long texts are refused
+    (or skipped or cut, and counted) before any forward, and every label goes into the store by name."""
+    from beliefscope.files import check_writable_parent
+    from beliefscope.models.load import load_model
+    from beliefscope.models.profile import model_shapes
+    from beliefscope.probes.harvest_data import data_examples, fit_to_context, load_for_harvest, store_label_names
+
+    check_writable_parent(os.path.join(args.out, "manifest.json"))
+    data = load_for_harvest(args)
+    if args.n is not None:
+        if args.n < 1:
+            raise ValueError(f"--n {args.n}: harvest at least 1 record")
+        data.records = data.records[:args.n]
+    model, tok = load_model(args.model)
+    data, fitted = fit_to_context(data, tok, model_shapes(model).n_ctx, truncate=args.truncate,
+                                  skip_long=args.skip_long)
+    if say and (fitted["skipped"] or fitted["truncated"]):
+        say(f"{len(fitted['skipped'])} record(s) skipped and {len(fitted['truncated'])} cut to the model's context")
+    examples = data_examples(data)
+    config = {"model": args.model, "data_config": asdict(data.config), "n": len(examples), "hooks": args.hooks,
+              "layers": args.layers, "dtype": args.dtype, "random_init_seed": args.random_init_seed,
+              "truncate": bool(args.truncate), "skip_long": bool(args.skip_long)}
+    extra = {"source": "data", "data_source": data.source, "label_names": store_label_names(data),
+             "label_classes": data.classes, "label_kinds": data.kinds, "primary_label": data.label_names[0],
+             "record_ids": [r.id for r in data.records], "context_fit": fitted}
+    result = harvest_targets(args, model, tok, examples, config, progress_factory, rank, world_size, barrier, say,
+                             extra)
+    for r in result.values():
+        r.update(records=len(examples), labels={n: data.classes[n] for n in data.label_names},
+                 skipped=len(fitted["skipped"]), truncated=len(fitted["truncated"]))
     return result
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -32,12 +33,14 @@ from beliefscope.probes.store import ActivationStore
 class ReportConfig:
     """What `beliefscope probe` fits and reports."""
 
-    label: str = "state"  # label to probe: "state" or "parity" (any store label name works)
-    positions: str = "after_first_event"  # token rows the probe is fitted on: after_first_event (every token once
-    #   the story has begun), boundary (the token completing each event), last (the final token, where the answer
-    #   is computed) or all
-    folds: int = 5  # GroupKFold folds over prompts
-    train_events: str = "1-8"  # prompts with this many events form the main split; longer ones test lengths
+    label: str = "state"  # label to probe: "state" or "parity", or any label of your data (its field name)
+    positions: str = "auto"  # token rows the probe is fitted on: after_first_event (every token once the story has
+    #   begun), boundary (the token completing each event), last (the final token, where the answer is computed),
+    #   labelled (every token with a label) or all; auto: labelled for your data, after_first_event for a task
+    folds: int = 5  # GroupKFold folds over prompts (over the data's groups, where it has a group field)
+    train_events: str = "auto"  # prompts with this many events (LO-HI) form the main split and longer ones test
+    #   lengths; all: no length split; auto: 1-8 for a task, all for your data
+    layers: str = "all"  # "all" or comma-separated block indices to fit (the embedding is always fitted)
     trainer: str = "torch"  # "torch" (batched) or "sklearn" (reference)
     C: float = 1.0  # inverse L2 strength on standardised activations
     max_iter: int = 300  # optimiser iterations per fit
@@ -83,7 +86,9 @@ class ProbeReport:
     best_layer: int  # layer with the highest accuracy (resid_post)
     layers: list = field(default_factory=list)  # per-layer dicts (see `probe_report`)
     heldout_lengths: dict = field(default_factory=dict)  # train/test event ranges and sizes
-    heldout_templates: dict = field(default_factory=dict)  # sizes, if the store has held-out templates
+    heldout_templates: dict = field(default_factory=dict)  # sizes, if the store has held-out templates (or splits)
+    class_names: list | None = None  # the label's class names, in index order (None for a count label)
+    seconds: float | None = None  # wall time of the fits
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -116,23 +121,23 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
 
     `progress(n)` is called after each block of n layers is fitted.
     """
-    from beliefscope.tasks import parse_events_range
-
+    t0 = time.perf_counter()
     store.check_label(cfg.label)
-    lo, hi = parse_events_range(cfg.train_events)
-    sel = _row_selection(store, cfg.positions)
+    cfg, lo, hi = resolved(cfg, store)
+    sel = _row_selection(store, cfg.positions, cfg.label)
     lab = sel[2]
     if len(lab["prompt_id"]) == 0:
-        raise ValueError(f"no tokens match positions={cfg.positions!r} in {store.path}")
+        raise ValueError(f"no labelled tokens of {cfg.label!r} match positions={cfg.positions!r} in {store.path}: "
+                         "choose other --positions (labelled takes every labelled token)")
     rsel = None
     if random_store is not None:
-        rsel = _row_selection(random_store, cfg.positions)
+        rsel = _row_selection(random_store, cfg.positions, cfg.label)
         if not (np.array_equal(rsel[2]["prompt_id"], lab["prompt_id"])
                 and np.array_equal(rsel[2]["token_id"], lab["token_id"])):
             raise ValueError(f"random-init store {random_store.path} holds other prompts than {store.path}; "
                              "harvest both with the same command")
-    n_classes = len(store.manifest.get("state_names", [])) if cfg.label == "state" else 0
-    n_classes = max(n_classes, int(lab[cfg.label].max()) + 1, 2)
+    class_names = label_classes(store, cfg.label)
+    n_classes = max(len(class_names or ()), int(lab[cfg.label].max()) + 1, 2)
     y = torch.as_tensor(lab[cfg.label])
     yc = torch.as_tensor(control_labels(lab["token_id"], lab["position"], n_classes, cfg.control_seed))
     in_len = (lab["n_events"] >= lo) & (lab["n_events"] <= hi)
@@ -142,12 +147,12 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     mi = np.nonzero(main)[0]
     if len(mi) == 0:
         raise ValueError(f"no prompts with {lo}-{hi} events in {store.path}: set --train-events to the harvested range")
-    folds = prompt_folds(lab["prompt_id"][mi], cfg.folds)
+    folds = prompt_folds(lab["group_id" if "group_id" in lab else "prompt_id"][mi], cfg.folds)
     boundary = lab["is_event_boundary"][mi].astype(bool)
     maj = np.mean([majority_accuracy(lab[cfg.label][mi][tr], lab[cfg.label][mi][te]) for tr, te in folds])
     pcfg = ProbeConfig(cfg.C, cfg.max_iter, trainer=cfg.trainer)
     rows, finals, embed = [], [], {}
-    hooks = store.hooks
+    hooks = chosen_hooks(store.hooks, cfg.layers)
     for start in range(0, len(hooks), cfg.layers_per_fit):
         block = hooks[start:start + cfg.layers_per_fit]
         data = load_probe_data(store, cfg.positions, block, sel)
@@ -162,7 +167,8 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
         final = fit_all_layers(X, y[mi], hooks=block, n_classes=n_classes, trainer=cfg.trainer, config=pcfg)
         finals.append((final, X.norm(dim=2).mean(1)))
         held = {}
-        for name, test_rows in (("heldout_length_accuracy", long_rows), ("heldout_template_accuracy", held_tpl)):
+        held_name = "heldout_split_accuracy" if is_data_store(store) else "heldout_template_accuracy"
+        for name, test_rows in (("heldout_length_accuracy", long_rows), (held_name, held_tpl)):
             if test_rows.any():
                 ti = torch.as_tensor(np.nonzero(test_rows)[0])
                 held[name] = [round(final.accuracy(data.X[i, ti], y[ti], h), 4) for i, h in enumerate(block)]
@@ -182,21 +188,72 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
             progress(len(block))
     best = max(rows, key=lambda r: r["accuracy"]) if rows else embed
     if out:
-        _save_final(finals, store, cfg, out)
+        _save_final(finals, store, cfg, out, class_names)
     return ProbeReport(
         label=cfg.label, positions=cfg.positions, store=store.path, store_hash=store.hash,
         model=store.manifest["model"]["id"], n_prompts=len(np.unique(lab["prompt_id"][mi])), n_rows=len(mi),
         folds=cfg.folds, trainer=cfg.trainer, majority_accuracy=round(float(maj), 4),
         embedding_accuracy=embed.get("accuracy"), embedding_control_accuracy=embed.get("control_accuracy"),
         random_init_embedding_accuracy=embed.get("random_init_accuracy"), best_layer=best["layer"], layers=rows,
-        heldout_lengths={"train_events": f"{lo}-{hi}", "test_prompts": len(np.unique(lab["prompt_id"][long_rows])),
+        heldout_lengths={"train_events": cfg.train_events, "test_prompts": len(np.unique(lab["prompt_id"][long_rows])),
                          "test_rows": int(long_rows.sum())},
         heldout_templates={"test_prompts": len(np.unique(lab["prompt_id"][held_tpl])),
                            "test_rows": int(held_tpl.sum())},
+        class_names=class_names, seconds=round(time.perf_counter() - t0, 2),
     )
 
 
-def _save_final(finals, store, cfg: ReportConfig, out: str) -> None:
+def is_data_store(store) -> bool:
+    """Whether the store was harvested from a researcher's records (`harvest --data`)."""
+    return store.manifest.get("source") == "data"
+
+
+def label_classes(store, label: str) -> list[str] | None:
+    """Class names of `label` in `store` (None for a count such as ``events_so_far``)."""
+    named = store.manifest.get("label_classes") or {}
+    if label in named:
+        return list(named[label])
+    if label == "state":
+        return list(store.manifest.get("state_names") or []) or None
+    if label == "parity":
+        return ["even", "odd"]
+    return None
+
+
+def resolved(cfg: ReportConfig, store) -> tuple[ReportConfig, int, int]:
+    """`cfg` with its "auto" settings decided for `store`, and the main split's (lo, hi) events."""
+    from dataclasses import replace
+
+    from beliefscope.tasks import parse_events_range
+
+    data = is_data_store(store)
+    if cfg.positions == "auto":
+        cfg = replace(cfg, positions="labelled" if data else "after_first_event")
+    if cfg.train_events == "auto":
+        cfg = replace(cfg, train_events="all" if data else "1-8")
+    if cfg.train_events == "all":
+        return cfg, 0, 1 << 30
+    lo, hi = parse_events_range(cfg.train_events)
+    return cfg, lo, hi
+
+
+def chosen_hooks(hooks: list[str], layers: str) -> list[str]:
+    """The store's hooks at the block indices `layers` ("all", or e.g. "0,5,10"), the embedding always kept."""
+    if layers in ("all", "", None):
+        return list(hooks)
+    try:
+        want = {int(x) for x in str(layers).split(",") if x.strip()}
+    except ValueError:
+        raise ValueError(f"--layers {layers!r} is not 'all' or comma-separated block indices, e.g. 0,5,10") from None
+    have = {layer_index(h) for h in hooks}
+    missing = sorted(want - have)
+    if missing:
+        raise ValueError(f"--layers asks for blocks {missing}, which the store does not hold; it holds "
+                         f"{sorted(have - {-1})}")
+    return [h for h in hooks if h == EMBED_HOOK or layer_index(h) in want]
+
+
+def _save_final(finals, store, cfg: ReportConfig, out: str, class_names=None) -> None:
     """Concatenate the per-block final probes into one `LinearProbe` and save it."""
     probes = [p for p, _ in finals]
     norms = torch.cat([n for _, n in finals])
@@ -207,7 +264,7 @@ def _save_final(finals, store, cfg: ReportConfig, out: str) -> None:
                         meta={"label": cfg.label, "positions": cfg.positions, "store": os.path.abspath(store.path),
                          "store_hash": store.hash, "model": store.manifest["model"]["id"],
                          "harvest_config": store.manifest["config"],
-                         "state_names": store.manifest.get("state_names"),
+                         "state_names": class_names, "source": store.manifest.get("source", "task"),
                          "resid_norm": {h: round(float(n), 5) for h, n in zip(hooks, norms, strict=True)},
                          "trainer": cfg.trainer, "C": cfg.C})
     probe.save(out)

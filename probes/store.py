@@ -145,7 +145,7 @@ class ActivationStore:
         mine = self.journal(rank)
         name = f"shard-r{rank}-{len(mine):05d}.safetensors"
         tensors = {f"act/{h}": a.contiguous() for h, a in acts.items()}
-        for k in LABEL_NAMES:
+        for k in self.label_names:
             tensors[f"label/{k}"] = torch.as_tensor(np.asarray(labels[k]), dtype=torch.int32).contiguous()
         rows = {t.shape[0] for t in tensors.values()}
         if len(rows) != 1 or rows.pop() != sum(n for _, n in prompts):

@@ -1,0 +1,148 @@
+"""`beliefscope harvest --data FILE`: a researcher's own records into an activation store.
+
+Every label of the records becomes a named label of the store (``-1`` where a token is unlabelled),
+its class names go into the manifest (``label_classes``), and the first label is also the store's
+``state``, so every command that reads ``state`` reads it. Texts longer than the model's context
+are refused before any forward, or dropped (``skip_long``) or cut (``truncate``), and counted.
+
+Usage (not run as a doctest: it loads a model)::
+
+    data = load_data("stories.jsonl", events_fields=("location",), label_fields=("negated",))
+    exs, report = fit_to_context(data_examples(data), tok, n_ctx=8192)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+
+from beliefscope.probes.store import DTYPES, LABEL_NAMES
+from beliefscope.tasks.records import Data, DataConfig, Record, Track, load_data
+
+DATA_FLAGS = ("text_field", "label_fields", "events_fields", "spans_fields", "classes", "id_field", "split_field",
+              "group_field", "format")
+
+
+def add_data_arguments(p) -> None:
+    """The record-mapping flags shared by every command that reads `--data`."""
+    d = DataConfig()
+    p.add_argument("--data", default=None,
+                   help="your records: a .jsonl/.csv/.parquet file, a save_to_disk folder or a hub name org/name[:split] "
+                        "(instead of --task)")
+    p.add_argument("--text-field", default=d.text_field, help="field holding the text")
+    p.add_argument("--label-field", dest="label_fields", default="",
+                   help="comma-separated fields holding one label per text (class names), read at the last token")
+    p.add_argument("--events-field", dest="events_fields", default="",
+                   help="comma-separated fields holding [{end, state}] lists (default: 'events' when present)")
+    p.add_argument("--spans-field", dest="spans_fields", default="",
+                   help="comma-separated fields holding [{start, end, label}] lists (default: 'spans' when present)")
+    p.add_argument("--classes", action="append", default=[],
+                   help="declare a label's classes in index order, LABEL=a,b,c (repeat per label); others are inferred")
+    p.add_argument("--id-field", default=d.id_field, help="unique record id field (optional)")
+    p.add_argument("--split-field", default=d.split_field,
+                   help="records whose split is test/heldout/validation are held out of the folds (optional)")
+    p.add_argument("--group-field", default=d.group_field,
+                   help="records of one group stay in one cross-validation fold (optional)")
+    p.add_argument("--format", default=d.format, choices=["records", "boxes"],
+                   help="records (the contract in the docs) or boxes (Kim & Schuster 2023 entity tracking)")
+
+
+def data_config(args) -> DataConfig:
+    """The `DataConfig` the data flags of `args` describe."""
+
+    def listed(v):
+        return tuple(x.strip() for x in v.split(",") if x.strip()) if isinstance(v, str) else tuple(v or ())
+
+    return DataConfig(text_field=args.text_field, label_fields=listed(args.label_fields),
+                      events_fields=listed(args.events_fields), spans_fields=listed(args.spans_fields),
+                      classes=tuple(args.classes or ()), id_field=args.id_field, split_field=args.split_field,
+                      group_field=args.group_field, format=args.format)
+
+
+def data_examples(data: Data, label: str | None = None) -> list:
+    """One `Example` per record, for harvesting: its ``state`` is `label` (default: the first label), and its
+    meta carries every label's per-token labeller and the record's group index."""
+    label = data.check_label(label or data.label_names[0])
+    groups = {g: k for k, g in enumerate(dict.fromkeys(r.group for r in data.records))}
+    out = []
+    for i, r in enumerate(data.records):
+        if data.kinds[label] == "spans":
+            ex = _spans_example(data, i, label)
+        else:
+            ex = data.example(i, label)
+        ex.meta.update(token_labels=_labeller(data, i), group_index=groups[r.group])
+        out.append(ex)
+    return out
+
+
+def _labeller(data: Data, i: int):
+    return lambda offsets: data.token_labels(i, np.asarray(offsets))
+
+
+def _spans_example(data: Data, i: int, label: str):
+    """A spans label as the primary label: the example carries no events (its `state` column is taken from the
+    spans themselves by the harvest's labeller)."""
+    from beliefscope.tasks.base import Example
+
+    r = data.records[i]
+    return Example(task="data", rendering="natural", fmt="direct", prompt=r.text, completion="",
+                   state_names=tuple(data.classes[label]), initial=-1, events=(),
+                   answer_span=(len(r.text), len(r.text)),
+                   meta={"record": r.id, "label": label, "split": "heldout" if r.heldout else "train"})
+
+
+def fit_to_context(data: Data, tok, n_ctx: int, *, truncate: bool = False, skip_long: bool = False):
+    """(data whose every text fits `n_ctx` tokens, {"skipped": [ids], "truncated": [ids]}); without a flag a
+    long text is refused, naming it."""
+    if truncate and skip_long:
+        raise ValueError("--truncate and --skip-long exclude each other: pick one")
+    kept, report = [], {"skipped": [], "truncated": []}
+    for r in data.records:
+        enc = tok(r.text, return_offsets_mapping=True)
+        if len(enc["input_ids"]) <= n_ctx:
+            kept.append(r)
+        elif skip_long:
+            report["skipped"].append(r.id)
+        elif truncate:
+            cut = int(enc["offset_mapping"][n_ctx - 1][1])
+            kept.append(_truncated(r, cut))
+            report["truncated"].append(r.id)
+        else:
+            raise ValueError(f"record {r.id} has {len(enc['input_ids'])} tokens, more than the model's context of "
+                             f"{n_ctx}: shorten it, or pass --skip-long (drop such records) or --truncate (cut them)")
+    if not kept:
+        raise ValueError(f"every record is longer than the model's context of {n_ctx} tokens: nothing to harvest")
+    return replace(data, records=kept), report
+
+
+def _truncated(r: Record, cut: int) -> Record:
+    """A record cut to its first `cut` characters: events past the cut and spans after it are dropped."""
+    tracks = {}
+    for name, t in r.tracks.items():
+        if t.kind == "events":
+            t = Track("events", tuple(it for it in t.items if it[0] <= cut), t.initial)
+        elif t.kind == "spans":
+            t = Track("spans", tuple((s, min(e, cut), c) for s, e, c in t.items if s < cut))
+        tracks[name] = t
+    return replace(r, text=r.text[:cut], tracks=tracks)
+
+
+def store_label_names(data: Data) -> list[str]:
+    """The store's label columns for `data`: the built-in ones, the group, then every named label."""
+    return list(dict.fromkeys([*LABEL_NAMES, "group_id", *data.label_names]))
+
+
+def estimate_bytes(n_rows: int, n_hooks: int, width: int, dtype: str, n_labels: int) -> int:
+    """Bytes a store of `n_rows` tokens will take (activations and int32 labels)."""
+    import torch
+
+    return n_rows * (n_hooks * width * torch.finfo(DTYPES[dtype]).bits // 8 + 4 * n_labels)
+
+
+def load_for_harvest(args) -> Data:
+    """The records `args.data` names, checked, before any model is loaded."""
+    if not os.path.exists(args.data) and "/" not in args.data:
+        raise FileNotFoundError(f"--data {args.data!r} does not exist (working folder {os.getcwd()})")
+    return load_data(args.data, data_config(args))
