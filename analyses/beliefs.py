@@ -1,8 +1,10 @@
-"""Belief trajectories: the probe's P(heads) at every layer and position of one prompt.
+"""Belief trajectories: the probe's distribution over states at every layer and position of one text.
 
-Two figures: a layer × position heatmap with the tokens on the x axis and the true state in a
-strip underneath, and a line plot at the best layer with the true state as a step function (and
-the forced answers at every event boundary as squares).
+Any text can be read; the truth strip appears when the truth is known: a prompt of a task (parsed),
+a record of your data (``data`` + ``index``) or events given with the text. Two figures: a layer ×
+position heatmap with the tokens on the x axis and the true state in a strip underneath, and a line
+plot at the best layer with the true state as a step function (and the forced answers at every event
+boundary as squares). Accuracy is the argmax over every class against the true class.
 
 A Thinking States model (``thinking``, ``smollm2-thinking``) needs no probe: it writes its belief
 down, so the figure shows, token by token, the truth, and at every event boundary the model's
@@ -28,7 +30,7 @@ from beliefscope.analyses.common import (
     check_writable_parent,
     load_probe,
     probe_hooks_by_layer,
-    probe_readout,
+    probe_distribution,
     probe_state_names,
     save_fig,
     sibling,
@@ -39,94 +41,185 @@ from beliefscope.models.profile import model_profile
 
 @dataclass
 class BeliefsConfig:
-    """`beliefscope beliefs`: one prompt, one probe folder, two figures."""
+    """`beliefscope beliefs`: one text, one probe folder, two figures."""
 
     model: str = "target"  # checkpoint folder or alias (target, smollm2); must be the model the probe was fit on
     probes: str = ""  # folder written by `beliefscope probe --out` (optional for Thinking States models)
-    prompt: str = ""  # free-text prompt, parsed by tasks.parse.parse_prompt
+    prompt: str = ""  # any text; with a task (or a probe fitted on one) it is parsed for the truth strip
     out: str = "beliefs.png"  # heatmap PNG; the line plot goes to OUT with suffix "-line"
-    task: str = "coinflip"  # task whose labeller parses the prompt
+    task: str | None = None  # task whose parser gives the truth (coinflip, cups, variables); None: the probe's own
+    #   task when it was fitted on one, else no parser (any text)
+    data: str = ""  # your records (as for harvest --data): read record --index, with its labels as the truth
+    index: int = 0  # which record of --data
+    events: str = ""  # the truth of --prompt as JSON events, e.g. '[{"end": 23, "state": "hall"}]'
     layer: int | None = None  # layer of the line plot (default: the probe report's best layer)
-    forced: bool = True  # add forced answers at the event boundaries to the line plot
+    forced: bool = True  # add forced answers at the event boundaries to the line plot (tasks only)
 
 
 @dataclass
 class BeliefTrajectory:
-    """Probe readout of one prompt at every probed layer."""
+    """Probe readout of one text at every probed layer."""
 
     tokens: list[str]  # [T] token strings
     layers: list[int]  # [L] block index of each row (-1 = embedding)
-    p_state: np.ndarray  # [L, T] probe P(state 0), e.g. P(heads)
-    true_state: np.ndarray  # [T] true state index after the events completed so far
+    p: np.ndarray  # [L, T, K] the probe's distribution over the K classes
+    true_state: np.ndarray  # [T] true class index (-1 where unknown or unlabelled)
     boundaries: np.ndarray  # [n_events] token index of each event boundary
-    state_names: list[str]  # e.g. ["heads", "tails"]
+    state_names: list[str]  # the K class names, e.g. ["heads", "tails"]
+
+    @property
+    def p_state(self) -> np.ndarray:
+        """``[L, T]`` P(first class), e.g. P(heads)."""
+        return self.p[..., 0]
 
     def row(self, layer: int) -> np.ndarray:
+        """``[T]`` P(first class) at `layer`."""
+        return self.probs(layer)[:, 0]
+
+    def probs(self, layer: int) -> np.ndarray:
+        """``[T, K]`` the probe's distribution at `layer`."""
         if layer not in self.layers:
             raise ValueError(f"layer {layer} was not probed; the probe has layers {self.layers}")
-        return self.p_state[self.layers.index(layer)]
+        return self.p[self.layers.index(layer)]
 
-    def accuracy(self, layer: int) -> float:
-        """Agreement of the probe's argmax with the true state after the first event."""
-        seen = np.arange(len(self.tokens)) >= (self.boundaries[0] if len(self.boundaries) else 0)
-        pred = (self.row(layer) < 0.5).astype(int)
+    def scored(self) -> np.ndarray:
+        """``[T]`` bool: tokens whose truth is known, from the first event on."""
+        start = self.boundaries[0] if len(self.boundaries) else 0
+        return (np.arange(len(self.tokens)) >= start) & (self.true_state >= 0)
+
+    def accuracy(self, layer: int) -> float | None:
+        """Agreement of the probe's argmax over every class with the true class, on `scored` tokens (None
+        when no token has a known truth)."""
+        seen = self.scored()
+        if not seen.any():
+            return None
+        pred = self.probs(layer).argmax(-1)
         return float(np.mean(pred[seen] == self.true_state[seen]))
 
 
-def trajectory(bridge, tok, probe, ex) -> BeliefTrajectory:
-    """Read the probe at every layer and prompt position of example `ex`."""
-    lab = ex.labels(tok, text=ex.prompt)
+def trajectory(bridge, tok, probe, ex, *, model_name: str = "", checked: bool = False) -> BeliefTrajectory:
+    """Read the probe at every layer and position of `ex` (an `Example`, or any text). The probe is refused
+    unless it was fitted on this model, and (for an example) on these states, as on the command line."""
+    from beliefscope.analyses.common import check_probe_states
+
+    if not checked:
+        check_probe_matches(probe, bridge, model_name)
+    if isinstance(ex, str):
+        ids = np.asarray(tok(ex)["input_ids"])
+        truth, bnd = np.full(len(ids), -1), np.zeros(0, dtype=int)
+        names = probe_state_names(probe, [str(k) for k in range(probe.n_classes)])
+    else:
+        check_probe_states(probe, ex)
+        lab = ex.labels(tok, text=ex.prompt)
+        ids, truth, bnd = lab.input_ids, lab.state, np.nonzero(lab.is_event_boundary)[0]
+        names = list(ex.meta.get("classes") or ex.state_names)
     pairs = probe_hooks_by_layer(probe)
-    p = probe_readout(bridge, probe, lab.input_ids, [h for _, h in pairs])  # [L, T]
-    return BeliefTrajectory(token_strings(tok, lab.input_ids), [layer for layer, _ in pairs], p, lab.state,
-                            np.nonzero(lab.is_event_boundary)[0], probe_state_names(probe, ex.state_names))
+    p = probe_distribution(bridge, probe, ids, [h for _, h in pairs])  # [L, T, K]
+    return BeliefTrajectory(token_strings(tok, ids), [layer for layer, _ in pairs], p, np.asarray(truth), bnd, names)
 
 
 def figures(traj: BeliefTrajectory, layer: int, forced=None):
-    """(heatmap, line plot) figures of a trajectory; `forced` = ForcedAnswers of the same prompt."""
-    s0 = traj.state_names[0]
+    """(heatmap, line plot) figures of a trajectory; `forced` = ForcedAnswers of the same prompt. Two classes
+    share one diverging scale (P(first class)); more get their own colour, shaded by the probability."""
     labels = ["emb" if x < 0 else f"L{x}" for x in traj.layers]
-    heat = plots.belief_heatmap(traj.p_state, traj.tokens, (traj.true_state == 0).astype(float),
-                                state_name=s0, layer_labels=labels)
+    if len(traj.state_names) > 2:
+        return (plots.class_heatmap(traj.p, traj.tokens, traj.true_state, traj.state_names, layer_labels=labels),
+                plots.class_lines(traj.probs(layer), traj.tokens, traj.true_state, traj.state_names, layer))
+    s0 = traj.state_names[0]
+    truth = np.where(traj.true_state < 0, np.nan, (traj.true_state == 0).astype(float))
+    heat = plots.belief_heatmap(traj.p_state, traj.tokens, truth, state_name=s0, layer_labels=labels)
     kw = {}
     if forced is not None:
         kw = {"forced": forced.p_state[:, 0], "forced_positions": forced.positions}
-    line = plots.belief_lines(traj.row(layer), traj.tokens, (traj.true_state == 0).astype(float), layer,
-                              state_name=s0, **kw)
+    line = plots.belief_lines(traj.row(layer), traj.tokens, truth, layer, state_name=s0, **kw)
     return heat, line
 
 
-def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
-    """Parse the prompt, check the probe belongs to the model, write both figures; returns a summary."""
-    from beliefscope.analyses.forced import forced_answers
+def _truth_example(config: BeliefsConfig, probe):
+    """The example whose labels are the truth strip (None: read the text alone)."""
     from beliefscope.tasks.parse import parse_prompt
+    from beliefscope.tasks.records import load_data
+
+    if config.data:
+        return _record_example(config, probe)
+    if not config.prompt:
+        raise ValueError("give the text to read: --prompt TEXT, or --data FILE --index I")
+    if config.events:
+        import json
+
+        try:
+            events = json.loads(config.events)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--events is not JSON ({e.msg}): give a list such as "
+                             '\'[{"end": 23, "state": "hall"}]\'') from None
+        names = probe_state_names(probe, []) if probe is not None else []
+        data = load_data([{"text": config.prompt, "events": events}],
+                         classes=(f"events={','.join(names)}",) if names else ())
+        return data.example(0, "events")
+    hc = (probe.meta.get("harvest_config") or {}) if probe is not None else {}
+    task = config.task or (hc.get("task") if probe is not None and probe.meta.get("source", "task") == "task" else None)
+    if probe is None and task is None:
+        task = "coinflip"
+    return parse_prompt(config.prompt, task) if task else None
+
+
+def _record_example(config: BeliefsConfig, probe):
+    from beliefscope.tasks.records import DataConfig, load_data
+
+    dc = ((probe.meta.get("harvest_config") or {}).get("data_config") if probe is not None else None) or {}
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in dc.items() if k in DataConfig.__dataclass_fields__}
+    data = load_data(config.data, DataConfig(**fields))
+    if not 0 <= config.index < len(data):
+        raise ValueError(f"--index {config.index} is outside the {len(data)} records of {config.data}")
+    label = probe.meta.get("label") if probe is not None else None
+    label = data.label_names[0] if label in (None, "state") else label
+    return data.example(config.index, label)
+
+
+def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
+    """Read the probe on the text, check the probe belongs to the model (and to the text's states, when the
+    truth is known), write both figures; returns a summary with every position's class probabilities."""
+    from beliefscope.analyses.forced import forced_answers
 
     out = check_writable_parent(config.out)
-    ex = parse_prompt(config.prompt, config.task)  # fails clearly before any model is loaded
     thinking = bridge is not None and hasattr(bridge, "thinking_config") or model_profile(config.model).thinking
     if not config.probes and not thinking:
         raise ValueError(f"{config.model!r} writes no thoughts, so its beliefs are read with a probe: fit one with "
                          f"`beliefscope harvest` and `beliefscope probe --out DIR`, then pass --probes DIR")
     probe = load_probe(config.probes) if config.probes else None
+    ex = _truth_example(config, probe)  # fails clearly before any model is loaded
+    if probe is not None and ex is not None:
+        from beliefscope.analyses.common import check_probe_states
+
+        check_probe_states(probe, ex)
     if bridge is None:
         from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
     if thinking:
+        if ex is None:
+            raise ValueError("a Thinking States model reads its own stories: pass --task with a story it parses")
         return _thinking_beliefs(config, bridge, tok, ex, probe, out)
     check_probe_matches(probe, bridge, config.model)
     layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
-    traj = trajectory(bridge, tok, probe, ex)
-    forced = forced_answers(bridge, tok, ex) if config.forced else None
+    traj = trajectory(bridge, tok, probe, ex if ex is not None else config.prompt, checked=True)
+    forced = forced_answers(bridge, tok, ex) if config.forced and ex is not None and ex.task != "data" else None
     heat, line = figures(traj, layer, forced)
     line_path = sibling(out, "-line")
     save_fig(heat, out)
     save_fig(line, line_path)
-    res = {"prompt": config.prompt, "model": config.model, "probes": os.path.abspath(config.probes),
-           "layer": layer, "tokens": traj.tokens, "layers": traj.layers,
-           "p_state0": np.round(traj.p_state, 4).tolist(), "state_names": traj.state_names,
-           "true_state": traj.true_state.tolist(), "event_boundaries": traj.boundaries.tolist(),
-           "accuracy_at_layer": round(traj.accuracy(layer), 4), "answer": ex.answer, "files": [out, line_path]}
+    names, at = traj.state_names, traj.probs(layer)
+    positions = [{"token": t, "p": [round(float(x), 4) for x in at[i]], "pred": names[int(at[i].argmax())],
+                  **({"truth": names[int(traj.true_state[i])]} if traj.true_state[i] >= 0 else {})}
+                 for i, t in enumerate(traj.tokens)]
+    acc = traj.accuracy(layer)
+    res = {"prompt": ex.prompt if ex is not None else config.prompt, "model": config.model,
+           "probes": os.path.abspath(config.probes), "label": probe.meta.get("label"), "layer": layer,
+           "tokens": traj.tokens, "layers": traj.layers, "state_names": names, "positions": positions,
+           "p_state0": np.round(traj.p_state, 4).tolist(), "true_state": traj.true_state.tolist(),
+           "event_boundaries": traj.boundaries.tolist(),
+           "accuracy_at_layer": None if acc is None else round(acc, 4), "scored_tokens": int(traj.scored().sum()),
+           "answer": ex.answer if ex is not None and ex.events else None, "files": [out, line_path]}
     if forced is not None:
         res["forced_p_state0"] = np.round(forced.p_state[:, 0], 4).tolist()
     return res

@@ -43,9 +43,14 @@ def _beliefs_lines(res: dict) -> list[str]:
         head = (f"thoughts {' '.join(map(str, res['thoughts']))} (truth {' '.join(res['truth_at_boundaries'])}; "
                 f"{res['thought_accuracy']:.0%} right); forced answers {' '.join(res['forced'])}; "
                 f"answer {res['answer']}")
+    elif res["accuracy_at_layer"] is None:
+        last = res["positions"][-1]
+        head = (f"layer {res['layer']}: no truth given (pass --data FILE --index I or --events JSON for one); at the "
+                f"last token the probe reads {last['pred']} ({max(last['p']):.2f})")
     else:
-        head = (f"layer {res['layer']}: probe follows the true state on {res['accuracy_at_layer']:.1%} of tokens "
-                f"after the first event; answer {res['answer']}")
+        head = (f"layer {res['layer']}: the probe's top class is the true one on {res['accuracy_at_layer']:.1%} of "
+                f"{res['scored_tokens']} labelled tokens (classes {', '.join(res['state_names'])})"
+                + (f"; answer {res['answer']}" if res.get("answer") else ""))
     return [head, *_files(res)]
 
 
@@ -153,8 +158,8 @@ def _view_lines(res: dict) -> list[str]:
 
 COMMANDS = (
     Command(name="beliefs", help="belief trajectory of one prompt: heatmap + best-layer line", config=BeliefsConfig,
-            run=lambda cfg, progress: beliefs.main(cfg), lines=_beliefs_lines, required=("model", "prompt"),
-            choices={"task": ["coinflip", "cups"]},
+            run=lambda cfg, progress: beliefs.main(cfg), lines=_beliefs_lines, required=("model",),
+            choices={"task": ["coinflip", "cups", "variables"]},
             helps={"model": _MODEL,
                    "probes": "probe folder from `beliefscope probe --out` (same model); optional for Thinking States "
                              "models, whose thoughts and forced answers are drawn",

@@ -135,17 +135,36 @@ def probe_hooks_by_layer(probe) -> list[tuple[int, str]]:
     return sorted(((layer_index(h), h) for h in probe.hooks), key=lambda t: t[0])
 
 
+def check_probe_states(probe, ex) -> None:
+    """Refuse a probe read on a text whose truth has other states, or another label, than it was fitted on
+    (its accuracy would compare unrelated class indices)."""
+    names = list(ex.meta.get("classes") or ex.state_names)
+    have = probe.meta.get("state_names")
+    if (have and list(have) != names) or probe.n_classes != len(names):
+        raise ValueError(f"the probe reads {probe.n_classes} states {have} but this text's truth has states {names}: "
+                         "read it on text of the probe's own label, or fit a probe on this label")
+    label, want = probe.meta.get("label"), ex.meta.get("label")
+    if ex.task == "data" and want and label not in (None, "state", want):
+        raise ValueError(f"the probe was fitted on label {label!r}, but the truth given is label {want!r}: "
+                         f"pass a probe fitted with --label {want}")
+
+
 @torch.no_grad()
-def probe_readout(bridge, probe, ids, hooks: list[str] | None = None) -> np.ndarray:
-    """P(class 0) of the probe at every position: ``[len(hooks), T]`` for token ids ``[T]``."""
+def probe_distribution(bridge, probe, ids, hooks: list[str] | None = None) -> np.ndarray:
+    """The probe's distribution over its classes at every position: ``[len(hooks), T, K]`` for ids ``[T]``."""
     from beliefscope.hooks import capture
 
     hooks = hooks or [h for _, h in probe_hooks_by_layer(probe)]
     x = torch.as_tensor(np.asarray(ids), dtype=torch.long).reshape(1, -1)  # [1, T]
     with capture(bridge, hooks) as cap:
         bridge(x, return_type=None)
-    out = [torch.softmax(probe.logits(cap.records[h][0].act[0].float().cpu(), h), -1)[:, 0].numpy() for h in hooks]
-    return np.stack(out)  # [L, T]
+    out = [torch.softmax(probe.logits(cap.records[h][0].act[0].float().cpu(), h), -1).numpy() for h in hooks]
+    return np.stack(out)  # [L, T, K]
+
+
+def probe_readout(bridge, probe, ids, hooks: list[str] | None = None) -> np.ndarray:
+    """P(class 0) of the probe at every position: ``[len(hooks), T]`` for token ids ``[T]``."""
+    return probe_distribution(bridge, probe, ids, hooks)[..., 0]
 
 
 def token_strings(tok, ids) -> list[str]:

@@ -99,6 +99,78 @@ def belief_lines(p_heads_best: np.ndarray, tokens: list[str], true_state: np.nda
     return fig
 
 
+def _class_cells(p: np.ndarray, colours: list[str]) -> np.ndarray:
+    """RGB cells ``[..., 3]``: the top class's colour, faded toward white as its probability falls to 1/K."""
+    from matplotlib.colors import to_rgb
+
+    K = p.shape[-1]
+    rgb = np.asarray([to_rgb(c) for c in colours])[p.argmax(-1)]  # [..., 3]
+    strength = np.clip((p.max(-1) - 1 / K) / (1 - 1 / K), 0, 1)[..., None]  # 0 at chance, 1 when certain
+    return 1 - strength * (1 - rgb)
+
+
+def class_heatmap(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_names: list[str],
+                  layer_labels: list[str] | None = None, title: str | None = None) -> Figure:
+    """Layer × position map of a K-class probe: each cell takes its top class's colour (the viewer's palette),
+    shaded by that class's probability; the true class (grey where unknown) in a strip underneath.
+
+    p: [n_layers, T, K] probabilities; truth: [T] class index, -1 where unknown.
+    """
+    from matplotlib.patches import Patch
+
+    from beliefscope.analyses.state_strips import state_colours
+
+    p = np.asarray(p, dtype=float)
+    n_layers, T, K = p.shape
+    colours = state_colours(K)
+    fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(max(6, 0.32 * T + 2.5), 2.2 + min(0.45 * n_layers, 6.0)),
+                                      gridspec_kw={"height_ratios": [n_layers, 1.2]}, sharex=True,
+                                      constrained_layout=True)
+    ax.imshow(_class_cells(p, colours), aspect="auto", interpolation="nearest")
+    labels = layer_labels or [f"L{i}" for i in range(n_layers)]
+    step = max(1, -(-n_layers // 16))
+    ax.set_yticks(range(0, n_layers, step))
+    ax.set_yticklabels(labels[::step], fontsize=8)
+    ax.set_ylabel("layer")
+    ax.set_title(title or "Probe readout: top class (colour) and its probability (shade), layer × position",
+                 fontsize=10)
+    truth = np.asarray(truth)
+    onehot = np.where(truth[:, None] == np.arange(K)[None, :], 1.0, 0.0)  # [T, K]
+    cells = np.where((truth >= 0)[:, None], _class_cells(np.where(truth[:, None] >= 0, onehot, 1 / K), colours),
+                     0.85)
+    ax_true.imshow(cells[None], aspect="auto", interpolation="nearest")
+    ax_true.set_yticks([0])
+    ax_true.set_yticklabels(["truth"], fontsize=8)
+    _token_axis(ax_true, tokens)
+    ax.legend(handles=[Patch(color=c, label=n) for c, n in zip(colours, class_names, strict=True)], fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, title="top class")
+    return fig
+
+
+def class_lines(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_names: list[str], layer: int,
+                title: str | None = None) -> Figure:
+    """One line per class: the probe's P(class) at one layer over positions ``p [T, K]``, with the true class
+    marked as a coloured band along the top (nothing where unknown)."""
+    from beliefscope.analyses.state_strips import state_colours
+
+    T, K = p.shape
+    colours = state_colours(K)
+    fig, ax = plt.subplots(figsize=(max(6, 0.32 * T + 2.5), 3.6), constrained_layout=True)
+    x = np.arange(T)
+    for k in range(K):
+        ax.plot(x, p[:, k], "o-", ms=2.5, lw=1.4, color=colours[k], label=f"P({class_names[k]})")
+    truth = np.asarray(truth)
+    for i in range(T):
+        if truth[i] >= 0:
+            ax.axvspan(i - 0.5, i + 0.5, ymin=0.94, ymax=1.0, color=colours[int(truth[i])], lw=0)
+    ax.set_ylim(-0.05, 1.12)
+    ax.set_ylabel("probability")
+    _token_axis(ax, tokens)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False, title="band on top: truth")
+    ax.set_title(title or f"Belief trajectory at layer {layer}, every class", fontsize=10)
+    return fig
+
+
 def forced_vs_probe(positions, forced: np.ndarray, probe: np.ndarray, true_state: np.ndarray,
                     labels: list[str] | None = None, state_name="heads") -> Figure:
     """Forced-answer P(state) over the probe readout at each event boundary."""
