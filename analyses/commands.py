@@ -56,9 +56,12 @@ def _beliefs_lines(res: dict) -> list[str]:
 
 
 def _forced_lines(res: dict) -> list[str]:
-    return [f"{res['n_boundaries']} event boundaries of {res['n_prompts']} prompts: probe (layer {res['layer']}) "
-            f"agrees with the forced answer on {res['agreement']:.1%}; forced accuracy {res['forced_accuracy']:.1%}, "
-            f"probe accuracy {res['probe_accuracy']:.1%}", *_files(res)]
+    head = f"{res['n_boundaries']} event boundaries of {res['n_prompts']} prompts: "
+    if "agreement" not in res:
+        return [head + f"the forced answer names the true state on {res['forced_accuracy']:.1%} (argmax over "
+                f"{len(res.get('state_names') or ())} answers)", *_files(res)]
+    return [head + f"probe (layer {res['layer']}) agrees with the forced answer on {res['agreement']:.1%}; forced "
+            f"accuracy {res['forced_accuracy']:.1%}, probe accuracy {res['probe_accuracy']:.1%}", *_files(res)]
 
 
 def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:
@@ -169,9 +172,11 @@ COMMANDS = (
                    '. Alice flips . State ?"'),
     Command(name="forced", help="forced answers vs probe at every event boundary of many prompts", config=ForcedConfig,
             run=lambda cfg, progress: forced.main(cfg, progress=progress), lines=_forced_lines,
-            total=lambda cfg: cfg.n, unit="forced answers",
-            required=("model", "probes"), choices={"rendering": ["toy", "natural"]}, helps={"model": _MODEL},
-            epilog="beliefscope forced --model target --probes probes/target --n 50 --out forced.png --json"),
+            total=lambda cfg: cfg.n if cfg.n is not None else (None if cfg.data else 50), unit="forced answers",
+            required=("model",), choices={"rendering": ["toy", "natural"], "format": ["records", "boxes"]},
+            helps={"model": _MODEL},
+            epilog="beliefscope forced --model smollm2 --data stories.jsonl --events-field location "
+                   "--question ' Where is it now? It is in the' --answers kitchen,garden,hall,bedroom --json"),
     Command(name="instrument", help="validate the belief instrument: probe, forced answer, thought and truth at every "
             "event boundary, per model and length band, with controls and a causal check", config=InstrumentConfig,
             run=_instrument, lines=_instrument_lines, total=_instrument_total, unit="prompts read",

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from beliefscope.cache import KVCache
 from beliefscope.models.profile import model_profile
+from beliefscope.tasks.records import DataSource
 
 
 @dataclass
@@ -144,17 +145,21 @@ def _ragged_forks(bridge, story_ids, q_ids, positions, ans, batch_size) -> list[
 
 # ----------------------------------------------------------------------------- many prompts
 @dataclass
-class ForcedConfig:
-    """`beliefscope forced`: forced answers vs probe readout at every event boundary of many prompts."""
+class ForcedConfig(DataSource):
+    """`beliefscope forced`: forced answers (and the probe, when given) at every event boundary of many prompts:
+    sampled task prompts, or your own records (`--data`, with `--question` and `--answers`)."""
 
     model: str = "target"  # checkpoint folder or alias; must be the model the probe was fit on
-    probes: str = ""  # folder written by `beliefscope probe --out`
+    probes: str = ""  # folder written by `beliefscope probe --out` (optional with --data)
     out: str = ""  # agreement-by-event PNG; one example's bars go to OUT with suffix "-example" ("": no figures)
-    n: int = 50  # prompts
+    n: int | None = None  # prompts (default: 50 sampled ones; with --data, every record)
     seed: int = 4242  # prompt seed (use one the probe never saw)
     events: str = "1-8"  # events per prompt, LO-HI
     rendering: str | None = None  # toy / natural (default: natural for smollm2, toy otherwise)
     layer: int | None = None  # probe layer (default: the probe report's best layer)
+    label: str = ""  # with --data: the label whose states are forced (default: the data's first label)
+    question: str = ""  # with --data: the text appended at every event end, e.g. " Where is the key? It is in the"
+    answers: tuple = ()  # with --data: one answer word per class, in class order (default: the class names)
 
 
 @dataclass
@@ -163,59 +168,94 @@ class ForcedVsProbe:
 
     prompt: np.ndarray  # [n] prompt index of each boundary
     event: np.ndarray  # [n] 1-based event index (events completed at that boundary)
-    forced: np.ndarray  # [n] forced-answer P(state 0)
-    probe: np.ndarray  # [n] probe P(state 0) at the same token
+    forced_p: np.ndarray  # [n, K] forced-answer distribution over the K states' answer words
+    probe_p: np.ndarray | None  # [n, K] probe distribution at the same token (None: no probe)
     true_state: np.ndarray  # [n] true state index
     thought: np.ndarray | None = None  # [n] state named by a Thinking States thought (-1: none); None otherwise
 
+    @property
+    def forced(self) -> np.ndarray:
+        """``[n]`` forced-answer P(first state)."""
+        return self.forced_p[:, 0]
+
+    @property
+    def probe(self) -> np.ndarray:
+        """``[n]`` probe P(first state)."""
+        return self.probe_p[:, 0]
+
+    def _preds(self):
+        fp = self.forced_p.argmax(-1)
+        return fp, None if self.probe_p is None else self.probe_p.argmax(-1)
+
     def rates(self) -> dict:
-        fp, pp = (self.forced < 0.5).astype(int), (self.probe < 0.5).astype(int)
-        out = {"agreement": float(np.mean(fp == pp)), "forced_accuracy": float(np.mean(fp == self.true_state)),
-               "probe_accuracy": float(np.mean(pp == self.true_state)), "n_boundaries": len(fp)}
+        """Accuracies (argmax over every state) and agreements."""
+        fp, pp = self._preds()
+        out = {"forced_accuracy": float(np.mean(fp == self.true_state)), "n_boundaries": len(fp)}
+        if pp is not None:
+            out.update(agreement=float(np.mean(fp == pp)), probe_accuracy=float(np.mean(pp == self.true_state)))
         if self.thought is not None:
             out.update(thought_accuracy=float(np.mean(self.thought == self.true_state)),
-                       probe_thought_agreement=float(np.mean(pp == self.thought)),
                        forced_thought_agreement=float(np.mean(fp == self.thought)))
+            if pp is not None:
+                out["probe_thought_agreement"] = float(np.mean(pp == self.thought))
         return out
 
     def by_event(self) -> dict:
-        fp, pp = (self.forced < 0.5).astype(int), (self.probe < 0.5).astype(int)
+        fp, pp = self._preds()
         ks = sorted(set(self.event.tolist()))
         sel = [self.event == k for k in ks]
-        return {"event": ks, "agreement": [float(np.mean((fp == pp)[m])) for m in sel],
-                "forced_accuracy": [float(np.mean((fp == self.true_state)[m])) for m in sel],
-                "probe_accuracy": [float(np.mean((pp == self.true_state)[m])) for m in sel],
-                "n": [int(m.sum()) for m in sel]}
+        out = {"event": ks, "forced_accuracy": [float(np.mean((fp == self.true_state)[m])) for m in sel],
+               "n": [int(m.sum()) for m in sel]}
+        if pp is not None:
+            out.update(agreement=[float(np.mean((fp == pp)[m])) for m in sel],
+                       probe_accuracy=[float(np.mean((pp == self.true_state)[m])) for m in sel])
+        return out
 
 
-def forced_vs_probe_many(bridge, tok, probe, hook: str, examples, progress=None) -> ForcedVsProbe:
-    """Forced answers (through cache forks) and the probe readout at `hook`, at every event boundary."""
-    from beliefscope.analyses.common import probe_readout
+def forced_vs_probe_many(bridge, tok, probe, hook: str | None, examples, progress=None) -> ForcedVsProbe:
+    """Forced answers (through cache forks) and the probe's distribution at `hook` (when a probe is given),
+    at every event boundary."""
+    from beliefscope.analyses.common import probe_distribution
 
     cols = {k: [] for k in ("prompt", "event", "forced", "probe", "true_state", "thought")}
     for i, ex in enumerate(examples):
         fa = forced_answers(bridge, tok, ex)
-        p = probe_readout(bridge, probe, fa.story_ids, [hook])[0]  # [T]
+        if probe is not None:
+            cols["probe"] += list(probe_distribution(bridge, probe, fa.story_ids, [hook])[0][fa.positions])
         cols["prompt"] += [i] * len(fa.positions)
         cols["event"] += list(range(1, len(fa.positions) + 1))
-        cols["forced"] += fa.p_state[:, 0].tolist()
-        cols["probe"] += p[fa.positions].tolist()
+        cols["forced"] += list(fa.p_state)
         cols["true_state"] += fa.true_state.tolist()
         if fa.thought_state is not None:
             cols["thought"] += fa.thought_state.tolist()
         if progress:
             progress(1)
     arrays = {k: np.asarray(v) for k, v in cols.items()}
-    return ForcedVsProbe(arrays["prompt"], arrays["event"], arrays["forced"], arrays["probe"], arrays["true_state"],
+    return ForcedVsProbe(arrays["prompt"], arrays["event"], arrays["forced"],
+                         arrays["probe"] if probe is not None else None, arrays["true_state"],
                          thought=arrays["thought"] if cols["thought"] else None)
 
 
+def data_examples_for_forced(config: ForcedConfig) -> list:
+    """Your records as examples whose prompt is the text and the question, whose states are the answer words."""
+    if not config.question.strip():
+        raise ValueError("forced answers on your data need the question asked at every event end: pass --question, "
+                         "e.g. --question ' Where is the key now? It is in the'")
+    data = config.load()
+    label = data.check_label(config.label or data.label_names[0])
+    n = len(data) if config.n is None else config.n
+    if n < 1:
+        raise ValueError(f"--n {n}: read at least 1 record")
+    return [data.example(i, label, question=config.question, answers=config.answers) for i in range(min(n, len(data)))]
+
+
 def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
-    """Run forced answers vs probe over `config.n` prompts; write two figures if `config.out`; return the rates."""
+    """Forced answers (and the probe) at every event boundary; write two figures if `config.out`; return the rates."""
     from beliefscope.analyses.common import (
         best_probe_layer,
         check_probe_matches,
         check_probe_rendering,
+        check_probe_states,
         check_writable_parent,
         load_probe,
     )
@@ -223,43 +263,60 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     from beliefscope.tasks import get_task, parse_events_range
 
     out = check_writable_parent(config.out) if config.out else ""
-    lo, hi = parse_events_range(config.events)
-    if config.n < 1:
-        raise ValueError(f"n must be at least 1 prompt, got {config.n}")
-    probe = load_probe(config.probes)
+    if config.data:
+        examples = data_examples_for_forced(config)  # every record checked before any model loads
+    else:
+        lo, hi = parse_events_range(config.events)
+        n = 50 if config.n is None else config.n
+        if n < 1:
+            raise ValueError(f"n must be at least 1 prompt, got {n}")
+        if not config.probes:
+            raise ValueError("--probes is required for sampled prompts (it is optional with --data)")
+    probe = load_probe(config.probes) if config.probes else None
+    if probe is not None and config.data:
+        check_probe_states(probe, examples[0])
     if bridge is None:
         from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
-    check_probe_matches(probe, bridge, config.model)
-    rendering = config.rendering or model_profile(config.model).rendering
-    check_probe_rendering(probe, rendering)
-    layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
-    hook = hook_name("resid_post", layer)
-    examples = get_task("coinflip", rendering=rendering, fmt="direct", split="all").examples(
-        config.n, config.seed, (lo, hi))
+    layer = hook = None
+    if probe is not None:
+        check_probe_matches(probe, bridge, config.model)
+        layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
+        hook = hook_name("resid_post", layer)
+    rendering = "natural"
+    if not config.data:
+        rendering = config.rendering or model_profile(config.model).rendering
+        check_probe_rendering(probe, rendering)
+        examples = get_task("coinflip", rendering=rendering, fmt="direct", split="all").examples(n, config.seed,
+                                                                                                   (lo, hi))
     res = forced_vs_probe_many(bridge, tok, probe, hook, examples, progress)
     rates, by_event = res.rates(), res.by_event()
     files = _figures(bridge, tok, res, by_event, examples, layer, out) if out else []
-    return {"model": config.model, "probes": config.probes, "layer": layer, "n_prompts": len(examples),
-            "events": f"{lo}-{hi}", "seed": config.seed, "rendering": rendering,
-            **{k: round(v, 4) if isinstance(v, float) else v for k, v in rates.items()},
+    head = {"model": config.model, "probes": config.probes, "layer": layer, "n_prompts": len(examples)}
+    if config.data:
+        head.update(data=config.data, label=examples[0].meta["label"], question=config.question,
+                    state_names=list(examples[0].meta["classes"]), answers=list(examples[0].state_names))
+    else:
+        head.update(events=f"{lo}-{hi}", seed=config.seed, rendering=rendering)
+    return {**head, **{k: round(v, 4) if isinstance(v, float) else v for k, v in rates.items()},
             "by_event": by_event, "files": files}
 
 
 def _figures(bridge, tok, res, by_event, examples, layer, out) -> list[str]:
-    """The agreement-by-event figure and one example's bars; returns the paths written."""
+    """The accuracy-by-event figure and one example's bars; returns the paths written."""
     from beliefscope.analyses import plots
     from beliefscope.analyses.common import save_fig, sibling
 
     s0 = examples[0].state_names[0]
-    fig = plots.agreement_by_event(by_event["event"], by_event["forced_accuracy"], by_event["probe_accuracy"],
-                                   by_event["agreement"], layer)
+    fig = plots.agreement_by_event(by_event["event"], by_event["forced_accuracy"], by_event.get("probe_accuracy"),
+                                   by_event.get("agreement"), layer)
     ex_i = int(np.argmax([e.n_events for e in examples]))  # the longest story shows the most events
     rows = res.prompt == ex_i
     fa = forced_answers(bridge, tok, examples[ex_i])
     labels = [f"{k + 1} {e.kind}" for k, e in enumerate(examples[ex_i].events)]
-    ex_fig = plots.forced_vs_probe(fa.positions, res.forced[rows], res.probe[rows],
+    probe = res.probe[rows] if res.probe_p is not None else np.full(int(rows.sum()), np.nan)
+    ex_fig = plots.forced_vs_probe(fa.positions, res.forced[rows], probe,
                                    (res.true_state[rows] == 0).astype(float), labels=labels, state_name=s0)
     ex_path = sibling(out, "-example")
     save_fig(fig, out)

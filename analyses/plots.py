@@ -294,9 +294,10 @@ def agreement_by_event(events, forced_acc, probe_acc, agreement, layer: int | No
     """Per event index: how often the forced answer and the probe are right, and how often they agree."""
     fig, ax = plt.subplots(figsize=(6, 3.4), constrained_layout=True)
     ax.plot(events, forced_acc, "s-", color="#2e86ab", label="forced answer = true state")
-    ax.plot(events, probe_acc, "o-", color="#d1495b",
-            label="probe = true state" + ("" if layer is None else f" (layer {layer})"))
-    ax.plot(events, agreement, "^--", color="0.3", label="probe agrees with forced answer")
+    if probe_acc is not None:  # no probe: forced answers alone
+        ax.plot(events, probe_acc, "o-", color="#d1495b",
+                label="probe = true state" + ("" if layer is None else f" (layer {layer})"))
+        ax.plot(events, agreement, "^--", color="0.3", label="probe agrees with forced answer")
     ax.set_xlabel("events completed")
     ax.set_ylabel("fraction of prompts")
     ax.set_ylim(0, 1.05)

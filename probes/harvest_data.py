@@ -7,7 +7,7 @@ are refused before any forward, or dropped (``skip_long``) or cut (``truncate``)
 
 Usage (not run as a doctest: it loads a model)::
 
-    data = load_data("stories.jsonl", events_fields=("location",), label_fields=("negated",))
+    data = load_data("stories.jsonl", events_field=("location",), label_field=("negated",))
     exs, report = fit_to_context(data_examples(data), tok, n_ctx=8192)
 """
 
@@ -19,46 +19,20 @@ from dataclasses import replace
 import numpy as np
 
 from beliefscope.probes.store import DTYPES, LABEL_NAMES
-from beliefscope.tasks.records import Data, DataConfig, Record, Track, load_data
-
-DATA_FLAGS = ("text_field", "label_fields", "events_fields", "spans_fields", "classes", "id_field", "split_field",
-              "group_field", "format")
-
+from beliefscope.tasks.records import Data, DataConfig, DataSource, Record, Track, load_data
 
 def add_data_arguments(p) -> None:
-    """The record-mapping flags shared by every command that reads `--data`."""
-    d = DataConfig()
-    p.add_argument("--data", default=None,
-                   help="your records: a .jsonl/.csv/.parquet file, a save_to_disk folder or a hub name org/name[:split] "
-                        "(instead of --task)")
-    p.add_argument("--text-field", default=d.text_field, help="field holding the text")
-    p.add_argument("--label-field", dest="label_fields", default="",
-                   help="comma-separated fields holding one label per text (class names), read at the last token")
-    p.add_argument("--events-field", dest="events_fields", default="",
-                   help="comma-separated fields holding [{end, state}] lists (default: 'events' when present)")
-    p.add_argument("--spans-field", dest="spans_fields", default="",
-                   help="comma-separated fields holding [{start, end, label}] lists (default: 'spans' when present)")
-    p.add_argument("--classes", action="append", default=[],
-                   help="declare a label's classes in index order, LABEL=a,b,c (repeat per label); others are inferred")
-    p.add_argument("--id-field", default=d.id_field, help="unique record id field (optional)")
-    p.add_argument("--split-field", default=d.split_field,
-                   help="records whose split is test/heldout/validation are held out of the folds (optional)")
-    p.add_argument("--group-field", default=d.group_field,
-                   help="records of one group stay in one cross-validation fold (optional)")
-    p.add_argument("--format", default=d.format, choices=["records", "boxes"],
-                   help="records (the contract in the docs) or boxes (Kim & Schuster 2023 entity tracking)")
+    """The record-mapping flags (`tasks.records.DataSource`'s fields), as every command that reads `--data` has."""
+    from beliefscope.config_flags import add_config_flags
+
+    add_config_flags(p, DataSource, choices={"format": ["records", "boxes"]})
 
 
 def data_config(args) -> DataConfig:
     """The `DataConfig` the data flags of `args` describe."""
+    from beliefscope.config_flags import config_from_args
 
-    def listed(v):
-        return tuple(x.strip() for x in v.split(",") if x.strip()) if isinstance(v, str) else tuple(v or ())
-
-    return DataConfig(text_field=args.text_field, label_fields=listed(args.label_fields),
-                      events_fields=listed(args.events_fields), spans_fields=listed(args.spans_fields),
-                      classes=tuple(args.classes or ()), id_field=args.id_field, split_field=args.split_field,
-                      group_field=args.group_field, format=args.format)
+    return config_from_args(DataSource, args).mapping()
 
 
 def data_examples(data: Data, label: str | None = None) -> list:
@@ -143,6 +117,4 @@ def estimate_bytes(n_rows: int, n_hooks: int, width: int, dtype: str, n_labels: 
 
 def load_for_harvest(args) -> Data:
     """The records `args.data` names, checked, before any model is loaded."""
-    if not os.path.exists(args.data) and "/" not in args.data:
-        raise FileNotFoundError(f"--data {args.data!r} does not exist (working folder {os.getcwd()})")
     return load_data(args.data, data_config(args))

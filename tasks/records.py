@@ -3,15 +3,15 @@
 A record is a dict. Field names are defaults; `DataConfig` maps them.
 
 - ``text`` (required): the text the model reads.
-- a **label per text** (each field of ``label_fields``): a class name (string or int), read at the
+- a **label per text** (each field of ``label_field``): a class name (string or int), read at the
   text's last token; the other tokens are unlabelled.
-- **states along the text** (each field of ``events_fields``, default ``events``): a list of
+- **states along the text** (each field of ``events_field``, default ``events``): a list of
   ``{"end": <char offset>, "state": <class>}`` in text order. A state holds from the token that
   completes its event (the first token whose end reaches ``end``) until the next event completes.
   Before the first event the tokens are unlabelled, or take the record's ``initial`` state.
-- **token spans** (each field of ``spans_fields``, default ``spans``): a list of
+- **token spans** (each field of ``spans_field``, default ``spans``): a list of
   ``{"start", "end", "label"}`` character offsets; tokens overlapping a span take its label.
-- optional ``id`` (unique), ``split`` (records whose split is in ``heldout_splits`` are held out) and
+- optional ``id`` (unique), ``split`` (records whose split is test, heldout or validation are held out) and
   ``group`` (cross-validation folds never split a group; default: the record itself).
 
 Every label is a named track; unlabelled tokens carry -1. Bad input is refused before any model runs,
@@ -40,21 +40,44 @@ RESERVED = ("parity", "events_so_far", "is_event_boundary", "token_id", "positio
             "in_prompt", "in_answer", "template_split", "group_id")  # store columns a user label may not shadow
 
 
-@dataclass(frozen=True)
+@dataclass
 class DataConfig:
-    """How records map onto the contract (every field is a flag of the data commands)."""
+    """How records map onto the contract (every field is a flag of the commands that read `--data`)."""
 
-    text_field: str = "text"  # the field holding the text
-    label_fields: tuple = ()  # fields holding one label per text (class names), read at the last token
-    events_fields: tuple = ()  # fields holding [{"end", "state"}] lists; () = "events" when the records have it
-    spans_fields: tuple = ()  # fields holding [{"start", "end", "label"}] lists; () = "spans" when present
-    classes: tuple = ()  # declared class lists, "LABEL=a,b,c" each (the order is the class index); others inferred
+    text_field: str = "text"  # field holding the text
+    label_field: tuple = ()  # comma-separated fields holding one label per text (class names), read at the last
+    #   token
+    events_field: tuple = ()  # comma-separated fields holding [{end, state}] lists (default: 'events' if present)
+    spans_field: tuple = ()  # comma-separated fields holding [{start, end, label}] lists (default: 'spans' if
+    #   present)
+    classes: str = ""  # declared classes in index order, LABEL=a,b,c (several: separate them with ';'); the
+    #   others are inferred (sorted)
     initial_field: str = "initial"  # a record's state before its first event (optional)
     id_field: str = "id"  # unique record id (optional; default: the record's index)
-    split_field: str = "split"  # a record whose split is in heldout_splits is held out of the folds
-    group_field: str = "group"  # records of one group stay in one cross-validation fold
-    heldout_splits: tuple = ("test", "heldout", "validation")  # split values that mark held-out records
-    format: str = "records"  # "records" (this contract) or "boxes" (Kim & Schuster 2023 entity tracking)
+    split_field: str = "split"  # records whose split is test, heldout or validation are held out of the folds
+    group_field: str = "group"  # records of one group stay in one cross-validation fold (optional)
+    format: str = "records"  # records (the contract above) or boxes (Kim & Schuster 2023 entity tracking)
+
+    def mapping(self) -> DataConfig:
+        """The mapping fields alone (what a store's config records), as a `DataConfig`."""
+        return DataConfig(**{f: getattr(self, f) for f in DataConfig.__dataclass_fields__})
+
+
+HELDOUT_SPLITS = ("test", "heldout", "validation")  # split values that mark held-out records
+
+
+@dataclass
+class DataSource(DataConfig):
+    """A config's `--data` and its mapping (commands that read your records inherit from it)."""
+
+    data: str = ""  # your records: a .jsonl/.csv/.parquet file, a save_to_disk folder, or a hub name
+    #   org/name[:split]
+
+    def load(self) -> Data:
+        """The checked records (before any model is loaded)."""
+        if not self.data:
+            raise ValueError("no --data given: pass your records, e.g. --data stories.jsonl")
+        return load_data(self.data, self.mapping())
 
 
 @dataclass(frozen=True)
@@ -191,18 +214,18 @@ def load_data(source, config: DataConfig | None = None, **overrides) -> Data:
                   kinds.items()}
         split = row.get(cfg.split_field)
         group = row.get(cfg.group_field)
-        records.append(Record(id=rid, text=text, tracks=tracks, heldout=str(split) in cfg.heldout_splits,
+        records.append(Record(id=rid, text=text, tracks=tracks, heldout=str(split) in HELDOUT_SPLITS,
                               group=str(group) if group is not None else rid))
     return Data(records=records, label_names=list(kinds), classes=classes, kinds=kinds, source=where, config=cfg)
 
 
 def _label_kinds(cfg: DataConfig, rows: list[dict], where: str) -> dict[str, str]:
     fields = list(rows[0])
-    asked = [(f, "text") for f in cfg.label_fields] + [(f, "events") for f in cfg.events_fields] + \
-            [(f, "spans") for f in cfg.spans_fields]
-    if not cfg.events_fields and "events" in rows[0]:
+    asked = [(f, "text") for f in cfg.label_field] + [(f, "events") for f in cfg.events_field] + \
+            [(f, "spans") for f in cfg.spans_field]
+    if not cfg.events_field and "events" in rows[0]:
         asked.append(("events", "events"))
-    if not cfg.spans_fields and "spans" in rows[0]:
+    if not cfg.spans_field and "spans" in rows[0]:
         asked.append(("spans", "spans"))
     if not asked:
         raise ValueError(f"{where}: no label field given, and the records have neither 'events' nor 'spans' (fields "
@@ -221,9 +244,9 @@ def _label_kinds(cfg: DataConfig, rows: list[dict], where: str) -> dict[str, str
     return kinds
 
 
-def _declared_classes(specs, kinds) -> dict[str, list[str]]:
+def _declared_classes(specs: str, kinds) -> dict[str, list[str]]:
     out = {}
-    for spec in specs:
+    for spec in [x for x in str(specs or "").split(";") if x.strip()]:
         name, eq, names = str(spec).partition("=")
         if not eq or not names.strip():
             raise ValueError(f"--classes {spec!r} is not of the form LABEL=a,b,c")
@@ -334,7 +357,7 @@ def boxes_records(rows: list[dict]) -> list[dict]:
 def _boxes_config(cfg: DataConfig) -> DataConfig:
     from dataclasses import replace
 
-    return replace(cfg, text_field="text", label_fields=("content",), events_fields=(), spans_fields=())
+    return replace(cfg, text_field="text", label_field=("content",), events_field=(), spans_field=())
 
 
 def class_counts(data: Data, label: str) -> dict[str, int]:
