@@ -68,6 +68,10 @@ def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:
     from beliefscope.files import check_writable_parent
     from beliefscope.tasks import get_task, parse_events_range
 
+    if cfg.data:
+        if cfg.out:
+            check_writable_parent(os.path.join(cfg.out, "instrument.json"))
+        return dataclasses.replace(cfg, models=tuple(m.strip() for m in cfg.models if m.strip()))
     for n, flag in ((cfg.n_train, "--n-train"), (cfg.n_test, "--n-test"), (cfg.causal_n, "--causal-n")):
         if n < 1:
             raise ValueError(f"{flag} must be at least 1, got {n}")
@@ -81,8 +85,9 @@ def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:
 
 def _instrument(cfg: InstrumentConfig, progress) -> dict:
     from beliefscope.analyses.instrument import main, write
+    from beliefscope.analyses.instrument_data import main_data
 
-    res = main(cfg, progress=progress)
+    res = main_data(cfg, progress=progress) if cfg.data else main(cfg, progress=progress)
     if cfg.out:
         res["files"] = write(res, cfg.out)
     return res
@@ -90,8 +95,9 @@ def _instrument(cfg: InstrumentConfig, progress) -> dict:
 
 def _instrument_total(cfg: InstrumentConfig) -> int:
     from beliefscope.analyses.instrument import prompts_read
+    from beliefscope.analyses.instrument_data import data_prompts_read
 
-    return prompts_read(cfg)
+    return data_prompts_read(cfg) if cfg.data else prompts_read(cfg)
 
 
 def _instrument_lines(res: dict) -> list[str]:
@@ -180,7 +186,7 @@ COMMANDS = (
     Command(name="instrument", help="validate the belief instrument: probe, forced answer, thought and truth at every "
             "event boundary, per model and length band, with controls and a causal check", config=InstrumentConfig,
             run=_instrument, lines=_instrument_lines, total=_instrument_total, unit="prompts read",
-            prepare=_instrument_prepare,
+            prepare=_instrument_prepare, choices={"format": ["records", "boxes"]},
             helps={"bands": "event-count bands of the held-out prompts (default: the task's first three, "
                             "1-8,9-16,17-32 for coinflip and cups, 1-10,10-25,25-50 for variables)"},
             epilog="beliefscope instrument --models target,thinking --n-train 60 --n-test 30 --out runs/instrument"),
@@ -206,9 +212,10 @@ COMMANDS = (
     Command(name="view", help="one self-contained HTML page: every token coloured by the probe's belief, with every "
             "layer, the truth, forced answer, thought and KV-cache provenance on hover", config=ViewConfig,
             run=lambda cfg, progress: view.main(cfg, progress=progress), lines=_view_lines,
-            total=lambda cfg: (len(cfg.prompts) or cfg.n) * (len(cfg.models) + (1 if cfg.decode else 0)),
+            total=lambda cfg: (len(cfg.prompts) or cfg.n) * (len(cfg.models) + (1 if cfg.decode and not cfg.data else 0)),
             unit="stories read", skip=("models", "prompts"),
-            flags=_view_flags, from_flags=_view_from_flags, choices={"task": ["coinflip", "cups", "variables"]},
+            flags=_view_flags, from_flags=_view_from_flags,
+            choices={"task": ["coinflip", "cups", "variables"], "format": ["records", "boxes"]},
             epilog="beliefscope view --model thinking,target --task coinflip --events 9-16 --n 6 --out view.html"),
 )
 

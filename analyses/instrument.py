@@ -31,11 +31,12 @@ import torch
 from beliefscope.analyses.causal import causal_check
 from beliefscope.analyses.forced import forced_answers
 from beliefscope.probes.controls import control_labels
+from beliefscope.tasks.records import DataSource
 
 
 @dataclass
-class InstrumentConfig:
-    """What `main` measures."""
+class InstrumentConfig(DataSource):
+    """What `main` measures (with `--data`: `analyses.instrument_data.main_data` on your records)."""
 
     models: tuple = ("target", "direct-rope", "cot-rope", "thinking")  # shipped names or checkpoint folders
     task: str = "coinflip"  # task family the models were trained on: coinflip, cups or variables
@@ -49,6 +50,9 @@ class InstrumentConfig:
     out: str = ""  # folder `beliefscope instrument` writes instrument.json and the agreement figure into ("": none)
     probe_offset: int = 0  # the probes read the token this many after each event's last: 0 the boundary token;
     #   1 the next, the first that a Thinking States model reads the state after the event (S_{i+1}) at
+    label: str = ""  # with --data: the label whose running state is tested (default: the data's first label)
+    question: str = ""  # with --data: the question appended at every event end for the forced answer
+    answers: tuple = ()  # with --data: one answer word per class, in class order (default: the class names)
 
 
 def dev_prompts(config: InstrumentConfig, name: str) -> int:

@@ -35,11 +35,12 @@ from beliefscope.analyses.common import (
     probe_state_names,
     token_strings,
 )
+from beliefscope.tasks.records import DataSource
 
 
 @dataclass
-class ViewConfig:
-    """What `beliefscope view` draws."""
+class ViewConfig(DataSource):
+    """What `beliefscope view` draws (with `--data`: your records, read with `--probes`)."""
 
     models: tuple = ("thinking", "target")  # model names shown side by side (shipped names or folders)
     task: str = "coinflip"  # task family of the stories: coinflip, cups or variables
@@ -56,6 +57,9 @@ class ViewConfig:
     out: str = "view.html"  # the page (written atomically); the JSON it was built from goes to `json_out`
     json_out: str = ""  # also write the page's data as JSON here ("" = only inside the page)
     threads: int = 1  # torch CPU threads (toy models gain nothing from more)
+    label: str = ""  # with --data: the label drawn (default: the probe's)
+    question: str = ""  # with --data: the question asked at every event end for the forced answer
+    answers: tuple = ()  # with --data: one answer word per class, in class order (default: the class names)
 
 
 def model_task(name: str) -> str | None:
@@ -179,9 +183,33 @@ def decode_story(model, tok, drafter, ex, gamma: int, max_new_tokens: int) -> di
             "acceptance": gen.trace.acceptance()}
 
 
+def _data_stories(cfg: ViewConfig) -> list:
+    """The first `n` records of `--data` (held-out ones first: the probe never saw them) as examples of the label."""
+    if not cfg.question.strip():
+        raise ValueError("the viewer shows the forced answer at every event end: pass --question, e.g. "
+                         "--question ' Where is the key now? It is in the'")
+    if not any(cfg.probes):
+        raise ValueError("with --data the viewer reads a probe fitted on your records: pass --probes DIR "
+                         "(from `beliefscope probe --acts ACTS --label NAME --out DIR`)")
+    data = cfg.load()
+    label = cfg.label or _probe_label(cfg.probes[0]) or data.label_names[0]
+    label = data.label_names[0] if label == "state" else data.check_label(label)
+    order = sorted(range(len(data)), key=lambda i: not data.records[i].heldout)
+    if cfg.n < 1:
+        raise ValueError(f"--n must be at least 1, got {cfg.n}")
+    return [data.example(i, label, question=cfg.question, answers=cfg.answers) for i in order[:cfg.n]]
+
+
+def _probe_label(folder: str) -> str | None:
+    return load_probe(folder).meta.get("label") if folder else None
+
+
 def _stories(cfg: ViewConfig, task):
     from beliefscope.tasks import parse_events_range
     from beliefscope.tasks.parse import parse_prompt
+
+    if cfg.data:
+        return _data_stories(cfg)
 
     if cfg.prompts:
         return [parse_prompt(p, cfg.task) for p in cfg.prompts]
@@ -194,7 +222,7 @@ def _decoded_versions(cfg: ViewConfig, examples):
     """The same stories in the chain-of-thought format (same seed, same events), else themselves."""
     from beliefscope.tasks import get_task, parse_events_range
 
-    if cfg.prompts or cfg.task != "coinflip":
+    if cfg.prompts or cfg.data or cfg.task != "coinflip":
         return examples
     cot = get_task(cfg.task, fmt="cot").examples(cfg.n, cfg.seed, parse_events_range(cfg.events))
     same = all([e.state_after for e in a.events] == [e.state_after for e in b.events] for a, b in zip(examples, cot))
@@ -219,23 +247,26 @@ def build(cfg: ViewConfig, progress=None) -> dict:
     renderings = set()
     for name in names:  # every refusal before any model is loaded
         check_model_name(name)
-        check_model_task(name, cfg.task)
+        if not cfg.data:
+            check_model_task(name, cfg.task)
         renderings.add(model_profile(name).rendering)
     if len(renderings) > 1:
         raise ValueError(f"models {names} read different renderings {sorted(renderings)}: side by side, one story "
                          "must be the same text for every model; view them separately")
     rendering = renderings.pop()
+    decode = cfg.decode
     task = get_task(cfg.task, rendering=rendering, fmt="direct", **({"split": "heldout"} if rendering == "natural"
                                                                    else {}))
     examples = _stories(cfg, task)
-    state_names = list(examples[0].state_names)
+    state_names = list(examples[0].meta.get("classes") or examples[0].state_names)
+    if cfg.data and decode == "auto":
+        decode = ""  # the shipped drafters speak the toy grammar, not your records
     torch.set_num_threads(cfg.threads)
-    data = {"task": cfg.task, "state_names": state_names, "events": cfg.events, "seed": cfg.seed,
+    data = {"task": f"data:{examples[0].meta['label']}" if cfg.data else cfg.task, "state_names": state_names, "events": cfg.events, "seed": cfg.seed,
             "belief_colours": belief_stops(), "state_colours": state_colours(len(state_names)),
             "provenance": {str(k): {"name": PROVENANCE_NAMES[k], "colour": c} for k, c in PROVENANCE_COLORS.items()},
             "models": [], "stories": [{"prompt": ex.prompt, "answer": ex.answer, "n_events": len(ex.events),
                                        "models": {}} for ex in examples]}
-    decode = cfg.decode
     loaded = {}
     for name, folder in zip(names, probes):
         model, tok = loaded[name] = load_model(name)
