@@ -292,3 +292,50 @@ def _config_mismatch(path: str, old: dict, new: dict) -> str:
     shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff[:5])
     return (f"store {path} was harvested with a different config ({shown}); refusing to mix them. "
             "Use a new --out folder, or delete this one to start over")
+
+
+# ------------------------------------------------------------------------------- sharing as a dataset
+def to_hf_dataset(store: ActivationStore, hooks: list[str] | None = None):
+    """The store as a ``datasets.Dataset``: one row per token, a column per hook (``act/<hook>``, a list of
+    floats) and per label. The manifest (config, its hash, label and class names) travels in the dataset's
+    ``info.description`` as JSON, so `from_hf_dataset` rebuilds the same store (same hash)."""
+    import datasets
+
+    hooks = store.hooks if hooks is None else hooks
+    cols: dict[str, list] = {}
+    for acts, labs in store.iter_shards(hooks):
+        for h in hooks:
+            cols.setdefault(f"act/{h}", []).append(acts[h].float().numpy())
+        for k, v in labs.items():
+            cols.setdefault(f"label/{k}", []).append(v)
+    table = {k: list(np.concatenate(v)) if k.startswith("label/") else np.concatenate(v) for k, v in cols.items()}
+    meta = {k: v for k, v in store.manifest.items() if k not in ("shards",)}
+    meta["hooks"] = list(hooks)
+    ds = datasets.Dataset.from_dict(table)
+    ds.info.description = json.dumps({"beliefscope": meta})
+    return ds
+
+
+def from_hf_dataset(ds, path: str) -> ActivationStore:
+    """Write a dataset made by `to_hf_dataset` back into a store folder at `path` (refused if its manifest is
+    missing, or if `path` holds a store of another config)."""
+    try:
+        meta = json.loads(ds.info.description or "{}")["beliefscope"]
+    except (json.JSONDecodeError, KeyError):
+        raise ValueError("this dataset carries no beliefscope manifest in info.description: it was not made by "
+                         "to_hf_dataset") from None
+    header = {k: v for k, v in meta.items() if k not in ("complete", "n_rows", "config_hash")}
+    store = ActivationStore.create(path, header)
+    if store.done_prompts():
+        return ActivationStore.open(path)
+    dtype = DTYPES[meta["dtype"]]
+    acts = {h: torch.as_tensor(np.asarray(ds[f"act/{h}"], dtype=np.float32)).to(dtype) for h in meta["hooks"]}
+    labels = {k: np.asarray(ds[f"label/{k}"]) for k in meta["label_names"]}
+    pid, n = labels["prompt_id"], len(labels["prompt_id"])
+    starts = np.r_[0, np.nonzero(np.diff(pid))[0] + 1, n]
+    prompts = [(int(pid[a]), int(b - a)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    store.write_shard(0, acts, labels, prompts)
+    store.finalize()
+    if store.hash != meta["config_hash"]:
+        raise ValueError(f"the rebuilt store's config hash {store.hash} is not the dataset's {meta['config_hash']}")
+    return ActivationStore.open(path)

@@ -221,10 +221,10 @@ def load_data(source, config: DataConfig | None = None, **overrides) -> Data:
 
 def _label_kinds(cfg: DataConfig, rows: list[dict], where: str) -> dict[str, str]:
     fields = list(rows[0])
-    asked = [(f, "text") for f in cfg.label_field] + [(f, "events") for f in cfg.events_field] + \
-            [(f, "spans") for f in cfg.spans_field]
+    asked = [(f, "events") for f in cfg.events_field]  # states along the text first: the primary label
     if not cfg.events_field and "events" in rows[0]:
         asked.append(("events", "events"))
+    asked += [(f, "text") for f in cfg.label_field] + [(f, "spans") for f in cfg.spans_field]
     if not cfg.spans_field and "spans" in rows[0]:
         asked.append(("spans", "spans"))
     if not asked:
@@ -239,7 +239,9 @@ def _label_kinds(cfg: DataConfig, rows: list[dict], where: str) -> dict[str, str
                              f"(reserved: {list(RESERVED)})")
         missing = [i for i, r in enumerate(rows) if f not in r]
         if len(missing) == len(rows):
-            raise ValueError(f"{where}: the records have no {k} field {f!r}; their fields are {fields}")
+            what = {"text": "--label-field", "events": "--events-field", "spans": "--spans-field"}[k]
+            raise ValueError(f"{where}: the records have no field {f!r} (given as {what}); their fields are "
+                             f"{fields}: pass the name of one of them")
         kinds[f] = k
     return kinds
 
