@@ -123,8 +123,12 @@ def figures(traj: BeliefTrajectory, layer: int, forced=None):
     share one diverging scale (P(first class)); more get their own colour, shaded by the probability."""
     labels = ["emb" if x < 0 else f"L{x}" for x in traj.layers]
     if len(traj.state_names) > 2:
-        return (plots.class_heatmap(traj.p, traj.tokens, traj.true_state, traj.state_names, layer_labels=labels),
-                plots.class_lines(traj.probs(layer), traj.tokens, traj.true_state, traj.state_names, layer))
+        from beliefscope.analyses.state_strips import state_colours
+
+        colours = state_colours(len(traj.state_names))
+        return (plots.class_heatmap(traj.p, traj.tokens, traj.true_state, traj.state_names, colours,
+                                    layer_labels=labels),
+                plots.class_lines(traj.probs(layer), traj.tokens, traj.true_state, traj.state_names, colours, layer))
     s0 = traj.state_names[0]
     truth = np.where(traj.true_state < 0, np.nan, (traj.true_state == 0).astype(float))
     heat = plots.belief_heatmap(traj.p_state, traj.tokens, truth, state_name=s0, layer_labels=labels)

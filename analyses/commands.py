@@ -212,7 +212,8 @@ COMMANDS = (
     Command(name="view", help="one self-contained HTML page: every token coloured by the probe's belief, with every "
             "layer, the truth, forced answer, thought and KV-cache provenance on hover", config=ViewConfig,
             run=lambda cfg, progress: view.main(cfg, progress=progress), lines=_view_lines,
-            total=lambda cfg: (len(cfg.prompts) or cfg.n) * (len(cfg.models) + (1 if cfg.decode and not cfg.data else 0)),
+            total=lambda cfg: (len(cfg.prompts) or cfg.n) * (len(cfg.models)
+                                                            + (1 if cfg.decode and not cfg.data else 0)),
             unit="stories read", skip=("models", "prompts"),
             flags=_view_flags, from_flags=_view_from_flags,
             choices={"task": ["coinflip", "cups", "variables"], "format": ["records", "boxes"]},

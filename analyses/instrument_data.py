@@ -45,7 +45,7 @@ def main_data(config, progress=None) -> dict:
     `analyses.instrument.main`'s, with one band ("all") per model."""
     import torch
 
-    from beliefscope.analyses.instrument import _hooks, agreement, collect, fit_probes, story_readout, verdict
+    from beliefscope.analyses.instrument import _hooks, agreement, collect, fit_probes, story_readout
     from beliefscope.models.load import check_model_name, load_model
     from beliefscope.probes.controls import majority_accuracy
     from beliefscope.probes.harvest import random_twin

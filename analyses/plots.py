@@ -109,20 +109,16 @@ def _class_cells(p: np.ndarray, colours: list[str]) -> np.ndarray:
     return 1 - strength * (1 - rgb)
 
 
-def class_heatmap(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_names: list[str],
+def class_heatmap(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_names: list[str], colours: list[str],
                   layer_labels: list[str] | None = None, title: str | None = None) -> Figure:
     """Layer × position map of a K-class probe: each cell takes its top class's colour (the viewer's palette),
     shaded by that class's probability; the true class (grey where unknown) in a strip underneath.
 
-    p: [n_layers, T, K] probabilities; truth: [T] class index, -1 where unknown.
+    p: [n_layers, T, K] probabilities; truth: [T] class index, -1 where unknown; colours: one per class
+    (`state_strips.state_colours`, the viewer's palette).
     """
-    from matplotlib.patches import Patch
-
-    from beliefscope.analyses.state_strips import state_colours
-
     p = np.asarray(p, dtype=float)
     n_layers, T, K = p.shape
-    colours = state_colours(K)
     fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(max(6, 0.32 * T + 2.5), 2.2 + min(0.45 * n_layers, 6.0)),
                                       gridspec_kw={"height_ratios": [n_layers, 1.2]}, sharex=True,
                                       constrained_layout=True)
@@ -147,14 +143,11 @@ def class_heatmap(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_nam
     return fig
 
 
-def class_lines(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_names: list[str], layer: int,
-                title: str | None = None) -> Figure:
+def class_lines(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_names: list[str], colours: list[str],
+                layer: int, title: str | None = None) -> Figure:
     """One line per class: the probe's P(class) at one layer over positions ``p [T, K]``, with the true class
     marked as a coloured band along the top (nothing where unknown)."""
-    from beliefscope.analyses.state_strips import state_colours
-
     T, K = p.shape
-    colours = state_colours(K)
     fig, ax = plt.subplots(figsize=(max(6, 0.32 * T + 2.5), 3.6), constrained_layout=True)
     x = np.arange(T)
     for k in range(K):

@@ -262,7 +262,8 @@ def build(cfg: ViewConfig, progress=None) -> dict:
     if cfg.data and decode == "auto":
         decode = ""  # the shipped drafters speak the toy grammar, not your records
     torch.set_num_threads(cfg.threads)
-    data = {"task": f"data:{examples[0].meta['label']}" if cfg.data else cfg.task, "state_names": state_names, "events": cfg.events, "seed": cfg.seed,
+    data = {"task": f"data:{examples[0].meta['label']}" if cfg.data else cfg.task, "state_names": state_names,
+            "events": cfg.events, "seed": cfg.seed,
             "belief_colours": belief_stops(), "state_colours": state_colours(len(state_names)),
             "provenance": {str(k): {"name": PROVENANCE_NAMES[k], "colour": c} for k, c in PROVENANCE_COLORS.items()},
             "models": [], "stories": [{"prompt": ex.prompt, "answer": ex.answer, "n_events": len(ex.events),

@@ -33,7 +33,8 @@ def cmd_harvest(args) -> int:
             print(f"{out}: {r['n_rows']} tokens, {len(r['hooks'])} hooks, {r['bytes'] / 1e6:.1f} MB, config "
                   f"{r['config_hash']}, complete={r['complete']}")
             if "labels" in r:
-                print("  labels: " + "; ".join(f"{k} ({len(v)} classes: {', '.join(v)})" for k, v in r["labels"].items()))
+                print("  labels: " + "; ".join(f"{k} ({len(v)} classes: {', '.join(v)})"
+                                               for k, v in r["labels"].items()))
     return 0
 
 
@@ -132,7 +133,8 @@ def register(subparsers) -> None:
         run=probe_run, lines=probe_lines, total=lambda cfg: len(_probe_stores(cfg)[0].hooks), unit="layers fitted",
         required=("acts",), skip=("random_init_twin",), flags=_probe_flags,
         from_flags=lambda args: {"random_init_twin": not args.no_random_init},
-        choices={"positions": ["auto", "after_first_event", "boundary", "labelled", "all", "last"], "trainer": ["torch", "sklearn"]},
+        choices={"positions": ["auto", "after_first_event", "boundary", "labelled", "all", "last"],
+                 "trainer": ["torch", "sklearn"]},
         epilog="beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json"))
 
     from beliefscope.config_flags import Command, register_command

@@ -39,7 +39,7 @@ class HarvestConfig:
     rendering: str | None = None  # "toy" or "natural"; None: the model's own (models.profile.model_profile)
     fmt: str = "direct"  # "direct" or "cot"
     split: str = "train"  # natural templates: "train", "heldout", "all", or "train+heldout" (half each)
-    n: int = 1000  # number of prompts
+    n: int | None = None  # number of prompts (None: 1000)
     seed: int = 0  # example seed
     events: str = "1-8"  # inclusive range of events per prompt
     hooks: str = "resid_post"  # comma-separated hook kinds or full names (embedding is always added)
@@ -55,6 +55,8 @@ def make_examples(cfg: HarvestConfig) -> list:
 
     if cfg.rendering is None:
         cfg = replace(cfg, rendering=model_profile(cfg.model).rendering)
+    if cfg.n is None:
+        cfg = replace(cfg, n=1000)
 
     if cfg.split == "train+heldout":
         half = cfg.n // 2
@@ -326,7 +328,7 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
     if getattr(args, "data", None):
         return run_data(args, progress_factory, rank, world_size, barrier, say)
     if args.n is None:
-        args.n = HarvestConfig().n
+        args.n = 1000
     lo, hi = parse_events_range(args.events)
     if args.n < 1:
         raise ValueError(f"--n {args.n}: harvest at least 1 prompt")
@@ -357,7 +359,8 @@ def harvest_targets(args, model, tok, examples, config: dict, progress_factory=N
     result = {}
     for m, out, role, more in targets:
         if say:
-            n_rows = sum(len(ex.labels(tok).input_ids) for ex in examples[:200]) * len(examples) / min(200, len(examples))
+            sample = examples[:200]
+            n_rows = sum(len(ex.labels(tok).input_ids) for ex in sample) * len(examples) / len(sample)
             names = hook_names_for(m, config["hooks"], config["layers"])
             gb = n_rows * len(names) * m.cfg.d_model * torch.finfo(DTYPES[config["dtype"]]).bits / 8 / 1e9
             say(f"{out}: about {gb:.2f} GB ({int(n_rows):,} tokens x {len(names)} hooks x {m.cfg.d_model} x "

@@ -13,7 +13,6 @@ Usage (not run as a doctest: it loads a model)::
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import numpy as np

@@ -303,7 +303,8 @@ def _class(value, names, name, where) -> int:
 def _track(row, name, kind, names, text, where, cfg: DataConfig) -> Track:
     v = row.get(name)
     if v is None:
-        raise ValueError(f"{where} has no {name!r}: every record needs each label field (drop the record, or the label)")
+        raise ValueError(f"{where} has no {name!r}: every record needs each label field (drop the record, or the "
+                         "label)")
     if kind == "text":
         return Track("text", (_class(v, names, name, where),))
     n, items = len(text), []

@@ -33,7 +33,7 @@ def read_rows(source) -> list[dict]:
     if isinstance(source, list):
         bad = next((i for i, r in enumerate(source) if not isinstance(r, dict)), None)
         if bad is not None:
-            raise ValueError(f"record {bad} is a {type(source[bad]).__name__}, not a dict: pass a list of dicts such as "
+            raise ValueError(f"record {bad} is a {type(source[bad]).__name__}, not a dict: pass a list of dicts like "
                              "[{'text': ..., 'label': ...}]")
         return [_clean(r) for r in source]
     if isinstance(source, str | os.PathLike):
@@ -104,7 +104,8 @@ def _read_json(path: str) -> list[dict]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n} is not valid JSON ({e.msg} at column {e.colno}): one record per line") from None
+            raise ValueError(f"{path}:{n} is not valid JSON ({e.msg} at column {e.colno}): one record per "
+                             "line") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{n} is a JSON {type(row).__name__}, not an object: one record per line")
         rows.append(_clean(row))

@@ -51,9 +51,11 @@ def test_store_keeps_names_and_labels(chain):
     for pid in (0, 7, 33):
         rows = lab["prompt_id"] == pid
         assert (lab["negated"][rows] >= 0).sum() == 1
-        assert lab["negated"][rows][-1] == data.classes["negated"].index(json.loads(open(DATA).readlines()[pid])["negated"])
-        want = [data.classes["location"].index(e["state"]) for e in json.loads(open(DATA).readlines()[pid])["location"]]
-        seen = [v for k, v in enumerate(lab["location"][rows]) if v >= 0 and (k == 0 or lab["location"][rows][k - 1] != v)]
+        rec = json.loads(open(DATA).readlines()[pid])
+        assert lab["negated"][rows][-1] == data.classes["negated"].index(rec["negated"])
+        want = [data.classes["location"].index(e["state"]) for e in rec["location"]]
+        loc = lab["location"][rows]
+        seen = [v for k, v in enumerate(loc) if v >= 0 and (k == 0 or loc[k - 1] != v)]
         assert seen == [w for k, w in enumerate(want) if k == 0 or want[k - 1] != w]
     twin = ActivationStore.open(os.path.join(acts, "random_init"))
     assert twin.manifest["config"]["random_init_seed_used"] == 1  # the tiny model is seed 0: its twin must not be

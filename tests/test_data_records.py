@@ -82,7 +82,8 @@ def test_spans_and_initial_state():
 
 BAD = [
     ("missing text field", [{"body": "x", "label": 1}], {"label_field": ("label",)}, "no text field 'text'"),
-    ("missing label field", [{"text": "x"}], {"label_field": ("negated",)}, "no field 'negated' \\(given as --label-field\\)"),
+    ("missing label field", [{"text": "x"}], {"label_field": ("negated",)},
+     "no field 'negated' \\(given as --label-field\\)"),
     ("event past the end", [{"text": "abc", "events": [{"end": 9, "state": "a"}]}], {}, "past the end"),
     ("events out of order", [{"text": "abcdef", "events": [{"end": 5, "state": "a"}, {"end": 3, "state": "b"}]}],
      {}, "out of order"),
