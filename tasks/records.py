@@ -333,6 +333,21 @@ def _track(row, name, kind, names, text, where, cfg: DataConfig) -> Track:
     return Track("events", tuple(items), -1 if init is None else _class(init, names, name, where))
 
 
+def example_path(name: str = "locations.jsonl") -> str:
+    """Path of a dataset shipped with beliefscope: ``locations.jsonl`` (200 stories of an object moving
+    between four rooms, a location after every sentence and a per-text ``negated`` label).
+
+    >>> len(load_data(example_path(), events_field=("location",), label_field=("negated",)))
+    200
+    """
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no shipped dataset {name!r}; there is locations.jsonl")
+    return path
+
+
 # ------------------------------------------------------------------------------- boxes format
 def boxes_records(rows: list[dict]) -> list[dict]:
     """Kim & Schuster (2023)'s entity-tracking records (``sentence``, ``masked_content``, ``numops``) as

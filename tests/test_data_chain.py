@@ -13,7 +13,7 @@ from beliefscope.cli import main as cli
 from .tiny_llama import tiny_llama_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(ROOT, "docs", "examples", "locations.jsonl")
+DATA = os.path.join(ROOT, "tasks", "data", "locations.jsonl")
 Q = " Where is it now? It is in the"
 
 

@@ -1,4 +1,5 @@
-"""Write `locations.jsonl`: 200 short stories of an object moving between rooms, for `beliefscope harvest --data`.
+"""Write `tasks/data/locations.jsonl` (shipped: `beliefscope.tasks.records.example_path("locations.jsonl")`):
+200 short stories of an object moving between rooms, for `beliefscope harvest --data`.
 
 Each record has ``text``; ``location``, a list of ``{"end", "state"}`` events (the object's room after
 every sentence, which holds until the next sentence ends); ``negated``, a label per text ("yes" when
@@ -49,7 +50,8 @@ def story(rng: random.Random, i: int) -> dict:
 
 def main(path: str | None = None, n: int = 200) -> str:
     rng = random.Random(20261126)
-    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "locations.jsonl")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = path or os.path.join(root, "tasks", "data", "locations.jsonl")
     with open(path + ".tmp", "w") as f:
         for i in range(n):
             f.write(json.dumps(story(rng, i)) + "\n")
