@@ -27,6 +27,7 @@ if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "benchmarks" / "__i
 # public name -> module that defines it
 _API = {
     "get_task": "beliefscope.tasks",
+    "load_data": "beliefscope.tasks",
     "load_model": "beliefscope.models",
     "load_hf": "beliefscope.models",
     "ModelLoadError": "beliefscope.models",
@@ -57,6 +58,7 @@ __all__ = sorted([*_API, *_SUBPACKAGES])
 if TYPE_CHECKING:  # what `_API` maps, spelled out for type checkers and "go to definition"
     from beliefscope import analyses, cache, decoding, hooks, models, probes, tasks  # noqa: F401
     from beliefscope.analyses.forced import forced_answers  # noqa: F401
+    from beliefscope.tasks import load_data  # noqa: F401
     from beliefscope.cache import KVCache, Provenance  # noqa: F401
     from beliefscope.decoding import (  # noqa: F401
         Scheduler,

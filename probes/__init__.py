@@ -21,10 +21,12 @@ from beliefscope.probes.harvest import EMBED_HOOK, HarvestConfig, harvest, rando
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
 from beliefscope.probes.report import ProbeReport, ReportConfig, probe_report
 from beliefscope.probes.steering import SteerConfig, steer_experiment
-from beliefscope.probes.store import LABEL_NAMES, ActivationStore
+from beliefscope.probes.store import LABEL_NAMES, ActivationStore, from_hf_dataset, to_hf_dataset
 
 __all__ = [
            "EMBED_HOOK",
+           "from_hf_dataset",
+           "to_hf_dataset",
            "LABEL_NAMES",
            "ActivationStore",
            "HarvestConfig",

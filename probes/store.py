@@ -208,6 +208,10 @@ class ActivationStore:
     def n_rows(self) -> int:
         return sum(s.n_rows for s in self.shards)
 
+    def to_hf_dataset(self, hooks: list[str] | None = None):
+        """This store as a ``datasets.Dataset`` (see the module function `to_hf_dataset`)."""
+        return to_hf_dataset(self, hooks)
+
     def check_hook(self, hook: str) -> None:
         if hook not in self.hooks:
             raise KeyError(f"hook {hook!r} is not in store {self.path}; it holds {self.hooks}")

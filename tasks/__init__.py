@@ -12,6 +12,7 @@ import difflib
 from beliefscope.tasks.base import Event, Example, TokenLabels, label_offsets, parse_events_range
 from beliefscope.tasks.coinflip import CoinFlip
 from beliefscope.tasks.cups import Cups
+from beliefscope.tasks.records import DataConfig, load_data
 from beliefscope.tasks.variables import Variables
 
 TASKS = {"coinflip": CoinFlip, "cups": Cups, "variables": Variables}
@@ -46,6 +47,8 @@ __all__ = [
     "Example",
     "TokenLabels",
     "get_task",
+    "load_data",
+    "DataConfig",
     "label_offsets",
     "parse_events_range",
     "toy_vocabulary",
