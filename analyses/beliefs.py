@@ -190,6 +190,10 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
     if not config.probes and not thinking:
         raise ValueError(f"{config.model!r} writes no thoughts, so its beliefs are read with a probe: fit one with "
                          f"`beliefscope harvest` and `beliefscope probe --out DIR`, then pass --probes DIR")
+    if config.task and not (config.data or config.events):
+        from beliefscope.tasks.parse import parse_prompt
+
+        parse_prompt(config.prompt, config.task)  # a prompt the named task cannot parse fails first
     probe = load_probe(config.probes) if config.probes else None
     ex = _truth_example(config, probe)  # fails clearly before any model is loaded
     if probe is not None and ex is not None:

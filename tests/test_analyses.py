@@ -156,7 +156,7 @@ def test_probe_of_same_shape_other_weights_is_refused(demo, target):
 
 
 def test_unparsable_prompt_fails_clearly_before_loading(tmp_path, capsys):
-    rc = cli(["beliefs", "--model", "target", "--probes", str(tmp_path / "none"), "--prompt",
+    rc = cli(["beliefs", "--model", "target", "--task", "coinflip", "--probes", str(tmp_path / "none"), "--prompt",
               "A coin is heads . Alice juggles . State ?", "--out", str(tmp_path / "b.png")])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot parse the prompt at character 17" in err and "Traceback" not in err
