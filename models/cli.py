@@ -50,9 +50,15 @@ def register(sub) -> None:
                    help="smollm2-thinking: steps between resumable checkpoints in OUT/train_state.pt (default 10)")
     p.add_argument("--autocast", default=None, choices=["none", "bfloat16"],
                    help="smollm2-thinking: bfloat16 matmuls under torch.autocast (default bfloat16)")
-    p.add_argument("--wordings", default=None, choices=["basic", "wide", "wider", "widest"],
+    p.add_argument("--wordings", default=None, choices=["basic", "wide", "wider", "widest", "people"],
                    help="smollm2-thinking: natural train sentences (default wide; wider adds stays that "
-                        "mention flipping; widest adds events told by their outcome)")
+                        "mention flipping; widest adds events told by their outcome; people adds openings that "
+                        "name the face down or as the subject, and passed turns)")
+    p.add_argument("--questions", default=None, choices=["fixed", "varied"],
+                   help="smollm2-thinking: how stories ask (fixed: two questions ending in 'A:'; varied: "
+                        "train-half question forms, after or before the story, with or without 'A:')")
+    p.add_argument("--chat-share", dest="chat", type=float, default=None,
+                   help="smollm2-thinking: share of stories (0-1) given inside the backbone's chat template")
     p.add_argument("--init-from", default=None,
                    help="smollm2-thinking: warm-start from this checkpoint's trained parts "
                         "(same backbone and adapters)")
@@ -150,10 +156,18 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
     if cfg.n < 1:
         raise ValueError(f"--n must be at least 1 prompt, got {cfg.n}")
     rendering = cfg.rendering or model_profile(cfg.model).rendering
-    if cfg.split is not None and rendering != "natural":
-        raise ValueError(f"--split {cfg.split} needs natural English stories; {cfg.model} uses the {rendering!r} "
-                         f"rendering: add --rendering natural, or drop --split")
-    return replace(cfg, rendering=rendering, format=cfg.format or ("both" if rendering == "toy" else "direct"))
+    if (cfg.split is not None or cfg.questions != "fixed" or cfg.chat) and rendering != "natural":
+        raise ValueError(f"--split, --questions and --chat need natural English stories; {cfg.model} uses the "
+                         f"{rendering!r} rendering: add --rendering natural, or drop them")
+    n = cfg.n
+    if cfg.split == "free":
+        from beliefscope.tasks.coinflip_free import free_examples
+
+        n = min(n, len(free_examples()))
+        if cfg.format not in (None, "direct") or cfg.task != "coinflip":
+            raise ValueError(f"--split free holds direct-answer coin stories: use --task coinflip and --format direct "
+                             f"(got --task {cfg.task}, --format {cfg.format})")
+    return replace(cfg, rendering=rendering, n=n, format=cfg.format or ("both" if rendering == "toy" else "direct"))
 
 
 def _eval_total(cfg: EvalConfig) -> int:
@@ -166,21 +180,26 @@ def _eval_run(cfg: EvalConfig, progress) -> dict:
 
     formats = ("direct", "cot") if cfg.format == "both" else (cfg.format,)
     res = evaluate(cfg.model, cfg.task, cfg.events, cfg.n, cfg.seed, rendering=cfg.rendering, formats=formats,
-                   split=cfg.split, progress=progress)
+                   split=cfg.split, progress=progress, questions=cfg.questions, chat=cfg.chat)
     return res
 
 
 def _eval_lines(res: dict) -> list[str]:
-    head = (f"{res['task']} {res['events']}: exact match {res.get('exact_match', float('nan')):.4f}, "
-            f"answer accuracy {res['answer_accuracy']:.4f} (n={res['n']})")
+    how = f" [{res['split']}{', varied questions' if res.get('questions') == 'varied' else ''}" \
+          f"{', chat' if res.get('chat') else ''}]" if res.get("split") else ""
+    extra = "".join(f", {k.replace('_', ' ')} {res[k]:.4f}" for k in ("answer_top1", "answer_follows_thought",
+                                                                       "thought_accuracy") if k in res)
+    head = (f"{res['task']} {res['events']}{how}: exact match {res.get('exact_match', float('nan')):.4f}, "
+            f"answer accuracy {res['answer_accuracy']:.4f}{extra} (n={res['n']})")
     return [head, *(f"  {k:>2} events: {v:.4f}"
                     for k, v in res.get("exact_match_by_events", res["answer_accuracy_by_events"]).items())]
 
 
 EVAL = Command(name="eval", help="exact match and answer accuracy of a model on a task", config=EvalConfig,
                run=_eval_run, lines=_eval_lines, total=_eval_total, unit="eval", prepare=_eval_prepare,
-               required=("model",), choices={"split": ["train", "heldout", "all"], "format": ["both", "direct", "cot"],
-                                             "rendering": ["toy", "natural"]},
+               required=("model",), choices={"split": ["train", "heldout", "all", "free"],
+                                             "format": ["both", "direct", "cot"], "rendering": ["toy", "natural"],
+                                             "questions": ["fixed", "varied"]},
                epilog="beliefscope eval --model thinking --events 17-32 --n 100 --json")
 
 

@@ -16,7 +16,7 @@ def _config(args):
 
     chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads", "eval_n", "trained", "batch_size",
                                             "checkpoint_every", "autocast", "lora_rank", "lora_targets", "max_events",
-                                            "wordings", "init_from")
+                                            "wordings", "init_from", "questions", "chat")
               if getattr(args, k, None) is not None}  # unset flags keep the preset's value
     if args.empty_thoughts:
         chosen["empty_unchanged"] = True

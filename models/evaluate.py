@@ -22,9 +22,10 @@ def _answer_ids(tok, names):
 
 
 @torch.no_grad()
-def direct_answers(hf_model, tok, examples, batch_size=64, progress=None):
+def direct_answers(hf_model, tok, examples, batch_size=64, progress=None, top1: list | None = None):
     """Argmax over the task's answer words at the end of each direct prompt; ``progress(n)`` after
-    every batch of n prompts."""
+    every batch of n prompts. ``top1`` (a list) receives the top token of the whole vocabulary, decoded
+    and stripped (what greedy decoding would write first)."""
     names = examples[0].state_names
     ids = torch.tensor(_answer_ids(tok, names))
     preds = []
@@ -35,6 +36,8 @@ def direct_answers(hf_model, tok, examples, batch_size=64, progress=None):
         logits = hf_model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                           position_ids=pos).logits[:, -1]  # [batch, vocab]
         preds += logits[:, ids.to(logits.device)].argmax(-1).tolist()
+        if top1 is not None:
+            top1 += [tok.decode([t]).strip() for t in logits.argmax(-1).tolist()]
         if progress:
             progress(len(chunk))
     return [names[p] for p in preds]
@@ -58,9 +61,31 @@ def story_split(rendering: str, split: str | None) -> dict:
     if rendering != "natural":
         raise ValueError(f"split={split!r} needs natural English stories (rendering='natural'); the "
                          f"{rendering!r} rendering has no train / held-out halves")
-    if split not in ("train", "heldout", "all"):
-        raise ValueError(f"split={split!r} is unknown: use 'train', 'heldout' or 'all'")
+    if split not in ("train", "heldout", "all", "free"):
+        raise ValueError(f"split={split!r} is unknown: use 'train', 'heldout', 'all' or 'free'")
     return {"split": split}
+
+
+def eval_stories(task: str, rendering: str, fmt: str, split: str | None, n: int, seed: int, events: tuple,
+                 questions: str = "fixed", chat: bool = False, tok=None) -> list:
+    """The stories an evaluation reads: ``n`` drawn from the task's templates (their train or held-out
+    half; ``questions`` "varied" asks in the question forms of that half), or with ``split="free"`` the
+    first ``n`` hand-written free-wording stories (`tasks.coinflip_free`); inside ``tok``'s chat
+    template when ``chat``."""
+    from beliefscope.tasks.questions import in_chat
+
+    held = story_split(rendering, split)
+    if held.get("split") == "free":
+        from beliefscope.tasks.coinflip_free import free_examples
+
+        if task != "coinflip" or fmt != "direct":
+            raise ValueError(f"split='free' holds direct-answer coin stories: use task coinflip and format direct "
+                             f"(got {task!r}, {fmt!r})")
+        exs = free_examples()[:n]
+    else:
+        kw = {"questions": questions} if questions != "fixed" else {}
+        exs = get_task(task, rendering=rendering, fmt=fmt, **held, **kw).examples(n, seed, events)
+    return [in_chat(ex, tok) for ex in exs] if chat else exs
 
 
 @torch.no_grad()
@@ -89,14 +114,18 @@ class EvalConfig:
     seed: int = 12345  # seed of the sampled stories (model cards report this one)
     rendering: str | None = None  # toy or natural (None: the model's own, natural for smollm2)
     split: str | None = None  # natural English only: which templates and names the stories use (None: heldout,
-    #   what model cards report; train separates length generalisation from new wordings)
+    #   what model cards report; train separates length generalisation from new wordings; free: the hand-written
+    #   free-wording coin stories of tasks.coinflip_free, where --n caps the count and --events is not used)
+    questions: str = "fixed"  # natural English: "fixed" questions ending in "A:", or "varied" question forms of
+    #   the split's half, after or before the story, with or without "A:" (tasks.questions)
+    chat: bool = False  # give each story as a user turn of the model's chat template (SmolLM2's ChatML)
     format: str | None = None  # prompts: direct answers, chain of thought, or both (None: both for toy models,
     #   direct for natural English ones; smollm2-cot answers after its chain: --format cot)
 
 
 def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
              tokenizer=None, rendering: str = "toy", batch_size: int = 64, formats=("direct", "cot"),
-             split: str | None = None, progress=None) -> dict:
+             split: str | None = None, progress=None, questions: str = "fixed", chat: bool = False) -> dict:
     """Exact match of full CoT + answer, and direct-answer accuracy, overall and by event count
     (natural English: on the held-out templates and names unless ``split`` says "train" or "all",
     as for Thinking States models).
@@ -104,6 +133,9 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     `model` is a name/path (loaded with `models.load.load_model`) or an HF model with `tokenizer`.
     ``formats`` picks the prompts: direct answers, chain of thought, or both. ``progress(n)`` is
     called as n more prompts are done (``n * len(formats)`` in all; a Thinking States model: n).
+    ``questions`` / ``chat``: how the stories ask (`eval_stories`). ``answer_accuracy`` is the argmax over
+    the state words; ``answer_top1`` counts an answer right only when the top token of the whole
+    vocabulary is the right state word (an end-of-text or any other word is wrong).
     """
     lo, hi = parse_events_range(events)
     if n < 1:
@@ -114,20 +146,24 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
         model, tokenizer = load_model(model)
     if hasattr(model, "thinking_config"):
         return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering, split=split,
-                                 progress=progress)
+                                 progress=progress, questions=questions, chat=chat)
     hf, tok = hf_of(model), tokenizer
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
     held = story_split(rendering, split)
-    result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats), **held}
+    result = {"n": n, "task": task, "events": f"{lo}-{hi}", "seed": seed, "formats": list(formats), **held,
+              "questions": questions, "chat": chat}
     if "direct" in formats:
-        direct = get_task(task, rendering=rendering, fmt="direct", **held).examples(n, seed, (lo, hi))
-        preds = direct_answers(hf, tok, direct, batch_size, progress)
+        direct = eval_stories(task, rendering, "direct", split, n, seed, (lo, hi), questions, chat, tok)
+        result["n"] = len(direct)
+        top1: list = []
+        preds = direct_answers(hf, tok, direct, batch_size, progress, top1=top1)
+        result["answer_top1"] = sum(t == e.answer for t, e in zip(top1, direct)) / len(direct)
         for ex, p in zip(direct, preds, strict=True):
             by_ev[ex.n_events][2] += int(p == ex.answer)
             by_ev[ex.n_events][3] += 1
         result["answer_accuracy"] = sum(p == e.answer for p, e in zip(preds, direct)) / len(direct)
     if "cot" in formats:
-        cot = get_task(task, rendering=rendering, fmt="cot", **held).examples(n, seed, (lo, hi))  # the same stories
+        cot = eval_stories(task, rendering, "cot", split, n, seed, (lo, hi), questions, chat, tok)  # the same stories
         max_new = max(len(tok(e.completion)["input_ids"]) for e in cot) + 1
         comps = greedy_completions(hf, tok, [e.prompt for e in cot], max_new, batch_size, progress)
         for ex, c in zip(cot, comps, strict=True):
@@ -147,19 +183,22 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
 @torch.no_grad()
 def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
                       batch_size: int = 64, rendering: str = "toy", split: str | None = None,
-                      progress=None) -> dict:
+                      progress=None, questions: str = "fixed", chat: bool = False) -> dict:
     """Answer accuracy of a Thinking States model after its own thoughts, and thought accuracy:
     the share of chunks whose thought starts as the gold thought does (the state's words, or a bare
     <eos> where the model was trained to leave an unchanged state unsaid). Natural English is
     drawn from the held-out templates and names unless ``split`` says "train" or "all".
-    ``progress(n)`` is called as n more stories are done."""
-    from beliefscope.models.thinking_data import gold_thought, state_words, thought_word_id
+    ``progress(n)`` is called as n more stories are done. ``questions`` / ``chat``: how the stories ask
+    (`eval_stories`). Beside the answer (argmax over the state words) it reports ``answer_top1`` (the
+    top token of the whole vocabulary is the right state word) and ``answer_follows_thought`` (the
+    answer names the state of the model's own last non-empty thought)."""
+    from beliefscope.models.thinking_data import gold_thought, state_words, thought_state, thought_word_id
 
     lo, hi = parse_events_range(events)
-    exs = get_task(task, rendering=rendering, fmt="direct", **story_split(rendering, split)).examples(n, seed, (lo, hi))
+    exs = eval_stories(task, rendering, "direct", split, n, seed, (lo, hi), questions, chat, tok)
     names = exs[0].state_names
     ans = torch.tensor([thought_word_id(tok, s) for s in names])
-    ok, t_ok, t_n, p_exact = [], 0, 0, 0
+    ok, t_ok, t_n, p_exact, top_ok, follows = [], 0, 0, 0, 0, 0
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0])
     for i in range(0, len(exs), batch_size):
         chunk = exs[i: i + batch_size]
@@ -176,6 +215,7 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
                     progress(1)
             thoughts = [t for _, t in runs]
             last = torch.stack([lg[ans.to(lg.device)] for lg, _ in runs]).argmax(-1)  # [batch]
+            top = torch.stack([lg.argmax() for lg, _ in runs])  # [batch] top token of the vocabulary
         else:  # batched, one recompute per chunk index: faster for a small backbone
             ids = ids.to(_device_of(model))
             mask = (ids != tok.pad_token_id).long()
@@ -183,11 +223,16 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
             logits, _ = model.backbone_forward(ids, mask, add)
             rows, ends = torch.arange(len(chunk), device=ids.device), torch.tensor(lengths, device=ids.device) - 1
             last = logits[rows, ends][:, ans.to(ids.device)].argmax(-1)  # [batch]
+            top = logits[rows, ends].argmax(-1)  # [batch]
             if progress:
                 progress(len(chunk))
         for b, ex in enumerate(chunk):
             good = names[int(last[b])] == ex.answer
             ok.append(good)
+            top_ok += int(int(top[b]) == int(ans[names.index(ex.answer)]))
+            said = [thought_state(ex, list(z), ans.tolist()) for _, z in thoughts[b]]
+            said = [s for s in said if s >= 0]
+            follows += int(bool(said) and said[-1] == int(last[b]))
             by_ev[ex.n_events][0] += int(good)
             by_ev[ex.n_events][1] += 1
             right, prev = [], None
@@ -197,9 +242,10 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
                 right.append(z[:k] == gold[:k])
                 prev = state_words(ex, labs[b], end)
             t_ok, t_n, p_exact = t_ok + sum(right), t_n + len(right), p_exact + int(all(right))
-    return {"answer_accuracy": sum(ok) / len(ok), "thought_accuracy": t_ok / max(1, t_n),
-            "thought_exact": p_exact / len(ok), "thoughts": t_n, "n": n, "task": task, "events": f"{lo}-{hi}",
-            "seed": seed, **story_split(rendering, split), "answer_accuracy_by_events": {str(k): round(v[0] / v[1], 4)
+    return {"answer_accuracy": sum(ok) / len(ok), "answer_top1": top_ok / len(ok),
+            "answer_follows_thought": follows / len(ok), "thought_accuracy": t_ok / max(1, t_n),
+            "thought_exact": p_exact / len(ok), "thoughts": t_n, "n": len(exs), "task": task, "events": f"{lo}-{hi}",
+            "seed": seed, **story_split(rendering, split), "questions": questions, "chat": chat, "answer_accuracy_by_events": {str(k): round(v[0] / v[1], 4)
                                                          for k, v in sorted(by_ev.items())}}
 
 

@@ -49,7 +49,7 @@ PRETRAINED_PRESETS = {"smollm2-thinking": {"trained": "lora"},  # + the Thinking
 FLAGS = {"task": "--task", "steps": "--steps", "lr": "--lr", "seed": "--seed", "trained": "--trained",
          "batch_size": "--batch-size", "autocast": "--autocast", "lora_rank": "--lora-rank",
          "lora_targets": "--lora-targets", "max_events": "--max-events", "wordings": "--wordings",
-         "init_from": "--init-from"}
+         "init_from": "--init-from", "questions": "--questions", "chat": "--chat-share"}
 # Fields that may differ between a run and its resumption (they do not change the trajectory).
 RESUME_FREE = ("threads", "device", "checkpoint_every", "eval_n")
 
@@ -80,6 +80,9 @@ class ThinkingTrainConfig:
     wordings: str = "wide"  # natural train sentences: "basic" (2 flip / 2 stay), "wide" (+ 6 / 6 paraphrases)
     #   "wider" (+ 6 / 6 more, with stays that mention flipping: tasks.coinflip.NATURAL_*_MORE) or "widest"
     #   (+ 6 / 6 told by their outcome: tasks.coinflip.NATURAL_*_MOST)
+    questions: str = "fixed"  # how stories ask for the answer: "fixed" (two questions ending in "A:") or "varied"
+    #   (train-half question forms of tasks.questions, after or before the story, with or without "A:")
+    chat: float = 0.0  # share of training stories given as a user turn of the backbone's chat template
     init_from: str | None = None  # warm start: a composed checkpoint (name or folder) of the same method, adapters
     #   and backbone whose trained parts replace the fresh ones before step 1 (a resumed run ignores it)
     trained: str = "frozen"  # "frozen": T, C, injection; "lora": + backbone adapters; "full": every weight
@@ -122,6 +125,8 @@ class ThinkingTrainConfig:
                              "use trained='lora' or 'full'")
         if self.autocast not in ("none", "bfloat16"):
             raise ValueError(f"autocast={self.autocast!r} is unknown: use 'none' or 'bfloat16'")
+        if not 0.0 <= self.chat <= 1.0:
+            raise ValueError(f"chat={self.chat} is a share of the stories: use a number from 0 to 1")
         if self.steps < 1 or self.batch_size < 1 or self.checkpoint_every < 1:
             raise ValueError(f"steps ({self.steps}), batch_size ({self.batch_size}) and checkpoint_every "
                              f"({self.checkpoint_every}) must all be >= 1")
@@ -158,13 +163,22 @@ def build(cfg: ThinkingTrainConfig, device=None, backbone=None):
     return model.to(device).train(), tok, digest
 
 
-def batch_examples(cfg: ThinkingTrainConfig, step: int) -> list:
-    """The stories of optimiser step ``step``: drawn from ``(seed, step)`` alone."""
+def batch_examples(cfg: ThinkingTrainConfig, step: int, tok=None) -> list:
+    """The stories of optimiser step ``step``: drawn from ``(seed, step)`` alone; a ``cfg.chat`` share of
+    them inside ``tok``'s chat template."""
+    from beliefscope.tasks.questions import in_chat
+
     split = {"split": "train", "wordings": cfg.wordings} if cfg.rendering == "natural" else {}
+    if cfg.questions != "fixed":
+        split["questions"] = cfg.questions
     task = get_task(cfg.task, rendering=cfg.rendering, fmt="cot" if cfg.method == "cot" else "direct", **split)
     rng = random.Random(f"thinking-train/{cfg.seed}/{step}")
-    return [task.example(rng.randrange(10**12), rng.randint(cfg.min_events, cfg.max_events))
-            for _ in range(cfg.batch_size)]
+    out = [task.example(rng.randrange(10**12), rng.randint(cfg.min_events, cfg.max_events))
+           for _ in range(cfg.batch_size)]
+    if cfg.chat > 0:
+        crng = random.Random(f"thinking-chat/{cfg.seed}/{step}")  # its own stream: chat=0 batches stay as they were
+        out = [in_chat(ex, tok) if crng.random() < cfg.chat else ex for ex in out]
+    return out
 
 
 def _autocast(cfg: ThinkingTrainConfig, device: torch.device):
@@ -183,7 +197,7 @@ def train_step(model, tok, cfg: ThinkingTrainConfig, opt, step: int) -> dict:
     device = next(model.parameters()).device
     for g in opt.param_groups:
         g["lr"] = cfg.lr_at(step)
-    examples = batch_examples(cfg, step)
+    examples = batch_examples(cfg, step, tok)
     if cfg.method == "thinking":
         batch = make_batch(examples, tok, model.thinking_config, device=device)
         tokens = int(batch.mask.sum())

@@ -22,9 +22,12 @@ import random
 from dataclasses import dataclass
 
 from beliefscope.tasks.base import Event, Example, parse_events_range
+from beliefscope.tasks.coinflip_people import PAST_SHARE, event_sentence, opening
+from beliefscope.tasks.questions import ask, shift_example
 
 STATES = ("heads", "tails")
-WORDINGS = ("basic", "wide", "wider", "widest")  # natural train-split sentence sets (CoinFlipConfig.wordings)
+WORDINGS = ("basic", "wide", "wider", "widest", "people")  # natural train-split sentence sets (CoinFlipConfig.wordings)
+QUESTIONS = ("fixed", "varied")  # how natural prompts ask for the answer (CoinFlipConfig.questions)
 
 TOY_NAMES = ("Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy")
 
@@ -120,6 +123,35 @@ NATURAL_STAYS_MOST = (
     "{n} draws a picture of the coin.",
     "{n} wants to flip the coin but does not.",
 )
+# The broadest training wordings (wordings="people" = "widest" + these): a model trained on "widest" read
+# the opening "<Face> is facing up." as the other face and "<name> skips her turn." as a flip, and
+# people write stories with openings that name the face as the subject or the face that is down, and
+# turns that are passed. These cover those kinds ({S}: the face capitalised, {o}: the other face),
+# without the misread sentences themselves.
+NATURAL_INTROS_PEOPLE = (
+    "{S} faces up on the coin.",
+    "The coin is lying with its {o} side down.",
+    "The coin is not on {o}.",
+    "You can see {s} on the coin.",
+    "{S} is up and {o} is down.",
+    "Look, the coin shows {s}.",
+)
+NATURAL_FLIPS_PEOPLE = (
+    "{n} takes a turn and flips it.",
+    "It is {n}'s go, and {n} flips it.",
+    "{n} flips it once.",
+    "{n} plays, and the coin changes sides.",
+    "This time {n} does flip the coin.",
+    "{n} has a go and turns it to the other face.",
+)
+NATURAL_STAYS_PEOPLE = (
+    "{n} passes on the turn.",
+    "{n} sits this round out.",
+    "It is {n}'s go, but {n} passes.",
+    "{n} misses a go.",
+    "{n} takes a turn but leaves the coin as it lies.",
+    "{n} does nothing to it.",
+)
 NATURAL_QUESTIONS = (
     "What's the state? A:",
     "Is the coin heads or tails now? A:",
@@ -135,7 +167,10 @@ class CoinFlipConfig:
     split: str = "train"  # natural only: "train" or "heldout" templates and names ("all" mixes)
     p_flip: float = 0.5  # probability that an event is a flip rather than a stay
     wordings: str = "basic"  # natural train split: "basic" sentences, "wide" (+ NATURAL_*_EXTRA intros and
-    #   events), "wider" (+ NATURAL_*_MORE events as well) or "widest" (+ NATURAL_*_MOST events too)
+    #   events), "wider" (+ NATURAL_*_MORE events as well), "widest" (+ NATURAL_*_MOST events too) or "people"
+    #   (+ NATURAL_*_PEOPLE intros and events)
+    questions: str = "fixed"  # natural direct prompts: "fixed" (the story, then one of NATURAL_QUESTIONS, which end
+    #   in "A:") or "varied" (a form from tasks.questions.QUESTION_FORMS, after or before the story, cue or none)
 
 
 class CoinFlip:
@@ -147,7 +182,7 @@ class CoinFlip:
     bands = ("1-8", "9-16", "17-32", "33-64")  # event-count bands a model card is evaluated on
 
     def __init__(self, rendering: str = "toy", fmt: str = "direct", split: str = "train", p_flip=0.5,
-                 wordings: str = "basic"):
+                 wordings: str = "basic", questions: str = "fixed"):
         if rendering not in ("toy", "natural"):
             raise ValueError(f"rendering {rendering!r} is unknown: use 'toy' or 'natural'")
         if fmt not in ("direct", "cot"):
@@ -157,7 +192,10 @@ class CoinFlip:
         if wordings not in WORDINGS:
             raise ValueError(f"wordings {wordings!r} is unknown: use one of {WORDINGS} (extra train-split "
                              "paraphrases)")
-        self.cfg = CoinFlipConfig(rendering=rendering, fmt=fmt, split=split, p_flip=p_flip, wordings=wordings)
+        if questions not in QUESTIONS:
+            raise ValueError(f"questions {questions!r} is unknown: use one of {QUESTIONS}")
+        self.cfg = CoinFlipConfig(rendering=rendering, fmt=fmt, split=split, p_flip=p_flip, wordings=wordings,
+                                  questions=questions)
 
     # -- sampling ---------------------------------------------------------------------------
     def example(self, seed: int, n_events: int) -> Example:
@@ -199,15 +237,25 @@ class CoinFlip:
     def _natural(self, initial: int, kinds: list[str], rng: random.Random, seed: int) -> Example:
         names_pool = _half(NATURAL_NAMES, self.cfg.split)
         level = WORDINGS.index(self.cfg.wordings) if self.cfg.split == "train" else 0
-        wide, wider, widest = level >= 1, level >= 2, level >= 3
-        intros = _half(NATURAL_INTROS, self.cfg.split) + (NATURAL_INTROS_EXTRA if wide else ())
+        wide, wider, widest, people = level >= 1, level >= 2, level >= 3, level >= 4
+        intros = (_half(NATURAL_INTROS, self.cfg.split) + (NATURAL_INTROS_EXTRA if wide else ())
+                  + (NATURAL_INTROS_PEOPLE if people else ()))
         intro_i = rng.randrange(len(intros))
         q_i = rng.randrange(len(NATURAL_QUESTIONS))
-        text = intros[intro_i].format(s=STATES[initial])
+        s, o = STATES[initial], STATES[1 - initial]
+        composed = people and rng.random() < 0.5  # half the "people" stories are composed (tasks.coinflip_people)
+        past = composed and rng.random() < PAST_SHARE
+        text = opening(rng, s, o, past) if composed else intros[intro_i].format(s=s, S=s.capitalize(), o=o)
         state, events, names = initial, [], []
         for kind in kinds:
             name = rng.choice(names_pool)
             names.append(name)
+            if composed:
+                start = len(text) + 1
+                text += " " + event_sentence(rng, name, kind, past)[0]
+                state ^= int(kind == "flip")
+                events.append(Event((start, len(text)), kind, state))
+                continue
             pool = _half(NATURAL_FLIPS if kind == "flip" else NATURAL_STAYS, self.cfg.split)
             if wide:
                 pool = pool + (NATURAL_FLIPS_EXTRA if kind == "flip" else NATURAL_STAYS_EXTRA)
@@ -215,10 +263,19 @@ class CoinFlip:
                 pool = pool + (NATURAL_FLIPS_MORE if kind == "flip" else NATURAL_STAYS_MORE)
             if widest:
                 pool = pool + (NATURAL_FLIPS_MOST if kind == "flip" else NATURAL_STAYS_MOST)
+            if people:
+                pool = pool + (NATURAL_FLIPS_PEOPLE if kind == "flip" else NATURAL_STAYS_PEOPLE)
             start = len(text) + 1
             text += " " + rng.choice(pool).format(n=name)
             state ^= int(kind == "flip")
             events.append(Event((start, len(text)), kind, state))
+        meta = {"seed": seed, "names": names, "intro": intro_i, "question": q_i, "split": self.cfg.split}
+        if self.cfg.fmt == "direct" and self.cfg.questions == "varied":  # its own stream: "fixed" stories stay as they were
+            qrng = random.Random(f"coinflip-question/{self.cfg.split}/{seed}/{len(kinds)}")
+            prompt, shift = ask(text, qrng, self.cfg.split)
+            ex = Example("coinflip", "natural", "direct", text, f" {STATES[state]}", STATES, initial, tuple(events),
+                         (len(text) + 1, len(text) + 1 + len(STATES[state])), {**meta, "question": prompt.replace(text, "").strip(), "question_first": shift > 0})
+            return shift_example(ex, prompt, shift)
         if self.cfg.fmt == "direct":
             prompt = text + " " + NATURAL_QUESTIONS[q_i]
             completion = f" {STATES[state]}"
@@ -227,9 +284,7 @@ class CoinFlip:
             completion = " " + ", ".join(STATES[e.state_after] for e in events) + f". A: {STATES[state]}"
         end = len(prompt) + len(completion)
         return Example("coinflip", "natural", self.cfg.fmt, prompt, completion, STATES, initial,
-                       tuple(events), (end - len(STATES[state]), end),
-                       {"seed": seed, "names": names, "intro": intro_i, "question": q_i,
-                        "split": self.cfg.split})
+                       tuple(events), (end - len(STATES[state]), end), meta)
 
 
 def _half(items: tuple, split: str) -> tuple:

@@ -1,0 +1,100 @@
+"""Coin stories told the way people tell them, for training (wordings="people"): composed from a
+subject, a verb phrase in the present or the past tense, an optional tail, and sentences that have
+nothing to do with the coin.
+
+A model trained on the template sentences of `tasks.coinflip` misread the kinds of sentence a person
+writes: a flip with a pronoun object and a tail ("... flips it while ..."), anything in the past
+tense, a sentence about something else (read as a change), an opening that names the face that is
+down or says which face is *not* up, and a passed turn. Each kind has a pool here; none of these
+sentences is in the hand-written evaluation set (`tasks.coinflip_free`), which was written apart.
+
+>>> import random
+>>> s, flips = event_sentence(random.Random(1), "Ann", "flip", past=True)
+>>> s.endswith(".") and s.count(".") == 1
+True
+"""
+
+from __future__ import annotations
+
+import random
+
+ROLES = ("my aunt", "the coach", "a girl", "our neighbour", "the cashier", "her cousin", "his boss", "the nurse",
+         "a tourist", "the librarian", "my roommate", "the old man")
+PRONOUNS = ("she", "he", "I", "we", "they")
+# (present, past) verb phrases; "{o}" in none of them: the result is told without naming the face
+FLIPS = (
+    ("flips it", "flipped it"), ("flips it over", "flipped it over"), ("turns it to the other side",
+                                                                       "turned it to the other side"),
+    ("gives it a flip", "gave it a flip"), ("flips the penny", "flipped the penny"),
+    ("flips it back", "flipped it back"), ("flips it once more", "flipped it once more"),
+    ("knocks it onto its other side", "knocked it onto its other side"),
+    ("nudges it so the other face is up", "nudged it so the other face was up"),
+    ("turns it the other way up", "turned it the other way up"), ("flips it again", "flipped it again"),
+    ("flips the coin a single time", "flipped the coin a single time"),
+)
+STAYS = (
+    ("passes", "passed"), ("sits out", "sat out"), ("declines to flip it", "declined to flip it"),
+    ("only looks at it", "only looked at it"), ("leaves it be", "left it be"),
+    ("picks it up and puts it down the same way", "picked it up and put it down the same way"),
+    ("polishes it and puts it back as it was", "polished it and put it back as it was"),
+    ("talks about the coin", "talked about the coin"), ("points at it", "pointed at it"),
+    ("lets the turn go by", "let the turn go by"), ("does not play this round", "did not play that round"),
+    ("almost flips it but stops", "almost flipped it but stopped"),
+)
+# optional tails of an event sentence (tense-neutral)
+TAILS = (" while waiting", " with a grin", " for fun", " during lunch", " without a word", " after a while",
+         ", laughing", " when nobody is looking", " to tease her brother", " before bed", " on the way out",
+         " as a joke")
+# sentences about something else: no change to the coin (present, past)
+FILLERS = (
+    ("{n} drinks some water.", "{n} drank some water."), ("The phone rings.", "The phone rang."),
+    ("A bird lands on the window sill.", "A bird landed on the window sill."),
+    ("{n} laughs at a joke.", "{n} laughed at a joke."), ("The lights flicker.", "The lights flickered."),
+    ("Somebody knocks at the door.", "Somebody knocked at the door."), ("{n} checks the time.", "{n} checked the time."),
+    ("It gets dark outside.", "It got dark outside."), ("The kettle whistles.", "The kettle whistled."),
+    ("{n} ties a shoelace.", "{n} tied a shoelace."), ("A car honks in the street.", "A car honked in the street."),
+    ("{n} reads a message.", "{n} read a message."),
+)
+# openings: (present, past), {s} the face up, {o} the other face, {S} the face up capitalised
+OPENINGS = (
+    ("{S} is up.", "{S} was up."), ("The coin is {o} side down.", "The coin was {o} side down."),
+    ("The coin is not showing {o}.", "The coin was not showing {o}."),
+    ("The coin rests with {o} against the table.", "The coin rested with {o} against the table."),
+    ("{S} shows on the coin.", "{S} showed on the coin."), ("A penny sits {s} up on the shelf.",
+                                                            "A penny sat {s} up on the shelf."),
+    ("The coin has its {o} side facing down.", "The coin had its {o} side facing down."),
+    ("The coin is on {s}, not {o}.", "The coin was on {s}, not {o}."),
+    ("The face you can see on the coin is {s}.", "The face you could see on the coin was {s}."),
+    ("Its {o} side is hidden against the floor.", "Its {o} side was hidden against the floor."),
+)
+# heads is the portrait side: openings that name it so (only where the face up is known)
+PORTRAIT = {"heads": ("The coin lies portrait side up.", "The coin lay portrait side up."),
+            "tails": ("The coin lies portrait side down.", "The coin lay portrait side down.")}
+PAST_SHARE = 0.4  # share of composed stories told in the past tense
+FILLER_SHARE = 0.3  # share of composed stays that are about something else
+TAIL_SHARE = 0.35  # share of composed event sentences with a tail
+
+
+def subject(rng: random.Random, name: str, past: bool) -> str:
+    """Who acts: the drawn name, a role or a pronoun ("I", "we" and "they" only in the past tense, where
+    the verb does not agree with its subject)."""
+    r = rng.random()
+    pronouns = PRONOUNS if past else PRONOUNS[:2]
+    return name if r < 0.5 else rng.choice(ROLES) if r < 0.8 else rng.choice(pronouns)
+
+
+def event_sentence(rng: random.Random, name: str, kind: str, past: bool) -> tuple[str, bool]:
+    """One composed event sentence of ``kind`` ("flip" or "stay") and whether it flips the coin."""
+    if kind == "stay" and rng.random() < FILLER_SHARE:
+        return rng.choice(FILLERS)[past].format(n=name), False
+    who = subject(rng, name, past)
+    phrase = rng.choice(FLIPS if kind == "flip" else STAYS)[past]
+    tail = rng.choice(TAILS) if rng.random() < TAIL_SHARE else ""
+    return f"{who[0].upper()}{who[1:]} {phrase}{tail}.", kind == "flip"
+
+
+def opening(rng: random.Random, face: str, other: str, past: bool) -> str:
+    """A composed opening that says, directly or not, that ``face`` is up."""
+    if rng.random() < 0.1:
+        return PORTRAIT[face][past]
+    return rng.choice(OPENINGS)[past].format(s=face, o=other, S=face.capitalize())
