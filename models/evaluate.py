@@ -245,8 +245,8 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
     return {"answer_accuracy": sum(ok) / len(ok), "answer_top1": top_ok / len(ok),
             "answer_follows_thought": follows / len(ok), "thought_accuracy": t_ok / max(1, t_n),
             "thought_exact": p_exact / len(ok), "thoughts": t_n, "n": len(exs), "task": task, "events": f"{lo}-{hi}",
-            "seed": seed, **story_split(rendering, split), "questions": questions, "chat": chat, "answer_accuracy_by_events": {str(k): round(v[0] / v[1], 4)
-                                                         for k, v in sorted(by_ev.items())}}
+            "seed": seed, **story_split(rendering, split), "questions": questions, "chat": chat,
+            "answer_accuracy_by_events": {str(k): round(v[0] / v[1], 4) for k, v in sorted(by_ev.items())}}
 
 
 def _cached_inference(model) -> bool:

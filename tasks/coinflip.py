@@ -270,11 +270,12 @@ class CoinFlip:
             state ^= int(kind == "flip")
             events.append(Event((start, len(text)), kind, state))
         meta = {"seed": seed, "names": names, "intro": intro_i, "question": q_i, "split": self.cfg.split}
-        if self.cfg.fmt == "direct" and self.cfg.questions == "varied":  # its own stream: "fixed" stories stay as they were
+        if self.cfg.fmt == "direct" and self.cfg.questions == "varied":  # its own stream: "fixed" stories stay
             qrng = random.Random(f"coinflip-question/{self.cfg.split}/{seed}/{len(kinds)}")
             prompt, shift = ask(text, qrng, self.cfg.split)
             ex = Example("coinflip", "natural", "direct", text, f" {STATES[state]}", STATES, initial, tuple(events),
-                         (len(text) + 1, len(text) + 1 + len(STATES[state])), {**meta, "question": prompt.replace(text, "").strip(), "question_first": shift > 0})
+                         (len(text) + 1, len(text) + 1 + len(STATES[state])),
+                         {**meta, "question": prompt.replace(text, "").strip(), "question_first": shift > 0})
             return shift_example(ex, prompt, shift)
         if self.cfg.fmt == "direct":
             prompt = text + " " + NATURAL_QUESTIONS[q_i]
