@@ -26,7 +26,7 @@ import inspect
 from dataclasses import dataclass
 
 import torch
-from beliefscope.analyses import plots
+from beliefscope.analyses import plots_decoding
 from beliefscope.analyses.common import check_writable_parent, save_fig
 from beliefscope.models.profile import model_profile
 
@@ -260,9 +260,9 @@ def chart(res: dict | list[dict], costs: str | dict | None = None):
                                for j in range(len(checked[0]["by_others"]))])
     if not costs and len(runs) == 1 and checked and not inv and runs[0].get("fast_path_unique_max") is not None:
         r = runs[0]["by_others"]
-        return plots.determinism_chart([x["others"] for x in r], [x["fast_path_unique_max"] for x in r],
+        return plots_decoding.determinism_chart([x["others"] for x in r], [x["fast_path_unique_max"] for x in r],
                                        [x["verified_unique_max"] for x in r])
-    return plots.determinism_costs_chart(series, actual_shares((costs or {}).get("models", {})))
+    return plots_decoding.determinism_costs_chart(series, actual_shares((costs or {}).get("models", {})))
 
 
 def _overall(r: dict) -> str:

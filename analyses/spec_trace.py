@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from beliefscope.analyses import plots
+from beliefscope.analyses import plots, plots_decoding
 from beliefscope.analyses.common import (
     best_probe_layer,
     check_probe_matches,
@@ -253,11 +253,11 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
         title = (f"KV cache of one request through draft, verify, rollback ({config.drafter}, γ={config.gamma}):"
                  f" step {st.index}: {len(st.proposals)} drafts after the pending token, {st.accepted} kept,"
                  f" {len(st.proposals) - st.accepted} rolled back")
-        save_fig(plots.cache_timeline(rows, title=title, start=start), out)
+        save_fig(plots_decoding.cache_timeline(rows, title=title, start=start), out)
     else:
-        save_fig(plots.cache_timeline([("after prefill", token_strings(tok, prompt_ids), [0] * len(prompt_ids))]),
-                 out)
-    save_fig(plots.acceptance_chart([len(s.proposals) for s in steps], [s.accepted for s in steps],
+        prefill = [("after prefill", token_strings(tok, prompt_ids), [0] * len(prompt_ids))]
+        save_fig(plots_decoding.cache_timeline(prefill), out)
+    save_fig(plots_decoding.acceptance_chart([len(s.proposals) for s in steps], [s.accepted for s in steps],
                                     title="Drafts per verify step, featured request"), files[1])
     shown = [r for r in rejections if r.p_target is not None][:16]
     if shown:
@@ -325,7 +325,7 @@ def tree_trace(target, tok, drafter, prompt_ids, tree=None, max_new_tokens: int 
     st = steps[i]
     codes = tree_step_codes(gen, i)
     ids = list(prompt_ids) + gen.tokens
-    fig = plots.tree_step(token_strings(tok, st.proposals), st.tree_parents, codes,
+    fig = plots_decoding.tree_step(token_strings(tok, st.proposals), st.tree_parents, codes,
                           token_strings(tok, [ids[st.position]])[0],
                           title=f"Token tree at step {i}: {len(st.path)} of {len(st.proposals)} drafts accepted")
     return fig, {"step": i, "nodes": len(st.proposals), "accepted": len(st.path), "path": st.path,

@@ -24,8 +24,9 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 from beliefscope.hooks import stream
-from beliefscope.models.profile import hf_of
-from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore
+from beliefscope.probes.harvest_data import check_context
+from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore, plan_shards
+from beliefscope.probes.twin import checkpoint_hash, random_init_like, random_twin  # noqa: F401 (re-exported)
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
 
@@ -83,49 +84,6 @@ def hook_names_for(model, hooks, layers) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def checkpoint_hash(model) -> str:
-    """sha256 over the model's parameters and buffers (names, shapes and bytes), 16 hex digits.
-
-    A tensor reachable under several names (tied embeddings, the bridge's aliases of HF modules:
-    SmolLM2's state dict lists its 0.54 GB of weights 3-4 times) is hashed once, under its first name."""
-    hf = hf_of(model)
-    h = hashlib.sha256()
-    seen = set()
-    for name, t in sorted(hf.state_dict().items()):
-        key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
-        if key in seen:
-            continue
-        seen.add(key)
-        h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
-        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy())  # the bytes in place (no copy)
-    return "v2-" + h.hexdigest()[:16]
-
-
-def random_twin(model, seed: int = 0, tries: int = 8):
-    """(random-init twin, the seed it used): the twin of `seed`, or of the next seed where that twin's weights
-    are the model's own (a folder model that *is* a random init of seed 0 would otherwise be its own control)."""
-    want = checkpoint_hash(model)
-    for s in range(seed, seed + tries):
-        twin = random_init_like(model, s)
-        if checkpoint_hash(twin) != want:
-            return twin, s
-    raise RuntimeError(f"the random-init twins of seeds {seed}-{seed + tries - 1} all equal the model: is the model "
-                       "untrained? pass --no-random-init")
-
-
-def random_init_like(model, seed: int = 0):
-    """A freshly initialised model with the same HF config, wrapped as a bridge."""
-    from beliefscope.models.load import bridge_from_hf
-
-    hf = hf_of(model)
-    torch.manual_seed(seed)
-    twin = type(hf)(hf.config).to(next(hf.parameters()).dtype).eval()
-    bridge = bridge_from_hf(twin, getattr(model, "tokenizer", None))
-    bridge.eval()
-    bridge.name_or_path = f"random-init(seed={seed}) of {getattr(model, 'name_or_path', type(hf).__name__)}"
-    return bridge
-
-
 def row_labels(ex, lab, prompt_id: int) -> dict[str, np.ndarray]:
     """Per-token label arrays for one example (the keys are `LABEL_NAMES`)."""
     T = len(lab.input_ids)
@@ -140,44 +98,6 @@ def row_labels(ex, lab, prompt_id: int) -> dict[str, np.ndarray]:
             "position": np.arange(T), "prompt_id": np.full(T, prompt_id), "n_events": np.full(T, ex.n_events),
             "in_prompt": lab.in_prompt.astype(np.int64), "in_answer": lab.in_answer.astype(np.int64),
             "template_split": np.full(T, held)}
-
-
-def check_context(model, lengths: list[int]) -> None:
-    """Refuse texts longer than the positions the model can address, before any forward (a learned-position
-    model would index past its table; a RoPE model would run silently outside the lengths it was built for)."""
-    from beliefscope.models.profile import model_shapes
-
-    n_ctx = model_shapes(model).n_ctx
-    long = [i for i, n in enumerate(lengths) if n > n_ctx]
-    if long:
-        raise ValueError(f"{len(long)} text(s) are longer than the model's context of {n_ctx} tokens (text {long[0]}: "
-                         f"{lengths[long[0]]} tokens): shorten them, or pass --skip-long (drop them) or --truncate "
-                         "(cut them to the context)")
-
-
-def plan_shards(order: list[int], lengths: list[int], batch_size: int, shard_rows: int) -> list[list[list[int]]]:
-    """Shards of batches of prompt ids: each batch holds up to `batch_size` consecutive prompts of
-    `order` with the same length (no padding), and a shard closes after the batch that brings it
-    to at least `shard_rows` tokens (the last one may hold fewer).
-
-    >>> plan_shards([0, 1, 2, 3, 4], [2, 2, 2, 3, 3], batch_size=2, shard_rows=5)
-    [[[0, 1], [2]], [[3, 4]]]
-    """
-    shards, shard, rows, i = [], [], 0, 0
-    while i < len(order):
-        T = lengths[order[i]]
-        batch = [order[i]]
-        while i + len(batch) < len(order) and len(batch) < batch_size and lengths[order[i + len(batch)]] == T:
-            batch.append(order[i + len(batch)])
-        i += len(batch)
-        shard.append(batch)
-        rows += T * len(batch)
-        if rows >= shard_rows:
-            shards.append(shard)
-            shard, rows = [], 0
-    if shard:
-        shards.append(shard)
-    return shards
 
 
 def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | None = None,

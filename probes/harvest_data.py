@@ -117,3 +117,16 @@ def estimate_bytes(n_rows: int, n_hooks: int, width: int, dtype: str, n_labels: 
 def load_for_harvest(args) -> Data:
     """The records `args.data` names, checked, before any model is loaded."""
     return load_data(args.data, data_config(args))
+
+
+def check_context(model, lengths: list[int]) -> None:
+    """Refuse texts longer than the positions the model can address, before any forward (a learned-position
+    model would index past its table; a RoPE model would run silently outside the lengths it was built for)."""
+    from beliefscope.models.profile import model_shapes
+
+    n_ctx = model_shapes(model).n_ctx
+    long = [i for i, n in enumerate(lengths) if n > n_ctx]
+    if long:
+        raise ValueError(f"{len(long)} text(s) are longer than the model's context of {n_ctx} tokens (text {long[0]}: "
+                         f"{lengths[long[0]]} tokens): shorten them, or pass --skip-long (drop them) or --truncate "
+                         "(cut them to the context)")

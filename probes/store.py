@@ -343,3 +343,28 @@ def from_hf_dataset(ds, path: str) -> ActivationStore:
     if store.hash != meta["config_hash"]:
         raise ValueError(f"the rebuilt store's config hash {store.hash} is not the dataset's {meta['config_hash']}")
     return ActivationStore.open(path)
+
+
+def plan_shards(order: list[int], lengths: list[int], batch_size: int, shard_rows: int) -> list[list[list[int]]]:
+    """Shards of batches of prompt ids: each batch holds up to `batch_size` consecutive prompts of
+    `order` with the same length (no padding), and a shard closes after the batch that brings it
+    to at least `shard_rows` tokens (the last one may hold fewer).
+
+    >>> plan_shards([0, 1, 2, 3, 4], [2, 2, 2, 3, 3], batch_size=2, shard_rows=5)
+    [[[0, 1], [2]], [[3, 4]]]
+    """
+    shards, shard, rows, i = [], [], 0, 0
+    while i < len(order):
+        T = lengths[order[i]]
+        batch = [order[i]]
+        while i + len(batch) < len(order) and len(batch) < batch_size and lengths[order[i + len(batch)]] == T:
+            batch.append(order[i + len(batch)])
+        i += len(batch)
+        shard.append(batch)
+        rows += T * len(batch)
+        if rows >= shard_rows:
+            shards.append(shard)
+            shard, rows = [], 0
+    if shard:
+        shards.append(shard)
+    return shards

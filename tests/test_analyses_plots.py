@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from beliefscope.analyses import plots
+from beliefscope.analyses import plots, plots_decoding
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -68,7 +68,7 @@ def test_cache_timeline_cells_colours_tokens_and_positions():
     stages = [("after prefill", ["A", "coin"], [0, 0]),
               ("decode", ["A", "coin", "tails", "heads"], [0, 0, 1, 1]),
               ("verify + rollback", ["A", "coin", "tails", "heads"], [0, 0, 2, 3])]
-    fig = plots.cache_timeline(stages, start=10)
+    fig = plots_decoding.cache_timeline(stages, start=10)
     (ax,) = fig.axes
     cells = [p for p in ax.patches if isinstance(p, Rectangle)]
     assert len(cells) == 10
@@ -82,7 +82,7 @@ def test_cache_timeline_cells_colours_tokens_and_positions():
 
 
 def test_acceptance_chart_stacks_and_reports_rate():
-    fig = plots.acceptance_chart([4, 4, 2], [4, 1, 0])
+    fig = plots_decoding.acceptance_chart([4, 4, 2], [4, 1, 0])
     (ax,) = fig.axes
     heights = [r.get_height() for r in ax.patches]
     assert heights == [4, 1, 0, 0, 3, 2]  # accepted bars, then rejected on top
@@ -99,7 +99,7 @@ def test_draft_vs_target_beliefs():
 
 
 def test_determinism_chart():
-    fig = plots.determinism_chart([0, 1, 3], [1, 2, 3], [1, 1, 1])
+    fig = plots_decoding.determinism_chart([0, 1, 3], [1, 2, 3], [1, 1, 1])
     (ax,) = fig.axes
     assert ax.get_xlabel() == "co-batched requests" and ax.get_ylabel() == "unique outputs per prompt"
     ys = {l.get_label(): list(l.get_ydata()) for l in ax.get_lines()}
@@ -109,7 +109,7 @@ def test_determinism_chart():
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_determinism_costs_chart_draws_every_series(n):
     series = {f"path {i}": ([0, 7, 15], [1, 1 + i % 2, 1]) for i in range(n)}
-    fig = plots.determinism_costs_chart(series, {})
+    fig = plots_decoding.determinism_costs_chart(series, {})
     (ax,) = fig.axes
     assert {l.get_label(): list(l.get_ydata()) for l in ax.get_lines()} == {k: v for k, (_, v) in series.items()}
 
