@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 from beliefscope.hooks import stream
-from beliefscope.probes.harvest_data import check_context
+from beliefscope.probes.harvest_data import check_context, store_dtype
 from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore, plan_shards
 from beliefscope.probes.twin import checkpoint_hash, random_init_like, random_twin  # noqa: F401 (re-exported)
 
@@ -45,7 +45,8 @@ class HarvestConfig:
     events: str = "1-8"  # inclusive range of events per prompt
     hooks: str = "resid_post"  # comma-separated hook kinds or full names (embedding is always added)
     layers: str = "all"  # "all" or comma-separated layer indices
-    dtype: str = "float32"  # stored dtype: float32 / float16 / bfloat16
+    dtype: str = "auto"  # stored dtype: float32 / float16 / bfloat16, or "auto": float16 for pretrained (natural
+    #   English) models, whose probe accuracies it leaves unchanged (README), float32 for the toy models
     random_init_seed: int = 0  # seed of the random-init twin model (harvested into OUT/random_init)
 
 
@@ -220,8 +221,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--events", default=d.events, help="events per prompt, LO-HI (use 1-16 for held-out lengths)")
     p.add_argument("--hooks", default=d.hooks, help="comma-separated hook kinds (resid_post, ...)")
     p.add_argument("--layers", default=d.layers, help="'all' or comma-separated layer indices")
-    p.add_argument("--store-dtype", dest="dtype", default=d.dtype, choices=sorted(DTYPES),
-                   help="dtype the activations are stored in (the model's own dtype is --dtype)")
+    p.add_argument("--store-dtype", dest="dtype", default=d.dtype, choices=["auto", *sorted(DTYPES)],
+                   help="dtype the activations are stored in (auto: float16 for pretrained models, float32 for the "
+                        "toy ones; the model's own dtype is --dtype)")
     p.add_argument("--random-init-seed", type=int, default=d.random_init_seed)
     p.add_argument("--no-random-init", action="store_true", help="skip the random-init twin store")
     p.add_argument("--out", required=True, help="store folder (resumed if it exists with the same config)")
@@ -256,6 +258,7 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
     from beliefscope.models.profile import model_profile
 
     rendering = args.rendering or model_profile(args.model).rendering  # recorded in the store's config
+    args.dtype = store_dtype(args.dtype, model_profile(args.model).rendering)
     cfg = HarvestConfig(model=args.model, task=args.task, rendering=rendering, fmt=args.fmt, split=args.split,
                         n=args.n, seed=args.seed, events=f"{lo}-{hi}", hooks=args.hooks, layers=args.layers,
                         dtype=args.dtype, random_init_seed=args.random_init_seed)
@@ -308,8 +311,11 @@ def run_data(args, progress_factory=None, rank: int = 0, world_size: int = 1, ba
     from beliefscope.models.profile import model_shapes
     from beliefscope.probes.harvest_data import data_examples, fit_to_context, load_for_harvest, store_label_names
 
+    from beliefscope.models.profile import model_profile
+
     check_writable_parent(os.path.join(args.out, "manifest.json"))
     data = load_for_harvest(args)
+    args.dtype = store_dtype(args.dtype, model_profile(args.model).rendering)
     if args.n is not None:
         if args.n < 1:
             raise ValueError(f"--n {args.n}: harvest at least 1 record")

@@ -130,3 +130,17 @@ def check_context(model, lengths: list[int]) -> None:
         raise ValueError(f"{len(long)} text(s) are longer than the model's context of {n_ctx} tokens (text {long[0]}: "
                          f"{lengths[long[0]]} tokens): shorten them, or pass --skip-long (drop them) or --truncate "
                          "(cut them to the context)")
+
+
+def store_dtype(dtype: str, rendering: str) -> str:
+    """The stored dtype ``--store-dtype`` names: ``auto`` is float16 for a pretrained (natural-English) model
+    and float32 for the toy models, whose tests compare stored activations with a forward's.
+
+    >>> store_dtype("auto", "natural"), store_dtype("auto", "toy"), store_dtype("bfloat16", "toy")
+    ('float16', 'float32', 'bfloat16')
+    """
+    if dtype == "auto":
+        return "float32" if rendering == "toy" else "float16"
+    if dtype not in DTYPES:
+        raise ValueError(f"--store-dtype {dtype!r} is unknown: use auto or one of {sorted(DTYPES)}")
+    return dtype
