@@ -30,7 +30,10 @@ def summary_sentence(data: dict) -> str:
         where = "the embedding" if layer < 0 else f"layer {layer}"
         parts.append(f"{m['name']}'s probe at {where} follows the truth on {100 * m['probe_accuracy_at_best']:.0f}% "
                      "of the tokens after the first event")
-    s = f"Over {len(data['stories'])} {data['task']} stories ({data['events']} events), " + "; ".join(parts) + "."
+    counts = [st["n_events"] for st in data["stories"] if "n_events" in st]  # the stories shown, not a requested band
+    lo, hi = (min(counts), max(counts)) if counts else (None, None)
+    events = data["events"] if lo is None else (f"{lo}" if lo == hi else f"{lo}-{hi}")
+    s = f"Over {len(data['stories'])} {data['task']} stories ({events} events), " + "; ".join(parts) + "."
     if data.get("decode"):
         acc = [r["acceptance"] for r in data["decode"]["stories"] if r["acceptance"] is not None]
         if acc:

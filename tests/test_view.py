@@ -126,3 +126,14 @@ def test_cli_writes_the_page_from_another_folder(tmp_path, monkeypatch, capsys):
     res = json.loads(capsys.readouterr().out)
     assert os.path.getsize(tmp_path / "view.html") == res["bytes"]
     assert EXTERNAL.findall((tmp_path / "view.html").read_text()) == []
+
+
+def test_summary_names_the_event_counts_of_the_stories_shown():
+    """The heading counts the events of the stories on the page: a --data run's stories are not the
+    requested --events band (it once read "9-16 events" over stories of 3-6)."""
+    from beliefscope.analyses.view_page import summary_sentence
+
+    data = {"task": "data:location", "events": "9-16", "stories": [{"n_events": 3}, {"n_events": 6}],
+            "models": [{"name": "m", "layers": [27], "best": 0, "probe_accuracy_at_best": 0.65}]}
+    assert summary_sentence(data).startswith("Over 2 data:location stories (3-6 events), m's probe at layer 27 "
+                                             "follows the truth on 65%")
