@@ -156,9 +156,11 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
     if cfg.n < 1:
         raise ValueError(f"--n must be at least 1 prompt, got {cfg.n}")
     rendering = cfg.rendering or model_profile(cfg.model).rendering
-    if (cfg.split is not None or cfg.questions != "fixed" or cfg.chat) and rendering != "natural":
-        raise ValueError(f"--split, --questions and --chat need natural English stories; {cfg.model} uses the "
-                         f"{rendering!r} rendering: add --rendering natural, or drop them")
+    used = [f for f, on in ((f"--split {cfg.split}", cfg.split is not None),
+                            (f"--questions {cfg.questions}", cfg.questions != "fixed"), ("--chat", cfg.chat)) if on]
+    if used and rendering != "natural":
+        raise ValueError(f"{' and '.join(used)} {'needs' if len(used) == 1 else 'need'} natural English stories; "
+                         f"{cfg.model} uses the {rendering!r} rendering: add --rendering natural, or drop it")
     n = cfg.n
     if cfg.split == "free":
         from beliefscope.tasks.coinflip_free import free_examples
