@@ -9,7 +9,9 @@ TORCH   := torch==2.13.0
 OUT     ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench install clean-venv constraints browser
+DEVICE  ?= auto
+
+.PHONY: demo test bench install clean-venv constraints browser gpu-check
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -57,6 +59,11 @@ test: $(STAMP) browser
 
 bench: $(STAMP)
 	$(VENV)/bin/beliefscope bench all --json
+
+# Every command once on a GPU (DEVICE=cuda, the default where one is present), offline, in a few minutes;
+# writes benchmarks/results/gpu_check.json. `make gpu-check DEVICE=cpu` is its dry run on a CPU-only machine.
+gpu-check: $(STAMP)
+	$(PY) -m beliefscope.benchmarks.gpu_check --device $(DEVICE)
 
 clean-venv:
 	rm -rf $(VENV)

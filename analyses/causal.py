@@ -81,7 +81,7 @@ def causal_check(model, tok, n: int, seed: int, task=None) -> dict:
             if kind == "swap":
                 vec = gold
             else:
-                r = torch.randn(gold.shape, generator=g)
+                r = torch.randn(gold.shape, generator=g).to(gold.device)  # drawn on the host: the same on any device
                 vec = base.states[j - 1] + r / r.norm() * (gold - base.states[j - 1]).norm()
             run = run_thinking(model, ids, max_new_tokens=1, intervene=lambda k, s, v=vec, jj=j: v if k == jj else s)
             flips[kind].append(run.tokens[0] != base.tokens[0])

@@ -116,8 +116,8 @@ def _trace_lines(res: dict) -> list[str]:
 
 def _determinism_total(cfg: DeterminismConfig) -> int:
     shapes = len(int_list(cfg.window, "--window")) * len(int_list(cfg.verify_slots, "--verify-slots"))
-    unverified = {"all": 2, "both": 1, "fast": 1, "invariant": 1}.get(cfg.paths, 0)
-    return len(str(cfg.others).split(",")) * (unverified + shapes * (cfg.paths in ("all", "both", "verified")))
+    unverified = {"auto": 2, "all": 2, "both": 1, "fast": 1, "invariant": 1}.get(cfg.paths, 0)  # auto: at most 2
+    return len(str(cfg.others).split(",")) * (unverified + shapes * (cfg.paths in ("auto", "all", "both", "verified")))
 
 
 def _determinism_lines(res: dict) -> list[str]:
@@ -201,7 +201,7 @@ COMMANDS = (
             lines=_determinism_lines, total=_determinism_total,
             unit="determinism", required=("model",),
             choices={"fast_dtype": ["float32", "bfloat16"],
-                     "paths": ["all", "both", "fast", "invariant", "verified"]},
+                     "paths": ["auto", "all", "both", "fast", "invariant", "verified"]},
             epilog="beliefscope determinism --model smollm2 --prompts 2 --others 0,3 --max-new-tokens 16 --json"),
     Command(name="demo", help="every analysis on the shipped checkpoints -> report.html", config=DemoConfig,
             run=_demo, lines=_demo_lines, skip=("progress",), bars="progress",

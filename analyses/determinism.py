@@ -56,8 +56,30 @@ class DeterminismConfig:
     verify_slots: str = "4"  # B of every verify forward, comma-separated for a grid
     #   (at most B measured requests at once)
     partial: str | None = None  # JSON file rewritten after every k with the rows so far (long runs)
-    paths: str = "all"  # paths the measured prompts run on: all (PATHS), both (fast + verified), fast, invariant
-    #   (the batch-invariant fast path: packed linears, tiled attention, float32) or verified
+    paths: str = "auto"  # paths the measured prompts run on: all (PATHS), both (fast + verified), fast, invariant
+    #   (the batch-invariant fast path: packed linears, tiled attention, float32; CPU only) or verified;
+    #   auto: all where the batch-invariant path can run, else both
+
+
+def resolve_paths(paths: str, model) -> str:
+    """``--paths`` for this model, checked before any forward. ``auto``: ``all`` where the batch-invariant
+    fast path can run (float32 weights on the CPU, oneDNN packing), else ``both``; ``all`` or ``invariant``
+    where it cannot are refused with the fix."""
+    from beliefscope.models.packed import can_pack
+    from beliefscope.models.profile import hf_of
+
+    choices = sorted({c for *_, cs in PATHS for c in cs} | {"auto"})
+    if paths not in choices:
+        raise ValueError(f"paths={paths!r}: use one of {', '.join(choices)}")
+    packable = can_pack(hf_of(model))
+    if paths == "auto":
+        return "all" if packable else "both"
+    if paths in ("all", "invariant") and not packable:
+        p = next(hf_of(model).parameters())
+        raise ValueError(f"--paths {paths} runs the batch-invariant fast path, which needs float32 weights on the CPU "
+                         f"(oneDNN packed linears); this model is {p.dtype} on {p.device}: use --paths both (or auto), "
+                         "or --device cpu --dtype float32")
+    return paths
 
 
 def int_list(text, name: str, minimum: int = 1) -> list[int]:
@@ -120,10 +142,8 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
     dtype = getattr(torch, cfg.fast_dtype)
     every, stats = {name: {} for name, *_ in PATHS}, {name: {} for name, *_ in PATHS}
     rows = [{"others": k, "configurations": 1 if k == 0 else orders} for k in ks]
-    choices = sorted({c for *_, cs in PATHS for c in cs})
-    if cfg.paths not in choices:
-        raise ValueError(f"paths={cfg.paths!r}: use one of {', '.join(choices)}")
-    paths = [(name, flag, kernels) for name, flag, kernels, cs in PATHS if cfg.paths in cs]
+    which = resolve_paths(cfg.paths, model)
+    paths = [(name, flag, kernels) for name, flag, kernels, cs in PATHS if which in cs]
     ran = {name: any(n == name for n, *_ in paths) for name, *_ in PATHS}
     run_fast, run_verified = ran["fast_path"], ran["verified"]
     windows, slots = int_list(cfg.window, "window"), int_list(cfg.verify_slots, "verify_slots")
@@ -171,7 +191,7 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
     div = sorted(f for f in firsts["fast_path"] if f is not None)
     # verified: distinct outputs of a prompt over every configuration (k, order, W, B) together
     vmax = max(map(len, every["verified"].values())) if run_verified else None
-    return {"by_others": rows, "verified_unique_max": vmax, "paths": cfg.paths,
+    return {"by_others": rows, "verified_unique_max": vmax, "paths": which,
             "verified_by_shape": by_shape, "slot_capacity": cap,
             "measured_prompts": [list(p) for p in prompts],  # token ids, in the order of `outputs`
             "outputs": {name: [sorted(map(list, every[name][i])) for i in range(len(prompts))]

@@ -55,7 +55,7 @@ def answer_token_ids(tok, state_names) -> list[int]:
 
 
 def _state_probs(logits: torch.Tensor, ans: list[int]) -> np.ndarray:
-    return torch.softmax(logits[..., ans].double(), -1).numpy()
+    return torch.softmax(logits[..., ans].double(), -1).cpu().numpy()
 
 
 @torch.no_grad()
@@ -87,8 +87,8 @@ def _forced_thinking(model, tok, ex) -> ForcedAnswers:
         last = last if model.carries(z) else thought_state(ex, z, words)
         named.append(last)
     thought = np.asarray([named[k] for k in rows])
-    return ForcedAnswers(positions, r.p_answer[rows].numpy(), lab.state[positions], lab.input_ids,
-                         q_ids.numpy(), thought_state=thought)
+    return ForcedAnswers(positions, r.p_answer[rows].cpu().numpy(), lab.state[positions], lab.input_ids,
+                         q_ids.cpu().numpy(), thought_state=thought)
 
 
 def _forced_plain(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64) -> ForcedAnswers:

@@ -117,7 +117,7 @@ def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
     if "quiet" not in dests:
         p.add_argument("--quiet", action="store_true",
                        help="no progress bars or loading messages on stderr (errors still print)")
-    if dests & {"model", "models"} and "device" not in dests:
+    if (dests & {"model", "models"} or name == "bench") and "device" not in dests:
         p.add_argument("--device", default="auto",
                        help="where the model runs: cpu, cuda, cuda:N or mps; auto is cuda when available, else cpu")
         p.add_argument("--dtype", dest="model_dtype", default="float32", choices=["float32", "bfloat16", "float16"],

@@ -117,7 +117,7 @@ def run_generate(args) -> int:
         return _generate_thinking(args)
     from beliefscope.decoding.config import SpecConfig
     from beliefscope.decoding.drafters import make_drafter
-    from beliefscope.decoding.speculative import speculative_generate
+    from beliefscope.decoding.speculative import equals, speculative_generate
     from beliefscope.models.load import load_model
 
     gamma = _gamma(args.gamma)  # arguments first, then the model
@@ -139,7 +139,8 @@ def run_generate(args) -> int:
     if args.trace_file and out.trace is not None:
         out.trace.save(args.trace_file)
     result = {"model": args.model, "drafter": args.drafter, "gamma": cfg.gamma,
-              "verify_widths": "fixed" if widths is None else list(widths), "text": tok.decode(out.tokens),
+              "verify_widths": "fixed" if widths is None else list(widths), "equals": equals(model, drafter, cfg),
+              "text": tok.decode(out.tokens),
               **out.summary()}
     if args.json:
         print(json.dumps(result))

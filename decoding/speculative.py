@@ -22,6 +22,7 @@ from beliefscope.decoding.core import (
     Generation,
     forward,
     generate,
+    hf_model,
     pad_window,
     probs,
     sample,
@@ -127,3 +128,27 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
         return generate(model, prompt_ids, cfg, tokenizer=tokenizer)
     kind = TreeStep(cfg) if cfg.tree is not None else ChainStep(cfg)
     return speculative_loop(model, drafter, prompt_ids, cfg, kind, tokenizer=tokenizer)
+
+
+def equals(model, drafter: Drafter | None, cfg: SpecConfig) -> str:
+    """Which decoding a run's tokens equal, in words (``generate --json``'s ``"equals"``).
+
+    A greedy speculative run equals the fixed-shape reference at its verify width: every verify forward
+    has that shape. It equals plain one-token greedy where the kernels do not depend on the width, which
+    holds (and is tested) in float32 on the CPU; in bfloat16 on a GPU the two may differ.
+
+    >>> from beliefscope.cache.testing import tiny_llama
+    >>> equals(tiny_llama(), None, SpecConfig())
+    'plain greedy (one token per forward)'
+    """
+    if cfg.temperature > 0:
+        return "a sample of the model's own distribution (the same for a seed, whatever the drafter)"
+    if drafter is None:
+        return "plain greedy (one token per forward)"
+    p = next(hf_model(model).parameters())
+    width_free = p.device.type == "cpu" and p.dtype == torch.float32
+    ref = f"fixed-shape reference (W={cfg.window_size})" if cfg.fixed_window else "plain greedy up to rounding " \
+        "(verify widths vary)"
+    return ref + ("; and plain greedy (float32 on the CPU: kernels do not depend on the width)" if width_free else
+                  f"; plain greedy may differ ({str(p.dtype).replace('torch.', '')} on {p.device.type}: kernels "
+                  "depend on the verify width)")

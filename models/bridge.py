@@ -11,6 +11,10 @@ its own tokens alone. Two guards, installed once per model by :func:`guard_cache
 - **Generate check:** the model's ``generate`` first lets a cache that declares ``check_generate``
   refuse, by name and before any forward, a decoding mode, a number of rows or a state it cannot
   serve (the mode from transformers' public ``GenerationConfig.get_generation_mode``).
+- **Input placement:** a forward pre-hook on the bridge and on the HF model moves every tensor argument
+  (token ids, masks, positions) to the device of the input embedding, as TransformerLens's
+  ``HookedTransformer`` does with its tokens. Host-built ids then run on any device, and on a model
+  split over devices (``device_map``) the first layer gets them where it lives.
 - **Growth check:** around the HF model's forward, a cache that declares ``checks_growth``
   (``cache.KVCache`` does) must have grown by the tokens fed, or :class:`CacheBypassedError`
   names the transformers version and the keyword. Two Python hooks per forward (about 10 µs).
@@ -67,6 +71,7 @@ def guard_cache_handoff(model) -> None:
     if getattr(hf, _GUARDED, False):
         return
     install_handoff(model)
+    install_input_placement(model)
     install_growth_check(hf)
     if hasattr(hf, "generate"):
         hf.generate = types.MethodType(_checked_generate, hf)  # a bound method: deep copies rebind it
@@ -85,6 +90,9 @@ def _checked_generate(self, *args, **kwargs):
         cache.check_generate(config.get_generation_mode(kwargs.get("assistant_model")),
                              batch=None if x is None else x.shape[0], num_beams=config.num_beams or 1,
                              num_return_sequences=config.num_return_sequences or 1)
+    placed = _inputs_to_embedding_device(self, args, kwargs)  # HF's generate does not move its inputs
+    if placed is not None:
+        args, kwargs = placed
     return type(self).generate(self, *args, **kwargs)
 
 
@@ -97,6 +105,32 @@ def install_handoff(model) -> None:
     hf = hf_of(model)
     if cache_kwarg(hf) == "cache":
         hf.register_forward_pre_hook(_to_new_cache_kwarg, with_kwargs=True)
+
+
+def install_input_placement(model) -> None:
+    """Tensor arguments of ``model``'s forward (and of its HF model's) move to the input embedding's device."""
+    hf = hf_of(model)
+    for m in {id(model): model, id(hf): hf}.values():
+        m.register_forward_pre_hook(_inputs_to_embedding_device, with_kwargs=True)
+
+
+def input_device(model) -> torch.device:
+    """Where ``model``'s token ids must be: the device of its input embedding (its first layer under a device map)."""
+    hf = hf_of(model)
+    try:
+        w = hf.get_input_embeddings().weight
+    except (AttributeError, NotImplementedError):  # a base model without the accessor: its first parameter
+        w = next(hf.parameters())
+    return w.device
+
+
+def _inputs_to_embedding_device(module, args, kwargs):
+    dev = input_device(module)
+    if dev.type == "meta":  # offloaded embedding: accelerate's own hooks place the inputs
+        return None
+    # .to() of a tensor already there returns it (no copy); called always, so a placement check sees it
+    return (tuple(a.to(dev) if isinstance(a, torch.Tensor) else a for a in args),
+            {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
 
 
 def cache_kwarg(hf_model) -> str:

@@ -88,7 +88,7 @@ class PackedLinear(torch.nn.Module):
         with torch.no_grad():
             w = self.weight_out_in().detach().contiguous()  # [out, in]
             self._packed = torch.ops.mkldnn._reorder_linear_weight(w, self.batch_hint)
-            probe = torch.randn(2, w.shape[1], generator=torch.Generator().manual_seed(0))  # [2, in]
+            probe = torch.randn(2, w.shape[1], generator=torch.Generator().manual_seed(0)).to(w.device)  # [2, in]
             lone, pair = self._packed_linear(probe[:1]), self._packed_linear(probe)  # [1, out], [2, out]
             self._lone_row_differs = not torch.equal(lone[0], pair[0])
         self._packed_version = self.weight._version

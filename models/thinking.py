@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from beliefscope.hooks.capture import hooked
-from beliefscope.models.bridge import cache_kwarg
+from beliefscope.models.bridge import cache_kwarg, input_device
 from beliefscope.models.thinking_config import ThinkingConfig, chunk_spans
 
 __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]
@@ -111,7 +111,7 @@ class ThinkingStates(nn.Module):
     def forward(self, input_ids, return_type: str | None = "logits", **kwargs):
         """Run the model as it really runs: its own thoughts, then one bridge forward with the
         states injected at ``blocks.{l_in}.hook_resid_pre`` (the only pass hooks see)."""
-        ids = torch.as_tensor(input_ids)
+        ids = torch.as_tensor(input_ids).to(input_device(self.backbone))
         ids = ids[None] if ids.dim() == 1 else ids  # [batch, pos]
         add, _ = self.self_states(ids)
         with self.injecting(add):

@@ -67,14 +67,16 @@ class LinearProbe:
         if X.ndim != 2 or X.shape[1] != self.d_model:
             raise ValueError(f"probe for {hook} expects activations [n, {self.d_model}], got {list(X.shape)}: "
                              "was it trained on another model or hook?")
-        z = ((X.float() - self.mean[i]) / self.std[i]) @ self.W[i] + self.b[i]  # [n, K]
+        dev = X.device  # the probe's few numbers go to the activations, not the activations to the host
+        z = ((X.float() - self.mean[i].to(dev)) / self.std[i].to(dev)) @ self.W[i].to(dev) + self.b[i].to(dev)  # [n, K]
         return torch.cat([torch.zeros_like(z), z], dim=1) if self.n_classes == 2 else z
 
     def predict(self, X: torch.Tensor, hook: str) -> torch.Tensor:
         return self.logits(X, hook).argmax(dim=1)
 
     def accuracy(self, X: torch.Tensor, y, hook: str) -> float:
-        return float((self.predict(X, hook) == torch.as_tensor(y)).float().mean())
+        pred = self.predict(X, hook)
+        return float((pred == torch.as_tensor(y).to(pred.device)).float().mean())
 
     def direction(self, hook: str, toward: int, away: int) -> torch.Tensor:
         """Unit vector in activation space that raises class `toward` over `away` (``[d]``)."""

@@ -74,7 +74,7 @@ def _batches(lengths: list[int], size: int):
 def _run(model, ids, hook, delta=None, capture_hook=False):
     """Answer-restricted logits at the last position; optionally add ``delta [b, pos, d]`` at `hook`."""
     def add(act, *, hook):
-        return act + delta.to(act.dtype)
+        return act + delta.to(act.device, act.dtype)
 
     fwd = [(hook, add)] if delta is not None else []
     with torch.no_grad(), hooked(model, fwd):

@@ -46,12 +46,15 @@ def random_twin(model, seed: int = 0, tries: int = 8):
 
 
 def random_init_like(model, seed: int = 0):
-    """A freshly initialised model with the same HF config, wrapped as a bridge."""
+    """A freshly initialised model with the same HF config, wrapped as a bridge, on the model's device and dtype.
+
+    The weights are drawn on the host (the same twin for a seed on any device), then moved."""
     from beliefscope.models.load import bridge_from_hf
 
     hf = hf_of(model)
+    like = next(hf.parameters())
     torch.manual_seed(seed)
-    twin = type(hf)(hf.config).to(next(hf.parameters()).dtype).eval()
+    twin = type(hf)(hf.config).to(device=like.device, dtype=like.dtype).eval()
     bridge = bridge_from_hf(twin, getattr(model, "tokenizer", None))
     bridge.eval()
     bridge.name_or_path = f"random-init(seed={seed}) of {getattr(model, 'name_or_path', type(hf).__name__)}"
