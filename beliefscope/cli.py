@@ -122,6 +122,14 @@ def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
                        help="where the model runs: cpu, cuda, cuda:N or mps; auto is cuda when available, else cpu")
         p.add_argument("--dtype", dest="model_dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                        help="the model's weights and activations dtype")
+        p.add_argument("--device-map", default=None,
+                       help="place the model over several devices, the CPU and disk with accelerate (a model bigger "
+                            "than one GPU): auto, balanced, sequential, or a JSON object / file of module -> device "
+                            "(0, cuda:1, cpu, disk); --device is then ignored")
+        p.add_argument("--max-memory", default=None,
+                       help="with --device-map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB")
+        p.add_argument("--offload-folder", default=None,
+                       help="with --device-map: folder for the weights of modules placed on 'disk'")
 
 
 @contextlib.contextmanager
@@ -163,7 +171,10 @@ def main(argv=None) -> int:
 
         device = getattr(args, "device", None)
         with _silenced(quiet), model_defaults(device=None if device == "auto" else device,
-                                              dtype=getattr(args, "model_dtype", None)):
+                                              dtype=getattr(args, "model_dtype", None),
+                                              device_map=getattr(args, "device_map", None),
+                                              max_memory=getattr(args, "max_memory", None),
+                                              offload_folder=getattr(args, "offload_folder", None)):
             return int(args.func(args) or 0)
     except (ValueError, KeyError, FileNotFoundError, PermissionError, RuntimeError) as e:
         # Library errors carry the bad value and the fix; show them without a traceback.

@@ -51,8 +51,14 @@ def _cli(*argv: str) -> dict:
     from beliefscope.cli import main
 
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(list(argv))
+    debug = os.environ.get("BELIEFSCOPE_DEBUG")
+    os.environ["BELIEFSCOPE_DEBUG"] = "1"  # a failing command raises with its traceback: the report says where
+    try:
+        with contextlib.redirect_stdout(buf):
+            rc = main(list(argv))
+    finally:
+        if debug is None:
+            os.environ.pop("BELIEFSCOPE_DEBUG")
     out = buf.getvalue().strip()
     if rc != 0:
         raise RuntimeError(f"beliefscope {' '.join(argv)} exited {rc}")
@@ -167,6 +173,14 @@ def _random_smollm2(work: str, cfg: GpuCheckConfig) -> str:
     return out
 
 
+def _project_frames(tb: str) -> list[str]:
+    """The traceback's frames in this project's code (innermost last), then the error line."""
+    lines = tb.strip().splitlines()
+    keep = [ln.strip() for ln in lines if ln.strip().startswith("File") and "site-packages" not in ln
+            and "gpu_check.py" not in ln]
+    return keep[-6:] + lines[-1:]
+
+
 def _environment(dev: str) -> dict:
     import transformer_lens
     import transformers
@@ -208,7 +222,7 @@ def run(cfg: GpuCheckConfig, say=print) -> dict:
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 entry = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:500]}",
-                         "where": traceback.format_exc().strip().splitlines()[-3:]}
+                         "where": _project_frames(traceback.format_exc())}
             entry["seconds"] = round(time.perf_counter() - t, 2)
             report["checks"][name] = entry
             say(f"{name:22s} {'ok' if entry['ok'] else 'FAILED'} {entry['seconds']:7.1f} s"

@@ -35,6 +35,9 @@ class CacheConfig:
     dtype: torch.dtype | None = None
     # Expected device of keys/values; None = taken from the first update. A mismatch raises.
     device: torch.device | str | None = None
+    # Per layer, the device its keys/values live on (a model split over devices: each layer's buffers sit
+    # where the layer computes); None = every layer on `device`.
+    layer_devices: tuple | None = None
     # Copy rolled-back entries (keys, values, provenance) into `cache.rejected` before moving the pointer.
     keep_rejected: bool = False
     # Raise if a forward needs a mask (ragged rows / holes) but the caller did not ask for one

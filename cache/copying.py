@@ -33,8 +33,8 @@ def compacted_storage(cache, capacity: int):
             continue
         idx = cache.layout.slots(r)  # [n] physical slots of the row's logical positions
         new.prov[r, :n], new.stamp[r, :n] = old.prov[r, idx], old.stamp[r, idx]
-        dev_idx = idx.to(old.k[0].device)
         for layer in range(cache.config.n_layers):
+            dev_idx = idx.to(old.k[layer].device)
             new.k[layer][r, :, :n] = old.k[layer][r, :, dev_idx]
             new.v[layer][r, :, :n] = old.v[layer][r, :, dev_idx]
     return new

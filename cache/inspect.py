@@ -242,12 +242,11 @@ class InspectMixin:
     def _copy_span(self, row: int, start: int, end: int) -> RejectedSpan:
         idx = self._phys(row, range(start, end))
         st = self.storage
-        dev = st.k[0].device
         return RejectedSpan(
             row=row, start=start, end=end, step=self._step, provenance=st.prov[row, idx].clone(),
-            # keys and values: per layer [kv_heads, n, d_head]
-            keys=[st.k[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],
-            values=[st.v[l][row].index_select(1, idx.to(dev)) for l in range(self.config.n_layers)],
+            # keys and values: per layer [kv_heads, n, d_head], each on its layer's device
+            keys=[st.k[l][row].index_select(1, idx.to(st.k[l].device)) for l in range(self.config.n_layers)],
+            values=[st.v[l][row].index_select(1, idx.to(st.v[l].device)) for l in range(self.config.n_layers)],
         )
 
     # ------------------------------------------------------------------ summary

@@ -94,8 +94,10 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
             raise TypeError(f"KVCache.for_model got unknown CacheConfig field(s) {', '.join(unknown)}; "
                             f"valid fields: {', '.join(sorted(fields))}")
         windows = s.windows if any(w is not None for w in s.windows) else None
+        split = s.layer_devices if len(set(s.layer_devices)) > 1 else None  # a model split over devices
         cfg = CacheConfig(n_layers=s.n_layers, kv_heads=s.kv_heads, d_head=s.d_head, batch=batch,
-                          capacity=capacity, dtype=s.dtype, device=s.device, model_name=s.name, windows=windows)
+                          capacity=capacity, dtype=s.dtype, device=s.device, model_name=s.name, windows=windows,
+                          layer_devices=split)
         return cls(dataclasses.replace(cfg, **overrides))
 
     @property
@@ -107,7 +109,7 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
     def _new_storage(self, capacity: int) -> Storage:
         c = self.config
         return Storage(c.n_layers, c.batch, c.kv_heads, c.d_head, capacity, c.dtype, torch.device(c.device),
-                       c.growth)
+                       c.growth, devices=c.layer_devices)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         """Append ``[batch, kv_heads, n_new, d_head]`` keys/values of ``layer_idx``; returns views of the buffers."""
@@ -119,7 +121,7 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         c, s = self.config, k.shape
         if self._closed or not (s == v.shape and len(s) == 4 and s[0] == c.batch and s[1] == c.kv_heads
                                 and s[3] == c.d_head and layer < c.n_layers and k.dtype == c.dtype
-                                and k.device == c.device):
+                                and k.device == (c.device if c.layer_devices is None else c.layer_devices[layer])):
             if self._closed:
                 raise RuntimeError("this KVCache was closed (a fork that left its `with` block); fork again.")
             self._check(k, v, layer)

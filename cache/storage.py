@@ -24,13 +24,14 @@ class Storage:
         8
     """
 
-    def __init__(self, n_layers, batch, kv_heads, d_head, capacity, dtype, device, growth=2.0):
+    def __init__(self, n_layers, batch, kv_heads, d_head, capacity, dtype, device, growth=2.0, devices=None):
         self.n_layers, self.batch, self.kv_heads, self.d_head = n_layers, batch, kv_heads, d_head
         self.dtype, self.device, self.growth = dtype, device, growth
         self.capacity = max(1, int(capacity))
         shape = (batch, kv_heads, self.capacity, d_head)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]  # [B, H, cap, D]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]  # [B, H, cap, D]
+        devs = list(devices) if devices else [device] * n_layers  # per layer (a model split over devices)
+        self.k = [torch.zeros(shape, dtype=dtype, device=d) for d in devs]  # [B, H, cap, D]
+        self.v = [torch.zeros(shape, dtype=dtype, device=d) for d in devs]  # [B, H, cap, D]
         self._prov = torch.zeros((batch, self.capacity), dtype=torch.int8)  # [B, cap] Provenance per slot
         self._stamp = torch.zeros((batch, self.capacity), dtype=torch.int64)  # [B, cap] last write tick
         # Writes whose provenance/stamp are not yet in the tensors: (start, n, tick, code or [code per row]).
@@ -106,9 +107,8 @@ class Storage:
         new.n_layers, new.kv_heads, new.d_head = self.n_layers, self.kv_heads, self.d_head
         new.batch, new.dtype, new.device, new.growth = idx.numel(), self.dtype, self.device, self.growth
         new.capacity = self.capacity
-        dev_idx = idx.to(self.k[0].device) if self.k else idx
-        new.k = [t.index_select(0, dev_idx) for t in self.k]  # [new_batch, H, cap, D]
-        new.v = [t.index_select(0, dev_idx) for t in self.v]  # [new_batch, H, cap, D]
+        new.k = [t.index_select(0, idx.to(t.device)) for t in self.k]  # [new_batch, H, cap, D]
+        new.v = [t.index_select(0, idx.to(t.device)) for t in self.v]  # [new_batch, H, cap, D]
         new._prov = self.prov.index_select(0, idx)  # [new_batch, cap]
         new._stamp = self.stamp.index_select(0, idx)  # [new_batch, cap]
         new._pending = []

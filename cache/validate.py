@@ -21,7 +21,8 @@ class ValidateMixin:
         # Fast path (every decode step, every layer): everything matches a fully specified config.
         # Anything else (open fields, a str device, a mismatch) takes the full check below.
         if (layer < c.n_layers and len(s) == 4 and s == v.shape and s[0] == c.batch and s[1] == c.kv_heads
-                and s[3] == c.d_head and k.dtype == c.dtype and k.device == c.device):
+                and s[3] == c.d_head and k.dtype == c.dtype
+                and k.device == (c.device if c.layer_devices is None else c.layer_devices[layer])):
             return
         if layer >= c.n_layers:
             raise ValueError(
@@ -43,9 +44,11 @@ class ValidateMixin:
         if c.dtype is not None and k.dtype != c.dtype:
             raise TypeError(f"dtype mismatch: cache holds {c.dtype}, layer {layer} wrote {k.dtype}. "
                             f"Build the cache with dtype={k.dtype} or cast the model with .to({c.dtype}).")
-        if c.device is not None and torch.device(k.device) != torch.device(c.device):
-            raise TypeError(f"device mismatch: cache lives on {c.device}, layer {layer} wrote on {k.device}. "
-                            f"Build the cache with device={k.device!s} or move the model to {c.device}.")
+        want = c.device if c.layer_devices is None else c.layer_devices[layer]
+        if want is not None and torch.device(k.device) != torch.device(want):
+            raise TypeError(f"device mismatch: the cache keeps layer {layer} on {want}, and the layer wrote on "
+                            f"{k.device}. Build the cache with KVCache.for_model(<this model>) after placing the model "
+                            f"(it puts each layer's buffers where the layer computes), or move the model to {want}.")
 
     def _adopt_shape(self, k: torch.Tensor) -> None:
         c = self.config

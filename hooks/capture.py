@@ -92,7 +92,8 @@ class Capture:
                 "hook_pos_embed on a rotary model)" if self.forwards else "")
             raise KeyError(f"nothing captured at {name!r}{why}")
         n = int(max(r.positions.max() for r in recs)) + 1
-        out = torch.zeros((recs[0].act.shape[0], n, *recs[0].act.shape[2:]), dtype=recs[0].act.dtype)
+        out = torch.zeros((recs[0].act.shape[0], n, *recs[0].act.shape[2:]), dtype=recs[0].act.dtype,
+                          device=recs[0].act.device)
         for r in recs:
             out[:, r.positions] = r.act
         return out

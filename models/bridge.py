@@ -39,7 +39,7 @@ from importlib.metadata import version
 
 import torch
 from beliefscope.models.errors import ModelLoadError
-from beliefscope.models.profile import hf_of
+from beliefscope.models.profile import compute_device, embedding_of, hf_of
 
 _GUARDED = "_beliefscope_cache_guard"
 
@@ -116,18 +116,11 @@ def install_input_placement(model) -> None:
 
 def input_device(model) -> torch.device:
     """Where ``model``'s token ids must be: the device of its input embedding (its first layer under a device map)."""
-    hf = hf_of(model)
-    try:
-        w = hf.get_input_embeddings().weight
-    except (AttributeError, NotImplementedError):  # a base model without the accessor: its first parameter
-        w = next(hf.parameters())
-    return w.device
+    return compute_device(embedding_of(hf_of(model)))
 
 
 def _inputs_to_embedding_device(module, args, kwargs):
     dev = input_device(module)
-    if dev.type == "meta":  # offloaded embedding: accelerate's own hooks place the inputs
-        return None
     # .to() of a tensor already there returns it (no copy); called always, so a placement check sees it
     return (tuple(a.to(dev) if isinstance(a, torch.Tensor) else a for a in args),
             {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})

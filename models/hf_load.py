@@ -12,7 +12,7 @@ import json
 import os
 
 from beliefscope.models.cards import read_card
-from beliefscope.models.devices import default_device, resolve_dtype
+from beliefscope.models.devices import default_device, placement, resolve_dtype
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.names import (
     SMOLLM2,
@@ -87,13 +87,14 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device, dtype = default_device(device), resolve_dtype(dtype)
+    place = placement() or {}  # a device map (model_defaults / --device-map): accelerate places the modules
     if name_or_path == SMOLLM2:
         folder = smollm2_folder()
         try:
             import gguf  # noqa: F401
         except ImportError as e:
             raise ModelLoadError("model 'smollm2' needs the `gguf` package: pip install gguf") from e
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype, **place)
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
     else:
         path = checkpoint_path(name_or_path, must_exist=False)
@@ -103,7 +104,7 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
                 raise ModelLoadError(f"{name_or_path!r} is a Thinking States checkpoint: load it with "
                                      "beliefscope.load_model (or models.thinking_ckpt.load_thinking), which adds its "
                                      "T and C blocks; the plain loader would drop them")
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **place)
             tok = AutoTokenizer.from_pretrained(path)
         elif looks_like_hub_name(name_or_path):
             model, tok = _load_from_hub(name_or_path, dtype)
@@ -113,7 +114,7 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
-    model = model.to(device).eval()
+    model = (model if place else model.to(device)).eval()
     if packed:
         from beliefscope.models.packed import pack_linears, require_packable
 
@@ -142,7 +143,7 @@ def _load_from_hub(name: str, dtype):
         raise ModelLoadError(f"{name!r} is not a local folder and the model hub cannot be reached from this "
                              f"machine; shipped names: {shipped}")
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, **placement() or {})
         tok = AutoTokenizer.from_pretrained(name)
     except Exception as e:  # missing repos and gated repos end here
         raise ModelLoadError(f"could not load {name!r} from the model hub ({type(e).__name__}: {e}); "

@@ -38,6 +38,7 @@ from beliefscope.models.devices import (  # noqa: F401 (re-exported: models.load
     HOST,
     default_device,
     model_defaults,
+    placement,
     resolve_dtype,
 )
 from beliefscope.models.errors import ModelLoadError  # noqa: F401 (re-exported)
@@ -80,6 +81,9 @@ def load_model(name_or_path: str, device=None, dtype=None):
     check_model_name(name_or_path)
     path = checkpoint_path(name_or_path, must_exist=False) if name_or_path != SMOLLM2 else None
     card = read_card(path) if path is not None else {}
+    if card.get("kind") in ("thinking", "adapters") and placement():
+        raise ModelLoadError(f"{name_or_path!r} ({card['kind']}) is composed over its backbone at load time, which "
+                             "--device-map does not support yet: load it on one device (--device)")
     if card.get("kind") == "thinking":
         from beliefscope.models.thinking_ckpt import load_thinking
 

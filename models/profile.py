@@ -38,6 +38,7 @@ class ModelShapes:
     device: torch.device  # device of the weights
     name: str  # the config's _name_or_path, or the class name
     windows: tuple  # per layer: sliding-window length (keys within `w` positions), or None for full attention
+    layer_devices: tuple = ()  # per decoder layer: where it computes (several devices for a split model)
 
 
 def model_shapes(model) -> ModelShapes:
@@ -47,6 +48,10 @@ def model_shapes(model) -> ModelShapes:
     heads = getattr(c, "num_attention_heads", None) or c.n_head
     d_model = getattr(c, "hidden_size", None) or c.n_embd
     param = next(hf.parameters())
+    try:
+        layers = tuple(compute_device(m) for m in decoder_layers(hf))
+    except ValueError:  # an architecture without the usual block list: one device
+        layers = ()
     return ModelShapes(
         n_layers=getattr(c, "num_hidden_layers", None) or c.n_layer,
         n_heads=heads,
@@ -55,10 +60,40 @@ def model_shapes(model) -> ModelShapes:
         d_model=d_model,
         n_ctx=getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048,
         dtype=param.dtype,
-        device=param.device,
+        device=compute_device(embedding_of(hf)),
         name=getattr(c, "_name_or_path", "") or type(hf).__name__,
         windows=sliding_windows(c),
+        layer_devices=layers or (compute_device(hf),) * (getattr(c, "num_hidden_layers", None) or c.n_layer),
     )
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The decoder blocks of a HF model (Llama-family ``model.layers`` or GPT-2 ``transformer.h``)."""
+    base = getattr(model, "model", None) or getattr(model, "transformer", None) or model
+    layers = getattr(base, "layers", None) or getattr(base, "h", None)
+    if layers is None:
+        raise ValueError(f"cannot find the decoder blocks of {type(model).__name__}")
+    return layers
+
+
+def embedding_of(hf) -> torch.nn.Module:
+    """The input embedding of a HF model (its first parameter's module for a base model without the accessor)."""
+    try:
+        return hf.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        return hf
+
+
+def compute_device(module: torch.nn.Module) -> torch.device:
+    """Where ``module`` computes: the execution device `accelerate` gave it when it placed the model (an
+    offloaded module's weights wait on the ``meta`` device), else its first parameter's device."""
+    hook = getattr(module, "_hf_hook", None)
+    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):
+        dev = getattr(h, "execution_device", None)
+        if dev is not None:
+            return torch.device("cuda", dev) if isinstance(dev, int) else torch.device(dev)
+    p = next(module.parameters(), None)
+    return p.device if p is not None and p.device.type != "meta" else torch.device("cpu")
 
 
 def kv_heads(config, heads: int) -> int:

@@ -27,18 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 from beliefscope.hooks.capture import hooked
 from beliefscope.models.bridge import cache_kwarg, input_device
+from beliefscope.models.profile import decoder_layers
 from beliefscope.models.thinking_config import ThinkingConfig, chunk_spans
 
 __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]
-
-
-def decoder_layers(model) -> nn.ModuleList:
-    """The decoder blocks of a HF model (Llama-family ``model.layers`` or GPT-2 ``transformer.h``)."""
-    base = getattr(model, "model", None) or getattr(model, "transformer", None) or model
-    layers = getattr(base, "layers", None) or getattr(base, "h", None)
-    if layers is None:
-        raise ValueError(f"cannot find the decoder blocks of {type(model).__name__}")
-    return layers
 
 
 def _one_block_model(config):

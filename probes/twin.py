@@ -23,14 +23,29 @@ def checkpoint_hash(model) -> str:
     hf = hf_of(model)
     h = hashlib.sha256()
     seen = set()
-    for name, t in sorted(hf.state_dict().items()):
-        key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+    state = hf.state_dict(keep_vars=True)
+    for name in sorted(state):
+        t = state[name]
+        offloaded = t.device.type == "meta"  # placed on the CPU or disk by accelerate: read from its offload
+        key = ("meta", id(t)) if offloaded else (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
         if key in seen:
             continue
         seen.add(key)
+        if offloaded:
+            t = _offloaded(hf, name)
         h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
         h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy())  # the bytes in place (no copy)
     return "v2-" + h.hexdigest()[:16]
+
+
+def _offloaded(hf, name: str) -> torch.Tensor:
+    """The values of an offloaded parameter or buffer (``accelerate`` keeps it on 'meta' between forwards)."""
+    from accelerate.utils import align_module_device
+
+    owner, _, attr = name.rpartition(".")
+    module = hf.get_submodule(owner)
+    with align_module_device(module, torch.device("cpu")):
+        return getattr(module, attr).detach().clone()
 
 
 def random_twin(model, seed: int = 0, tries: int = 8):
@@ -48,13 +63,22 @@ def random_twin(model, seed: int = 0, tries: int = 8):
 def random_init_like(model, seed: int = 0):
     """A freshly initialised model with the same HF config, wrapped as a bridge, on the model's device and dtype.
 
-    The weights are drawn on the host (the same twin for a seed on any device), then moved."""
+    The weights are drawn on the host (the same twin for a seed on any device), then moved; a model split over
+    devices (``--device-map``) gets a twin split the same way."""
     from beliefscope.models.load import bridge_from_hf
 
+    from beliefscope.models.profile import compute_device, embedding_of
+
     hf = hf_of(model)
-    like = next(hf.parameters())
     torch.manual_seed(seed)
-    twin = type(hf)(hf.config).to(device=like.device, dtype=like.dtype).eval()
+    twin = type(hf)(hf.config).to(dtype=next(hf.parameters()).dtype).eval()
+    placed = getattr(hf, "hf_device_map", None)
+    if placed and len(set(map(str, placed.values()))) > 1:  # split over devices: the twin is split the same
+        from accelerate import dispatch_model  # way, with what sat on disk kept in memory (it has no file)
+
+        twin = dispatch_model(twin, device_map={k: "cpu" if v == "disk" else v for k, v in placed.items()})
+    else:
+        twin = twin.to(compute_device(embedding_of(hf)))
     bridge = bridge_from_hf(twin, getattr(model, "tokenizer", None))
     bridge.eval()
     bridge.name_or_path = f"random-init(seed={seed}) of {getattr(model, 'name_or_path', type(hf).__name__)}"

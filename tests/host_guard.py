@@ -110,6 +110,23 @@ class _Guard(TorchFunctionMode):
             if isinstance(t, torch.Tensor) and "_host_made_at" in t.__dict__:
                 del t._host_made_at
 
+    def _check_indexing(self, name, args) -> None:
+        """CUDA's rules for ``x[idx]`` and ``x[idx] = v`` with tensor indices (advanced indexing): host indices
+        may index a device tensor, not the reverse; the values written must be where ``x`` is (a slice
+        assignment copies across devices and a 0-dim value is a scalar: both pass)."""
+        x, idx = args[0], args[1]
+        tidx = [t for t in tree_flatten(idx)[0] if isinstance(t, torch.Tensor) and t.dim() > 0]
+        if not tidx:
+            return
+        if _where(x) and any(not _where(t) for t in tidx):
+            self._report(f"{name} at {_caller()} indexes a host tensor (made at {_where(x)}) with device indices")
+        if name == "__setitem__" and len(args) > 2 and isinstance(args[2], torch.Tensor) and args[2].dim() > 0 \
+                and bool(_where(args[2])) != bool(_where(x)):
+            host = x if _where(x) else args[2]
+            what = "device values into a host" if _where(x) else "host values into a device"
+            self._report(f"{name} at {_caller()} writes {what} tensor at tensor indices (host tensor made at "
+                         f"{_where(host)}): on a GPU this fails with 'Expected all tensors to be on the same device'")
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _name(func)
@@ -118,6 +135,8 @@ class _Guard(TorchFunctionMode):
         devs = [t for t in tensors if not _where(t)]
         if name == "numpy" and devs and not hosts:
             self._report(f".numpy() of a device tensor (at {_caller()}): call .cpu() first")
+        if name in ("__setitem__", "__getitem__") and args:
+            self._check_indexing(name, args)
         if name in ("to", "cuda", "cpu", "__get__") or name in _ALLOWED:
             out = func(*args, **kwargs)
             if name in ("to", "cuda", "cpu") and out is args[0]:  # a move to where it already is returns the
