@@ -94,7 +94,9 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
             import gguf  # noqa: F401
         except ImportError as e:
             raise ModelLoadError("model 'smollm2' needs the `gguf` package: pip install gguf") from e
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype, **place)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype)
+        if place:  # transformers places no GGUF model on disk: dequantise in memory, then dispatch
+            model = dispatch(model, place)
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
     else:
         path = checkpoint_path(name_or_path, must_exist=False)
@@ -121,6 +123,23 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
         require_packable(model)
         pack_linears(model)
     return model, tok
+
+
+def dispatch(model, place: dict):
+    """Place an in-memory model over devices, the CPU and disk as ``from_pretrained(**place)`` would
+    (``place``: `models.devices.placement_kwargs`)."""
+    from accelerate import dispatch_model, infer_auto_device_map
+    from accelerate.utils import get_balanced_memory
+
+    device_map, max_memory = place["device_map"], place.get("max_memory")
+    if isinstance(device_map, str):
+        no_split = getattr(model, "_no_split_modules", None) or []
+        if device_map != "sequential":
+            max_memory = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=no_split,
+                                             low_zero=device_map == "balanced_low_0")
+        device_map = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=no_split)
+    model.hf_device_map = device_map
+    return dispatch_model(model, device_map=device_map, offload_dir=place.get("offload_folder"))
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:

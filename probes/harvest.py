@@ -345,6 +345,21 @@ def _advance(bar, n: int, total: int) -> None:
     bar.update(n - bar.n)
 
 
+def rank_device(device: str, local_rank: int) -> str | None:
+    """The device of one torchrun process: ``auto`` is ``cuda:LOCAL_RANK`` (modulo the GPUs of this node) when the
+    node has GPUs, else the CPU; any other value is used as given.
+
+    >>> rank_device("cpu", 3)
+    'cpu'
+    """
+    import torch
+
+    if device != "auto":
+        return device
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return f"cuda:{local_rank % n}" if n else "cpu"
+
+
 def main(argv=None) -> int:
     """Entry point of ``torchrun ... -m beliefscope.probes.harvest``, kept as a module because torchrun
     starts a module or a script in every process: harvest sharded across the processes, then rank 0
@@ -353,9 +368,13 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(prog="beliefscope.probes.harvest", description=__doc__.split("\n")[0])
     add_arguments(p)
+    p.add_argument("--device", default="auto", help="auto: this process's GPU (cuda:LOCAL_RANK) when there are GPUs, "
+                                                    "else the CPU; or cpu, cuda, cuda:N")
+    p.add_argument("--dtype", dest="model_dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = p.parse_args(argv)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
+    device = rank_device(args.device, int(os.environ.get("LOCAL_RANK", "0")))
     barrier = None
     if world > 1:
         import torch.distributed as dist
@@ -368,7 +387,10 @@ def main(argv=None) -> int:
 
         factory = lambda out: progress_bar(f"harvest {os.path.basename(out)}", leave=True)
     try:
-        result = run(args, factory, rank, world, barrier)
+        from beliefscope.models.devices import model_defaults
+
+        with model_defaults(device=device, dtype=args.model_dtype):
+            result = run(args, factory, rank, world, barrier)
     finally:
         if world > 1:
             import torch.distributed as dist

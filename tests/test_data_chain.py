@@ -161,3 +161,37 @@ def test_store_round_trips_through_a_hf_dataset(chain, tmp_path):
     h = store.hooks[-1]
     np.testing.assert_array_equal(back.load_hook(h).numpy(), store.load_hook(h).numpy())
     np.testing.assert_array_equal(back.load_label("location"), store.load_label("location"))
+
+
+@pytest.mark.slow
+def test_torchrun_harvest_of_your_own_data_equals_one_process(chain):
+    """`torchrun --nproc-per-node 2 -m beliefscope.probes.harvest --data ...` (gloo on the CPU): the merged store
+    holds the one-process store's rows, labels and activations, row for row."""
+    import subprocess
+    import sys
+    import time
+
+    import torch
+
+    from beliefscope.probes.store import ActivationStore
+
+    tmp, model, acts, _ = chain
+    two = str(tmp / "acts-2ranks")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    t = time.perf_counter()
+    r = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", "29519", "-m", "beliefscope.probes.harvest",
+                        "--model", model, "--data", DATA, "--events-field", "location", "--label-field", "negated",
+                        "--out", two, "--no-progress", "--shard-rows", "400", "--device", "cpu"], cwd=ROOT,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600,
+                       check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    print(f"torchrun, 2 ranks: {time.perf_counter() - t:.1f} s")
+    for sub in ("", "random_init"):
+        a, b = ActivationStore.open(os.path.join(two, sub)), ActivationStore.open(os.path.join(acts, sub))
+        assert {s.rank for s in a.shards} == {0, 1} and a.hash == b.hash and a.n_rows == b.n_rows
+        la, lb = a.load_labels(), b.load_labels()
+        oa, ob = np.lexsort((la["position"], la["prompt_id"])), np.lexsort((lb["position"], lb["prompt_id"]))
+        for k in la:
+            np.testing.assert_array_equal(la[k][oa], lb[k][ob], err_msg=k)
+        for h in a.hooks:
+            torch.testing.assert_close(a.load_hook(h)[oa], b.load_hook(h)[ob], atol=1e-5, rtol=1e-5)
