@@ -63,7 +63,7 @@ bench: $(STAMP)
 # Every command once on a GPU (DEVICE=cuda, the default where one is present), offline, in a few minutes;
 # writes benchmarks/results/gpu_check.json. `make gpu-check DEVICE=cpu` is its dry run on a CPU-only machine.
 gpu-check: $(STAMP)
-	$(PY) -m beliefscope.benchmarks.gpu_check --device $(DEVICE)
+	$(PY) -m beliefscope.gpu_check --device $(DEVICE)
 
 clean-venv:
 	rm -rf $(VENV)

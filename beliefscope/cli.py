@@ -125,11 +125,11 @@ def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
         p.add_argument("--device-map", default=None,
                        help="place the model over several devices, the CPU and disk with accelerate (a model bigger "
                             "than one GPU): auto, balanced, sequential, or a JSON object / file of module -> device "
-                            "(0, cuda:1, cpu, disk); --device is then ignored")
+                            "(0, cuda:1, cpu, disk); --device is then ignored%(default).0s")
         p.add_argument("--max-memory", default=None,
-                       help="with --device-map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB")
+                       help="with --device-map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=64GiB%(default).0s")
         p.add_argument("--offload-folder", default=None,
-                       help="with --device-map: folder for the weights of modules placed on 'disk'")
+                       help="with --device-map: folder for the weights of modules placed on 'disk'%(default).0s")
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from beliefscope.decoding.core import (
 from beliefscope.decoding.drafter import Drafter
 from beliefscope.decoding.loop import Proposal, speculative_loop
 from beliefscope.decoding.tree_generate import TreeStep
+from beliefscope.models.devices import HOST
 
 
 def accept_greedy(logits: torch.Tensor, drafts: torch.Tensor) -> tuple[int, int]:
@@ -146,7 +147,7 @@ def equals(model, drafter: Drafter | None, cfg: SpecConfig) -> str:
     if drafter is None:
         return "plain greedy (one token per forward)"
     p = next(hf_model(model).parameters())
-    width_free = p.device.type == "cpu" and p.dtype == torch.float32
+    width_free = p.device.type == HOST.type and p.dtype == torch.float32
     ref = f"fixed-shape reference (W={cfg.window_size})" if cfg.fixed_window else "plain greedy up to rounding " \
         "(verify widths vary)"
     return ref + ("; and plain greedy (float32 on the CPU: kernels do not depend on the width)" if width_free else

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from beliefscope.models.cards import read_card
+from beliefscope.models.devices import HOST
 from beliefscope.hooks.names import hf_of  # noqa: F401  (re-exported: models.profile.hf_of)
 
 import torch
@@ -86,14 +87,14 @@ def embedding_of(hf) -> torch.nn.Module:
 
 def compute_device(module: torch.nn.Module) -> torch.device:
     """Where ``module`` computes: the execution device `accelerate` gave it when it placed the model (an
-    offloaded module's weights wait on the ``meta`` device), else its first parameter's device."""
+    offloaded module's weights wait on the ``meta`` device meanwhile), else its first parameter's device."""
     hook = getattr(module, "_hf_hook", None)
     for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):
         dev = getattr(h, "execution_device", None)
         if dev is not None:
             return torch.device("cuda", dev) if isinstance(dev, int) else torch.device(dev)
     p = next(module.parameters(), None)
-    return p.device if p is not None and p.device.type != "meta" else torch.device("cpu")
+    return p.device if p is not None else HOST
 
 
 def kv_heads(config, heads: int) -> int:

@@ -357,7 +357,9 @@ def rank_device(device: str, local_rank: int) -> str | None:
     if device != "auto":
         return device
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return f"cuda:{local_rank % n}" if n else "cpu"
+    from beliefscope.models.devices import HOST
+
+    return f"cuda:{local_rank % n}" if n else HOST.type
 
 
 def main(argv=None) -> int:

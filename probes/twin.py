@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 
 import torch
+from beliefscope.models.devices import HOST
 from beliefscope.models.profile import hf_of
 
 
@@ -44,7 +45,7 @@ def _offloaded(hf, name: str) -> torch.Tensor:
 
     owner, _, attr = name.rpartition(".")
     module = hf.get_submodule(owner)
-    with align_module_device(module, torch.device("cpu")):
+    with align_module_device(module, HOST):
         return getattr(module, attr).detach().clone()
 
 
@@ -76,7 +77,7 @@ def random_init_like(model, seed: int = 0):
     if placed and len(set(map(str, placed.values()))) > 1:  # split over devices: the twin is split the same
         from accelerate import dispatch_model  # way, with what sat on disk kept in memory (it has no file)
 
-        twin = dispatch_model(twin, device_map={k: "cpu" if v == "disk" else v for k, v in placed.items()})
+        twin = dispatch_model(twin, device_map={k: HOST.type if v == "disk" else v for k, v in placed.items()})
     else:
         twin = twin.to(compute_device(embedding_of(hf)))
     bridge = bridge_from_hf(twin, getattr(model, "tokenizer", None))

@@ -31,6 +31,15 @@ FLIPS = (
     ("nudges it so the other face is up", "nudged it so the other face was up"),
     ("turns it the other way up", "turned it the other way up"), ("flips it again", "flipped it again"),
     ("flips the coin a single time", "flipped the coin a single time"),
+    # told through someone else, or followed by another clause ({m}: another person)
+    ("gets {m} to turn it over", "got {m} to turn it over"), ("hands it to {m}, who flips it",
+                                                              "handed it to {m}, who flipped it"),
+    ("tells {m} to flip it, and {m} obeys", "told {m} to flip it, and {m} obeyed"),
+    ("flips it and then goes back to reading", "flipped it and then went back to reading"),
+    ("turns it over, then wanders off", "turned it over, then wandered off"),
+    ("flips it and says nothing about it", "flipped it and said nothing about it"),
+    ("bumps the table so hard that the coin flips", "bumped the table so hard that the coin flipped"),
+    ("drops it, and it comes down on its other side", "dropped it, and it came down on its other side"),
 )
 STAYS = (
     ("passes", "passed"), ("sits out", "sat out"), ("declines to flip it", "declined to flip it"),
@@ -40,6 +49,16 @@ STAYS = (
     ("talks about the coin", "talked about the coin"), ("points at it", "pointed at it"),
     ("lets the turn go by", "let the turn go by"), ("does not play this round", "did not play that round"),
     ("almost flips it but stops", "almost flipped it but stopped"),
+    # moved without being turned over
+    ("slides it to the edge of the table", "slid it to the edge of the table"),
+    ("pushes the coin along the shelf, same side up", "pushed the coin along the shelf, same side up"),
+    ("moves it a little to the left without turning it", "moved it a little to the left without turning it"),
+    ("carries it to the window and sets it down as it was", "carried it to the window and set it down as it was"),
+    ("drags it closer with one finger", "dragged it closer with one finger"),
+    # asked to flip, and does not
+    ("asks {m} to flip it, but {m} refuses", "asked {m} to flip it, but {m} refused"),
+    ("asks {m} for a flip, and {m} says no", "asked {m} for a flip, and {m} said no"),
+    ("tells {m} not to touch it", "told {m} not to touch it"),
 )
 # optional tails of an event sentence (tense-neutral)
 TAILS = (" while waiting", " with a grin", " for fun", " during lunch", " without a word", " after a while",
@@ -55,6 +74,17 @@ FILLERS = (
     ("It gets dark outside.", "It got dark outside."), ("The kettle whistles.", "The kettle whistled."),
     ("{n} ties a shoelace.", "{n} tied a shoelace."), ("A car honks in the street.", "A car honked in the street."),
     ("{n} reads a message.", "{n} read a message."),
+    # a scene that goes on around the coin, with no one named
+    ("The waiter brings the bill.", "The waiter brought the bill."),
+    ("The music gets louder.", "The music got louder."),
+    ("The bus pulls into the station.", "The bus pulled into the station."),
+    ("The referee blows the whistle.", "The referee blew the whistle."),
+    ("The croupier collects the chips.", "The croupier collected the chips."),
+    ("Rain starts to fall on the roof.", "Rain started to fall on the roof."),
+    ("The teacher writes a sum on the board.", "The teacher wrote a sum on the board."),
+    ("Everyone takes a short break.", "Everyone took a short break."),
+    ("A dog barks two streets away.", "A dog barked two streets away."),
+    ("The game show host reads the next question.", "The game show host read the next question."),
 )
 # openings: (present, past), {s} the face up, {o} the other face, {S} the face up capitalised
 OPENINGS = (
@@ -67,6 +97,13 @@ OPENINGS = (
     ("The coin is on {s}, not {o}.", "The coin was on {s}, not {o}."),
     ("The face you can see on the coin is {s}.", "The face you could see on the coin was {s}."),
     ("Its {o} side is hidden against the floor.", "Its {o} side was hidden against the floor."),
+    # the coin placed somewhere, told in the past (perfect) tense: the face named is the face up
+    ("A coin lies {s} up on the doormat.", "A coin had come to rest {s} up on the doormat."),
+    ("The nickel lands {s} up under the sofa.", "The nickel had landed {s} up under the sofa."),
+    ("A dime waits on the stairs with {s} up.", "A dime had been waiting on the stairs with {s} up."),
+    ("The coin falls out of the jar and ends {s} up.", "The coin had fallen out of the jar and ended {s} up."),
+    ("On the dashboard, a coin shows {s}.", "On the dashboard, a coin had been showing {s}."),
+    ("A token rests {s} up in the sand.", "A token had rested {s} up in the sand for days."),
 )
 # heads is the portrait side: openings that name it so (only where the face up is known)
 PORTRAIT = {"heads": ("The coin lies portrait side up.", "The coin lay portrait side up."),
@@ -84,12 +121,15 @@ def subject(rng: random.Random, name: str, past: bool) -> str:
     return name if r < 0.5 else rng.choice(ROLES) if r < 0.8 else rng.choice(pronouns)
 
 
+OTHERS = ("Priya", "Omar", "Lena", "Kofi", "Yuki", "Ines", "Tomas", "Ada")  # the {m} of a phrase
+
+
 def event_sentence(rng: random.Random, name: str, kind: str, past: bool) -> tuple[str, bool]:
     """One composed event sentence of ``kind`` ("flip" or "stay") and whether it flips the coin."""
     if kind == "stay" and rng.random() < FILLER_SHARE:
         return rng.choice(FILLERS)[past].format(n=name), False
     who = subject(rng, name, past)
-    phrase = rng.choice(FLIPS if kind == "flip" else STAYS)[past]
+    phrase = rng.choice(FLIPS if kind == "flip" else STAYS)[past].format(m=rng.choice(OTHERS))
     tail = rng.choice(TAILS) if rng.random() < TAIL_SHARE else ""
     return f"{who[0].upper()}{who[1:]} {phrase}{tail}.", kind == "flip"
 

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -139,8 +139,10 @@ class _Guard(TorchFunctionMode):
             self._check_indexing(name, args)
         if name in ("to", "cuda", "cpu", "__get__") or name in _ALLOWED:
             out = func(*args, **kwargs)
-            if name in ("to", "cuda", "cpu") and out is args[0]:  # a move to where it already is returns the
-                out = out.view(out.shape)  # tensor itself; a view carries the new place, the original keeps its
+            if name in ("to", "cuda", "cpu") and out is args[0] and not isinstance(out, torch.nn.Parameter):
+                target = "host" if name == "cpu" else "device" if name == "cuda" else _to_target(args[1:], kwargs)
+                if target is not None and (target == "host") != bool(_where(out)):  # a move to where it already
+                    out = out.view(out.shape)  # is returns the tensor itself: a view takes the new place
             if name == "cpu":
                 self._tag(out, _caller())
             elif name in ("to", "cuda"):

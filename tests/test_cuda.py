@@ -45,3 +45,33 @@ def test_harvest_on_cuda_equals_harvest_on_cpu(tmp_path):
         stores.append(harvest(model, tok, ex, hc.hooks, hc.layers, str(tmp_path / dev)))
     h = stores[0].hooks[-1]
     assert torch.allclose(stores[0].load_hook(h), stores[1].load_hook(h), atol=1e-4)
+
+
+def test_a_model_split_over_the_gpu_and_the_cpu_equals_the_model_on_the_gpu(tmp_path):
+    """--device-map over two real devices: each layer's KV buffers sit on its layer's device, and logits, captures
+    and greedy tokens match the model in one piece (float32; the CPU half rounds like a CPU)."""
+    from beliefscope.cache import KVCache
+    from beliefscope.decoding import SpecConfig
+    from beliefscope.decoding.core import generate
+    from beliefscope.hooks import capture
+    from beliefscope.models.load import load_model, model_defaults
+
+    dm = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0, "model.layers.2": "cpu",
+          "model.layers.3": "cpu", "model.norm": "cpu", "model.rotary_emb": 0, "lm_head": "cpu"}
+    whole, tok = load_model("direct-rope", device="cuda")
+    with model_defaults(device_map=dm):
+        split, _ = load_model("direct-rope")
+    ids = torch.tensor([tok("A coin is heads . Alice flips . Bob stays . State ?")["input_ids"]])
+    names = [f"blocks.{i}.hook_resid_post" for i in range(4)]
+    with torch.no_grad(), capture(whole, names) as a:
+        la = whole(ids)
+    with torch.no_grad(), capture(split, names) as b:
+        lb = split(ids)
+    assert torch.allclose(la.cpu(), lb.cpu(), atol=1e-4)
+    for n in names:
+        assert torch.allclose(a.stacked(n).cpu(), b.stacked(n).cpu(), atol=1e-4), n
+    cache = KVCache.for_model(split)
+    split(ids, past_key_values=cache)
+    assert [cache.storage.k[i].device.type for i in range(4)] == ["cuda", "cuda", "cpu", "cpu"]
+    gen = SpecConfig(max_new_tokens=32, stop_at_eos=False)
+    assert generate(whole, ids[0], gen).tokens == generate(split, ids[0], gen).tokens

@@ -10,7 +10,7 @@ Each check records ``ok``, its seconds and its figures; a failing check records 
 still run. The JSON (default ``benchmarks/results/gpu_check.json``) names the device that produced it.
 ``make gpu-check DEVICE=cpu`` is the dry run on a machine without a GPU.
 
-Usage: ``python -m beliefscope.benchmarks.gpu_check --device cuda [--out FILE] [--smollm2-dir DIR]``
+Usage: ``python -m beliefscope.gpu_check --device cuda [--out FILE] [--smollm2-dir DIR]``
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class GpuCheckConfig:
     new_tokens: int = 48  # tokens each of them decodes
     sweep: str = "4x16:0,7"  # determinism sweep on the SmolLM2 shape: PROMPTSxTOKENS:OTHERS
     only: str = ""  # comma-separated check names to run ("": all)
+    skip: str = ""  # comma-separated check names not to run
 
 
 STORY = "A coin is heads . Alice flips . Bob stays . State ?"
@@ -73,7 +74,8 @@ def _commands(dev: str, work: str) -> dict:
     d = ("--device", dev, "--quiet")
     acts, probes = os.path.join(work, "acts"), os.path.join(work, "probes")
     runs = {
-        "train": ("train", "--preset", "direct-rope", "--steps", "3", "--eval-n", "4", "--out", f"{work}/tiny", "--json",
+        "train": ("train", "--preset", "direct-rope", "--steps", "3", "--eval-n", "4", "--out", f"{work}/rope",
+                  "--json",
                   "--device", dev, "--quiet"),
         "eval": ("eval", "--model", "target", "--n", "20", "--json", *d),
         "generate": ("generate", "--model", "target", "--drafter", "draft:draft", "--prompt", STORY,
@@ -128,6 +130,40 @@ def _greedy_agreement(folder: str, dev: str, dtype: str, cfg: GpuCheckConfig) ->
         out[drafter] = {"equals_plain_greedy": f"{same_plain}/{len(texts)}",
                         "equals_fixed_shape_reference": f"{same_fixed}/{len(texts)}"}
     return out
+
+
+def _split_model(dev: str, work: str) -> dict:
+    """The toy Llama split over two devices (the GPU and the CPU; the CPU and disk without a GPU) against the
+    model in one piece on the first device: logits, every ``resid_post``, 32 greedy tokens, KV buffers per layer."""
+    from beliefscope.cache import KVCache
+    from beliefscope.decoding import SpecConfig
+    from beliefscope.decoding.core import generate
+    from beliefscope.hooks import capture
+    from beliefscope.models.load import load_model, model_defaults
+
+    path = "direct-rope"
+    from beliefscope.models.devices import HOST
+
+    second = "disk" if dev == HOST.type else HOST.type
+    dm = {"model.embed_tokens": dev, "model.layers.0": dev, "model.layers.1": dev, "model.layers.2": second,
+          "model.layers.3": second, "model.norm": second, "model.rotary_emb": dev, "lm_head": second}
+    whole, tok = load_model(path, device=dev)
+    with model_defaults(device_map={k: (0 if v.startswith("cuda") else v) for k, v in dm.items()},
+                        offload_folder=os.path.join(work, "offload")):
+        split, _ = load_model(path)
+    ids = torch.tensor([tok(STORY)["input_ids"]])
+    names = [f"blocks.{i}.hook_resid_post" for i in range(whole.cfg.n_layers)]
+    with torch.no_grad(), capture(whole, names) as a:
+        la = whole(ids)
+    with torch.no_grad(), capture(split, names) as b:
+        lb = split(ids)
+    cache = KVCache.for_model(split)
+    split(ids, past_key_values=cache)
+    gen = SpecConfig(max_new_tokens=32, stop_at_eos=False)
+    return {"device_map": dm, "logits_max_abs_diff": float((la.cpu() - lb.cpu()).abs().max()),
+            "resid_post_max_abs_diff": max(float((a.stacked(n).cpu() - b.stacked(n).cpu()).abs().max()) for n in names),
+            "greedy_32_equal": generate(whole, ids[0], gen).tokens == generate(split, ids[0], gen).tokens,
+            "kv_layer_devices": [str(cache.storage.k[i].device) for i in range(whole.cfg.n_layers)]}
 
 
 def _smollm2_checks(dev: str, work: str, cfg: GpuCheckConfig) -> dict:
@@ -187,7 +223,7 @@ def _environment(dev: str) -> dict:
 
     env = {"device": dev, "torch": torch.__version__, "transformers": transformers.__version__,
            "transformer_lens": getattr(transformer_lens, "__version__", "?"), "python": platform.python_version(),
-           "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
+           "processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
     if dev.startswith("cuda"):
         env.update(gpu=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
                    gpu_memory_gib=round(torch.cuda.get_device_properties(dev).total_memory / 2 ** 30, 1))
@@ -200,19 +236,20 @@ def run(cfg: GpuCheckConfig, say=print) -> dict:
     from beliefscope.models.devices import default_device
 
     dev = str(default_device(None if cfg.device == "auto" else cfg.device))
-    only = {s for s in cfg.only.split(",") if s}
+    only, skip = {s for s in cfg.only.split(",") if s}, set(cfg.skip.split(","))
     report = {"config": asdict(cfg), "environment": _environment(dev), "checks": {}}
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
         checks = {"demo": lambda: _cli("demo", "--out", f"{work}/demo", "--quick", "--json", "--device", dev,
                                        "--quiet")}
         checks.update({k: (lambda a=a: _cli(*a)) for k, a in _commands(dev, work).items()})
+        checks["split_model"] = lambda: _split_model(dev, work)
         try:
             checks.update(_smollm2_checks(dev, work, cfg))
         except Exception as e:  # no SmolLM2 config/tokenizer here: say so, run the rest
             report["checks"]["smollm2"] = {"ok": None, "skipped": f"{type(e).__name__}: {str(e)[:300]}"}
         for name, fn in checks.items():
-            if only and name not in only:
+            if only and name not in only or name in skip:
                 continue
             t = time.perf_counter()
             try:
