@@ -218,11 +218,10 @@ def _project_frames(tb: str) -> list[str]:
 
 
 def _environment(dev: str) -> dict:
-    import transformer_lens
-    import transformers
+    from importlib.metadata import version
 
-    env = {"device": dev, "torch": torch.__version__, "transformers": transformers.__version__,
-           "transformer_lens": getattr(transformer_lens, "__version__", "?"), "python": platform.python_version(),
+    env = {"device": dev, "torch": torch.__version__, "transformers": version("transformers"),
+           "transformer_lens": version("transformer-lens"), "python": platform.python_version(),
            "processor": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
     if dev.startswith("cuda"):
         env.update(gpu=torch.cuda.get_device_name(dev), cuda=torch.version.cuda,
