@@ -146,3 +146,16 @@ def model_defaults(device=None, dtype=None, device_map=None, max_memory=None, of
         yield
     finally:
         _DEFAULTS.update(old)
+
+
+def rank_device(device: str, local_rank: int) -> str | None:
+    """The device of one torchrun process: ``auto`` is ``cuda:LOCAL_RANK`` (modulo the GPUs of this node) when the
+    node has GPUs, else the CPU; any other value is used as given.
+
+    >>> rank_device("cpu", 3)
+    'cpu'
+    """
+    if device != "auto":
+        return device
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return f"cuda:{local_rank % n}" if n else "cpu"

@@ -345,23 +345,6 @@ def _advance(bar, n: int, total: int) -> None:
     bar.update(n - bar.n)
 
 
-def rank_device(device: str, local_rank: int) -> str | None:
-    """The device of one torchrun process: ``auto`` is ``cuda:LOCAL_RANK`` (modulo the GPUs of this node) when the
-    node has GPUs, else the CPU; any other value is used as given.
-
-    >>> rank_device("cpu", 3)
-    'cpu'
-    """
-    import torch
-
-    if device != "auto":
-        return device
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    from beliefscope.models.devices import HOST
-
-    return f"cuda:{local_rank % n}" if n else HOST.type
-
-
 def main(argv=None) -> int:
     """Entry point of ``torchrun ... -m beliefscope.probes.harvest``, kept as a module because torchrun
     starts a module or a script in every process: harvest sharded across the processes, then rank 0
@@ -376,6 +359,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
+    from beliefscope.models.devices import rank_device
+
     device = rank_device(args.device, int(os.environ.get("LOCAL_RANK", "0")))
     barrier = None
     if world > 1:

@@ -52,8 +52,8 @@ def test_logits_captures_and_greedy_tokens_equal_the_model_in_one_piece(whole_an
     cfg = SpecConfig(max_new_tokens=32, stop_at_eos=False)
     greedy = generate(whole, ids[0], cfg).tokens
     assert len(greedy) == 32 and generate(split, ids[0], cfg).tokens == greedy
-    spec = speculative_generate(split, make_drafter("ngram:2", split), ids[0], SpecConfig(gamma=3, **vars(cfg) and {
-        "max_new_tokens": 32, "stop_at_eos": False})).tokens
+    spec = speculative_generate(split, make_drafter("ngram:2", split), ids[0],
+                                SpecConfig(gamma=3, max_new_tokens=32, stop_at_eos=False)).tokens
     assert spec == greedy
 
 
