@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from beliefscope.cache import KVCache
 from beliefscope.decoding.config import SpecConfig
+from beliefscope.models.bare import runnable
 from beliefscope.models.bridge import cache_kwarg
 from beliefscope.models.profile import hf_of
 
@@ -36,7 +37,7 @@ def hf_logits(model, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
     >>> hf_logits(tiny_gpt2(), torch.tensor([[1, 2]])).shape
     torch.Size([1, 2, 50])
     """
-    hf = hf_model(model)
+    hf = runnable(model)  # the bare HF tree unless a hook or a TransformerLens-only mode needs the wrappers
     dev = next(hf.parameters()).device
     kwargs = {cache_kwarg(hf) if k == "past_key_values" else k: _to_device(v, dev) for k, v in kwargs.items()}
     return hf(tokens.to(dev), use_cache=True, **kwargs).logits.float().cpu()

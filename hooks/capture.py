@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 from beliefscope.hooks.names import check_computed, resolve_hook
+from beliefscope.hooks.points import attach, index_owners
+from torch.utils.hooks import RemovableHandle
 
 
 @dataclass
@@ -107,17 +109,28 @@ class Capture:
 
 @contextmanager
 def hooked(model, fwd_hooks):
-    """Attach ``[(name, fn)]`` forward hooks for the duration of the block; always removed."""
+    """Attach ``[(name, fn)]`` forward hooks for the duration of the block; always removed.
+
+    A block's ``hook_resid_pre`` / ``hook_resid_post`` hook goes on the HF decoder layer itself
+    (`hooks.points.attach`), so the forward keeps running the bare HF model; every other hook point
+    is hooked through TransformerLens (``HookPoint.add_hook``), which runs the bridge's wrappers."""
     handles = []
     fwd_hooks = list(fwd_hooks)
     hook_dict = model.hook_dict if fwd_hooks else None  # one snapshot: the bridge rebuilds it per access
+    if fwd_hooks and not model.__dict__.get("_beliefscope_owners"):
+        index_owners(model)
+        model.__dict__["_beliefscope_owners"] = True
     try:
         for name, fn in fwd_hooks:
             hp = resolve_hook(model, name, hook_dict)
-            handles.append((hp, hp.add_hook(fn)))
+            plain = attach(hp, fn)
+            handles.append((hp, plain if plain is not None else hp.add_hook(fn)))
         yield
     finally:
         for hp, h in handles:
+            if isinstance(h, RemovableHandle):
+                h.remove()
+                continue
             h.hook.remove()
             for lst in (getattr(hp, "fwd_hooks", None),):
                 if isinstance(lst, list) and h in lst:

@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import types
 from importlib.metadata import version
 
 import torch
+from beliefscope.models.bare import KNOWN_HOOKS, link_bridge, runnable
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.profile import compute_device, embedding_of, hf_of
 
@@ -68,14 +70,51 @@ def build_bridge(hf_model, arch: str | None = None, tok=None):
 def guard_cache_handoff(model) -> None:
     """Install the hand-off and the growth check on ``model`` (a bridge or a HF model); idempotent."""
     hf = hf_of(model)
+    if hf is not model:
+        link_bridge(hf, model)  # the bare HF tree (models.bare) runs only where the bridge's own modes allow
+        run_bare_when_unhooked(model)
     if getattr(hf, _GUARDED, False):
         return
     install_handoff(model)
     install_input_placement(model)
+    hf.register_forward_pre_hook(_additive_masks_for_eager, with_kwargs=True)
     install_growth_check(hf)
     if hasattr(hf, "generate"):
         hf.generate = types.MethodType(_checked_generate, hf)  # a bound method: deep copies rebind it
     setattr(hf, _GUARDED, True)
+
+
+def run_bare_when_unhooked(bridge) -> bool:
+    """The bridge's forward calls its HF model's bare tree (`models.bare.runnable`) when no hook needs the
+    wrappers. TransformerLens 4 runs a HF model through a *driver* (``transformer_lens.model_bridge.
+    driver_protocol.Driver``); its HF driver gets a subclass whose forward picks the module per call.
+    Returns whether it was installed (a bridge with another driver keeps it, and runs wrapped)."""
+    driver = getattr(bridge, "_driver", None)
+    if type(driver).__name__ != "TransformersDriver":
+        return isinstance(driver, _bare_driver())
+    driver.__class__ = _bare_driver()
+    return True
+
+
+@functools.cache
+def _bare_driver():
+    from transformer_lens.model_bridge.sources.transformers_driver import TransformersDriver
+
+    class BareWhenUnhookedDriver(TransformersDriver):
+        """TransformerLens's HF driver, running the bare HF tree when no hook needs the wrappers."""
+
+        def forward(self, input_ids=None, **kwargs):
+            wrapped = self._model
+            run = runnable(wrapped)
+            if run is wrapped:
+                return super().forward(input_ids, **kwargs)
+            self._model = run
+            try:
+                return super().forward(input_ids, **kwargs)
+            finally:
+                self._model = wrapped
+
+    return BareWhenUnhookedDriver
 
 
 def _checked_generate(self, *args, **kwargs):
@@ -126,6 +165,28 @@ def _inputs_to_embedding_device(module, args, kwargs):
             {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
 
 
+def _additive_masks_for_eager(module, args, kwargs):
+    """A boolean 4D mask (``cache.KVCache`` gives one where sliding windows meet holes) becomes an additive
+    one when the model's attention is HF's eager kernel, which adds the mask to the scores as it is (a
+    boolean mask would add 1 where a key is visible and mask nothing). TransformerLens's wrapped
+    attention reads either form; the bare HF model (`models.bare`) needs this."""
+    mask = kwargs.get("attention_mask")
+    if mask is None or getattr(module.config, "_attn_implementation", None) != "eager":
+        return None
+    if isinstance(mask, dict):
+        kwargs["attention_mask"] = {k: _additive(v, module) for k, v in mask.items()}
+    else:
+        kwargs["attention_mask"] = _additive(mask, module)
+    return args, kwargs
+
+
+def _additive(mask, module):
+    if not (torch.is_tensor(mask) and mask.dtype == torch.bool and mask.dim() == 4):
+        return mask
+    dtype = next(module.parameters()).dtype
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+
+
 def cache_kwarg(hf_model) -> str:
     """The name ``hf_model``'s forward takes its cache under: ``cache`` from transformers 5.24 on (where
     ``past_key_values`` still works but warns that it is deprecated), ``past_key_values`` before."""
@@ -157,6 +218,9 @@ def _rename_cache_kwarg(module, args, kwargs):
         kwargs["past_key_values"] = kwargs.pop("cache")
         return args, kwargs
     return None
+
+
+KNOWN_HOOKS.add(_rename_cache_kwarg)  # only the wrappers need it: the bare HF attention reads its own keyword
 
 
 def _to_new_cache_kwarg(module, args, kwargs):

@@ -1,0 +1,78 @@
+"""Hook points read straight from the Hugging Face modules a TransformerBridge wraps.
+
+A TransformerLens 4 block wrapper (``BlockBridge``) passes its input through ``hook_in``
+(``blocks.{l}.hook_resid_pre``) and the first tensor of its output through ``hook_out``
+(``blocks.{l}.hook_resid_post``), and between the two it calls the HF decoder layer it wraps. The
+same values are the HF layer's input and output, so a plain PyTorch hook on the HF layer (nnsight's
+way) sees them without the wrappers: it fires whether the forward runs the bridge's wrapped modules
+or the bare HF tree (`models.bare`), which then stays fast. `attach(point, fn)` does that for the
+hook points where it holds, and returns None for every other one (the caller then uses
+``HookPoint.add_hook``): hook points with a conversion, and those inside attention or MLP wrappers,
+whose values the HF modules never expose.
+
+>>> import torch
+>>> from beliefscope.cache.testing import tiny_llama
+>>> bridge = tiny_llama()
+>>> index_owners(bridge)
+>>> seen = []
+>>> handle = attach(bridge.hook_dict["blocks.1.hook_resid_post"], lambda act, hook: seen.append(act.shape))
+>>> _ = bridge(torch.tensor([[1, 2, 3]]))
+>>> seen, handle.remove()
+([torch.Size([1, 3, 32])], None)
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def owner(point) -> tuple[torch.nn.Module, str] | None:
+    """``(the HF module, "in" or "out")`` whose input or output hook point ``point`` carries, or None.
+    Only block wrappers qualify (their hook_in / hook_out wrap the HF layer's call and nothing else)."""
+    wrapper = getattr(point, "_beliefscope_owner", None)
+    if wrapper is None or getattr(point, "hook_conversion", None) is not None:
+        return None
+    original = wrapper._modules.get("_original_component")
+    if original is None:
+        return None
+    return original, ("in" if point is wrapper._modules.get("hook_in") else "out")
+
+
+def index_owners(model) -> None:
+    """Note on each block wrapper's hook_in / hook_out the wrapper it belongs to (once per model)."""
+    for module in model.modules():
+        if type(module).__name__ == "BlockBridge" and "_original_component" in module._modules:
+            for side in ("hook_in", "hook_out"):
+                point = module._modules.get(side)
+                if point is not None:
+                    point.__dict__["_beliefscope_owner"] = module
+
+
+def attach(point, fn):
+    """Call ``fn(act, hook=point)`` with ``point``'s value from a PyTorch hook on the HF module it
+    reads (a returned tensor replaces the value, as with ``HookPoint.add_hook``). Returns the handle,
+    or None where the value is not the HF module's own input or output."""
+    found = owner(point)
+    if found is None:
+        return None
+    module, side = found
+    if side == "in":
+        def pre(mod, args, kwargs):
+            if args and torch.is_tensor(args[0]):
+                new = fn(args[0], hook=point)
+                return None if new is None else ((new, *args[1:]), kwargs)
+            if torch.is_tensor(kwargs.get("hidden_states")):
+                new = fn(kwargs["hidden_states"], hook=point)
+                return None if new is None else (args, {**kwargs, "hidden_states": new})
+            return None
+
+        return module.register_forward_pre_hook(pre, with_kwargs=True)
+
+    def post(mod, args, output):
+        first = output[0] if isinstance(output, tuple) else output
+        new = fn(first, hook=point)
+        if new is None:
+            return None
+        return (new, *output[1:]) if isinstance(output, tuple) else new
+
+    return module.register_forward_hook(post)

@@ -1,0 +1,176 @@
+"""The Hugging Face model under a TransformerBridge without the bridge's wrappers, for forwards no
+hook watches.
+
+TransformerLens 4 builds a bridge by replacing each HF submodule with a wrapper (a *generalized
+component*) that holds the original module and calls it between hook points. Every forward pays for
+the wrappers, hooked or not: hundreds of Python calls and ``.to()`` calls per forward, which on a
+small model or a one-token decode step cost as much as the arithmetic.
+
+`bare_model(hf)` is the same model without them: the HF module tree rebuilt with every wrapper
+replaced by the module it wraps. A container on the way (the causal LM, its decoder, a block, an
+attention) is a shallow copy that shares the original's parameter, buffer and hook dictionaries; a
+module with no wrapper below it is the original itself. So weights, devices, dtypes and any hook
+registered on a HF module are one and the same in both trees, and only the wrappers and their hook
+points are missing. Its logits are the HF model's, bit for bit.
+
+`runnable(model)` picks, per forward, the bare model when nothing needs the wrappers, else the
+bridge's wrapped HF model. The wrappers are needed when a hook is attached to one of them or to one
+of their hook points (what ``run_with_cache``, ``hooks()`` and `hooks.capture` do), or when the
+bridge runs in a TransformerLens-only mode (compatibility mode, processed weights, start or stop at a
+layer). Checking costs one integer comparison while nothing changes: PyTorch numbers every hook
+handle from one class counter, so an unchanged counter means no hook was added anywhere since the
+last scan (a removal can only make a scan's "hooked" stale, never its "not hooked"). The module tree
+is checked too (one identity test per edge), so a module swapped in later (packed linears, LoRA, an
+early-exit drafter's shorter block list) rebuilds the bare tree instead of running a stale one.
+
+>>> import torch
+>>> from beliefscope.cache.testing import tiny_llama
+>>> bridge = tiny_llama()
+>>> hf = bridge.original_model
+>>> x = torch.tensor([[1, 2, 3]])
+>>> runnable(bridge) is bare_model(hf)             # nothing hooked: the bare tree runs
+True
+>>> float((bare_model(hf)(x).logits - hf(x).logits).abs().max().detach()) < 1e-5   # the wrappers round a little differently
+True
+>>> handle = bridge.blocks[0].hook_out.add_hook(lambda act, hook: None)
+>>> runnable(bridge) is hf                          # a hook point is watched: the wrapped tree runs
+True
+>>> handle.hook.remove()
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from beliefscope.hooks.names import hf_of
+
+_STATE = "_beliefscope_bare"  # attribute of the HF model (in its __dict__, not a submodule) holding a _Bare
+_BRIDGE = "_beliefscope_bridge"  # a weak reference from the HF model to its bridge (its TL-only modes)
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+KNOWN_HOOKS: set = set()  # hook functions that do not need the wrappers (models.bridge registers its own)
+
+
+@dataclass
+class _Bare:
+    """The bare tree of one wrapped HF model, and what it was built from."""
+
+    model: torch.nn.Module  # the bare tree's root (a shallow copy of the HF model)
+    edges: list = field(default_factory=list)  # (modules dict, name, child) of every wrapped-tree edge walked
+    watched: list = field(default_factory=list)  # hook dicts of the wrappers and their hook points
+    counter: int = -1  # RemovableHandle.next_id when `watched` was last found empty (-1: not yet)
+
+
+def is_wrapper(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a TransformerLens generalized component (it wraps an original module)."""
+    return "_original_component" in module._modules
+
+
+def bare_model(hf: torch.nn.Module) -> torch.nn.Module:
+    """``hf`` without TransformerLens's wrappers (``hf`` itself when it has none); see the module doc."""
+    state = _state(hf)
+    return hf if state is None else state.model
+
+
+def runnable(model) -> torch.nn.Module:
+    """The module a forward of ``model`` (a bridge or a HF model) should call: its bare HF tree when no
+    hook needs the wrappers and the bridge runs no TransformerLens-only mode, else the wrapped HF model."""
+    hf = hf_of(model)
+    state = _state(hf)
+    if state is None or _plain_mode_off(hf) or _watched(state):
+        return hf
+    if state.model.training != hf.training:
+        state.model.train(hf.training)
+    return state.model
+
+
+def link_bridge(hf: torch.nn.Module, bridge) -> None:
+    """Remember ``bridge`` as ``hf``'s bridge (weakly), so `runnable` sees its TransformerLens-only modes."""
+    hf.__dict__[_BRIDGE] = weakref.ref(bridge)
+
+
+def _plain_mode_off(hf) -> bool:
+    """Whether the bridge runs a mode that only its wrappers implement."""
+    ref = hf.__dict__.get(_BRIDGE)
+    bridge = ref() if ref is not None else None
+    if bridge is None:
+        return False
+    if getattr(bridge, "compatibility_mode", False) or getattr(bridge, "_weights_processed", False):
+        return True
+    blocks = getattr(bridge, "blocks", None)
+    first = blocks[0] if blocks is not None and len(blocks) else None
+    return first is not None and (getattr(first, "_stop_at_layer_idx", None) is not None
+                                  or getattr(first, "_start_at_layer_idx", None) is not None)
+
+
+def _watched(state: _Bare) -> bool:
+    """Whether a hook that is not ours sits on a wrapper or a hook point (rescanned only when a hook
+    handle was made anywhere since the last scan that found none)."""
+    counter = RemovableHandle.next_id
+    if counter == state.counter:
+        return False
+    for hooks in state.watched:
+        if hooks and not all(map(_needless, hooks.values())):
+            state.counter = -1
+            return True
+    state.counter = counter
+    return False
+
+
+def _needless(fn) -> bool:
+    """Whether hook ``fn`` serves only the wrappers: ours (`KNOWN_HOOKS`), or the bookkeeping a
+    TransformerLens block wires on its own submodules on its first forward (it hands the pre-norm
+    residual to its attention's split-QKV hook points); a hook made through ``HookPoint.add_hook`` or
+    ``register_forward_hook`` by anyone else is not."""
+    if fn in KNOWN_HOOKS:
+        return True
+    return (getattr(fn, "__module__", "") or "").startswith("transformer_lens.model_bridge") and \
+        "._maybe_wire_capture_hooks." in getattr(fn, "__qualname__", "")
+
+
+def _state(hf: torch.nn.Module) -> _Bare | None:
+    """The current bare tree of ``hf`` (rebuilt when a module of the wrapped tree was swapped), or None
+    when ``hf`` has no wrapper."""
+    state = hf.__dict__.get(_STATE)
+    if state is not None and all(d.get(name) is child for d, name, child in state.edges):
+        return state
+    state = _build(hf)
+    hf.__dict__[_STATE] = state
+    return state
+
+
+def _build(hf: torch.nn.Module) -> _Bare | None:
+    if not any(is_wrapper(m) for m in hf.modules()):
+        return None
+    state = _Bare(model=hf)
+    shared: set[int] = set()
+    memo: dict[int, torch.nn.Module] = {}
+
+    def unwrap(module):
+        if id(module) in memo:
+            return memo[id(module)]
+        source = module
+        while is_wrapper(source):
+            state.edges.append((source._modules, "_original_component", source._modules["_original_component"]))
+            source = source._modules["_original_component"]
+        for name, child in source._modules.items():
+            state.edges.append((source._modules, name, child))
+        children = {name: None if child is None else unwrap(child) for name, child in source._modules.items()}
+        if all(children[name] is child for name, child in source._modules.items()):
+            out = source  # nothing wrapped below: the module itself
+        else:
+            out = copy.copy(source)  # shares parameters, buffers and hooks; only the children differ
+            out.__dict__.pop(_STATE, None)
+            out._modules = children
+        memo[id(module)] = out
+        shared.add(id(source))  # a copied module shares its hook dicts with its copy: its hooks fire either way
+        return out
+
+    state.model = unwrap(hf)
+    shared.update(id(m) for m in state.model.modules())
+    state.watched = [getattr(m, d) for m in hf.modules() if id(m) not in shared for d in _HOOK_DICTS]
+    return state
