@@ -41,7 +41,7 @@ def owner(point) -> tuple[torch.nn.Module, str] | None:
 def index_owners(model) -> None:
     """Note on each block wrapper's hook_in / hook_out the wrapper it belongs to (once per model)."""
     for module in model.modules():
-        if type(module).__name__ == "BlockBridge" and "_original_component" in module._modules:
+        if any(c.__name__ == "BlockBridge" for c in type(module).__mro__) and "_original_component" in module._modules:
             for side in ("hook_in", "hook_out"):
                 point = module._modules.get(side)
                 if point is not None:

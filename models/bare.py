@@ -122,14 +122,31 @@ def _watched(state: _Bare) -> bool:
 
 
 def _needless(fn) -> bool:
-    """Whether hook ``fn`` serves only the wrappers: ours (`KNOWN_HOOKS`), or the bookkeeping a
-    TransformerLens block wires on its own submodules on its first forward (it hands the pre-norm
-    residual to its attention's split-QKV hook points); a hook made through ``HookPoint.add_hook`` or
-    ``register_forward_hook`` by anyone else is not."""
+    """Whether hook ``fn`` serves only the wrappers: ours (`KNOWN_HOOKS`), or bookkeeping TransformerLens
+    wires on its own modules: a block hands the pre-norm residual to its attention's split-QKV hook
+    points (on its first forward), and a placeholder component re-fires its subcomponents' hook points
+    as its own (OPT's split MLP). A hook anyone else made (``HookPoint.add_hook``, ``run_with_cache``,
+    ``register_forward_hook``) is not."""
     if fn in KNOWN_HOOKS:
         return True
-    return (getattr(fn, "__module__", "") or "").startswith("transformer_lens.model_bridge") and \
-        "._maybe_wire_capture_hooks." in getattr(fn, "__qualname__", "")
+    inner = _added(fn)
+    where = getattr(inner, "__module__", "") or ""
+    name = getattr(inner, "__qualname__", "")
+    return where.startswith("transformer_lens.model_bridge") and any(f"{w}.<locals>" in name for w in _TL_WIRING)
+
+
+_TL_WIRING = ("_maybe_wire_capture_hooks", "_wire_symbolic_hooks")  # TransformerLens's own hook wiring
+
+
+def _added(fn):
+    """The function a ``HookPoint.add_hook`` wrapper calls (found in its closure), else ``fn``."""
+    code = getattr(fn, "__code__", None)
+    if code is None or "hook" not in code.co_freevars or not fn.__closure__:
+        return fn
+    try:
+        return fn.__closure__[code.co_freevars.index("hook")].cell_contents
+    except ValueError:  # an empty cell
+        return fn
 
 
 def _state(hf: torch.nn.Module) -> _Bare | None:

@@ -99,6 +99,41 @@ def check_bridge_logits(arch, bridge, ref):
     return f"{d:.0e}"
 
 
+def check_bare(arch, bridge, ref):
+    """Unhooked, and with every block's resid_pre / resid_post captured, the bridge runs the bare HF
+    tree: its logits are HF's bit for bit, and the captures are HF's hidden states bit for bit. Where
+    TransformerLens replaced a HF module's forward in place (Falcon), both of the bridge's paths run the
+    replacement, so the reference is HF within TOL."""
+    from beliefscope.hooks import capture, hook_name
+    from beliefscope.models.bare import runnable
+
+    x = torch.tensor([story_ids()])
+    n = bridge.cfg.n_layers
+    ref = copy.deepcopy(ref)  # HF with the attention kernel TransformerLens set on the bridged model (eager for some)
+    ref.config._attn_implementation = bridge.original_model.config._attn_implementation
+    patched = any("forward" in vars(m) for m in bridge.original_model.modules())
+
+    def same(a, b, what):
+        d = (a - b).abs().max().item()
+        assert (d <= TOL) if patched else torch.equal(a, b), f"{arch}: {what} differ from HF's by {d:.2e}"
+
+    names = [hook_name(k, layer) for layer in range(n) for k in ("resid_pre", "resid_post")]
+    with torch.no_grad():
+        want = ref(x, output_hidden_states=True)
+        assert runnable(bridge) is not bridge.original_model, f"{arch}: nothing is hooked, yet the wrappers run"
+        same(bridge(x, return_type="logits"), want.logits, "unhooked logits")
+        with capture(bridge, names) as cap:
+            assert runnable(bridge) is not bridge.original_model, f"{arch}: a resid capture needs the wrappers"
+            got = bridge(x, return_type="logits")
+    same(got, want.logits, "logits under a resid capture")
+    h = want.hidden_states  # (embeddings, block 0, ..., block n - 2, final norm of block n - 1)
+    for layer in range(n):
+        same(cap.stacked(hook_name("resid_pre", layer)), h[layer], f"resid_pre {layer}")
+        if layer < n - 1:
+            same(cap.stacked(hook_name("resid_post", layer)), h[layer + 1], f"resid_post {layer}")
+    return "within TOL (TL patches HF forwards)" if patched else "bit-equal"
+
+
 def check_capture(arch, bridge, ref):
     from beliefscope.hooks import SHORT_NAMES, capture, hook_name
 
@@ -192,6 +227,7 @@ def check_harvest_forced(arch, bridge, ref):
 CHECKS = {
     "bridge logits": check_bridge_logits,
     "capture": check_capture,
+    "bare HF": check_bare,
     "HF generate": check_hf_generate,
     "fork": check_fork,
     "decoding": check_decoding,
