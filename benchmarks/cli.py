@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking")  # order of `all` (cheap first)
+BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking", "overhead")  # order of `all` (cheap first)
 
 
 def register(subparsers) -> None:

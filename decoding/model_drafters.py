@@ -20,6 +20,7 @@ from contextlib import contextmanager
 import torch
 from beliefscope.cache import Provenance
 from beliefscope.decoding.config import SpecConfig, TreeConfig
+from beliefscope.models.bare import runnable
 from beliefscope.decoding.core import (
     forward,
     hf_model,
@@ -197,8 +198,9 @@ class EarlyExitDrafter(Drafter):
     def _forward(self, x):
         self.forwards += 1
         self.cache.next_provenance = Provenance.DRAFT
-        with first_layers(hf_model(self.target), self.k):
-            return forward(self.target, x, self.cache)[-1]
+        run = runnable(self.target)  # the module this forward calls: shorten its block list, not another's
+        with first_layers(run, self.k):
+            return forward(run, x, self.cache)[-1]
 
     def _give_back(self, start: int) -> None:
         """The target's cache as it was before drafting (layers >= k were never written)."""

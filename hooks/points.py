@@ -2,13 +2,14 @@
 
 A TransformerLens 4 block wrapper (``BlockBridge``) passes its input through ``hook_in``
 (``blocks.{l}.hook_resid_pre``) and the first tensor of its output through ``hook_out``
-(``blocks.{l}.hook_resid_post``), and between the two it calls the HF decoder layer it wraps. The
+(``blocks.{l}.hook_resid_post``), and between the two it calls the HF decoder layer it wraps; an MLP
+wrapper's ``hook_out`` (``blocks.{l}.hook_mlp_out``) is its HF MLP's output. The
 same values are the HF layer's input and output, so a plain PyTorch hook on the HF layer (nnsight's
 way) sees them without the wrappers: it fires whether the forward runs the bridge's wrapped modules
 or the bare HF tree (`models.bare`), which then stays fast. `attach(point, fn)` does that for the
 hook points where it holds, and returns None for every other one (the caller then uses
-``HookPoint.add_hook``): hook points with a conversion, and those inside attention or MLP wrappers,
-whose values the HF modules never expose.
+``HookPoint.add_hook``): hook points with a conversion (attention's ``hook_attn_out`` has one), and
+those inside attention or MLP wrappers, whose values the HF modules never expose.
 
 >>> import torch
 >>> from beliefscope.cache.testing import tiny_llama
@@ -28,7 +29,7 @@ import torch
 
 def owner(point) -> tuple[torch.nn.Module, str] | None:
     """``(the HF module, "in" or "out")`` whose input or output hook point ``point`` carries, or None.
-    Only block wrappers qualify (their hook_in / hook_out wrap the HF layer's call and nothing else)."""
+    Only `PLAIN_POINTS` qualify (the matrix in tests/architectures.py checks each against the wrappers)."""
     wrapper = getattr(point, "_beliefscope_owner", None)
     if wrapper is None or getattr(point, "hook_conversion", None) is not None:
         return None
@@ -38,14 +39,20 @@ def owner(point) -> tuple[torch.nn.Module, str] | None:
     return original, ("in" if point is wrapper._modules.get("hook_in") else "out")
 
 
+# wrapper class (or a base of it) -> its hook points that carry the HF module's own input / output
+PLAIN_POINTS = {"BlockBridge": ("hook_in", "hook_out"), "MLPBridge": ("hook_out",)}
+
+
 def index_owners(model) -> None:
-    """Note on each block wrapper's hook_in / hook_out the wrapper it belongs to (once per model)."""
+    """Note on each such hook point the wrapper it belongs to (once per model; see `PLAIN_POINTS`)."""
     for module in model.modules():
-        if any(c.__name__ == "BlockBridge" for c in type(module).__mro__) and "_original_component" in module._modules:
-            for side in ("hook_in", "hook_out"):
-                point = module._modules.get(side)
-                if point is not None:
-                    point.__dict__["_beliefscope_owner"] = module
+        if "_original_component" not in module._modules:
+            continue
+        bases = [c.__name__ for c in type(module).__mro__]
+        for side in next((PLAIN_POINTS[b] for b in bases if b in PLAIN_POINTS), ()):
+            point = module._modules.get(side)
+            if point is not None:
+                point.__dict__["_beliefscope_owner"] = module
 
 
 def attach(point, fn):

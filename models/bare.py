@@ -72,8 +72,7 @@ def is_wrapper(module: torch.nn.Module) -> bool:
 
 def bare_model(hf: torch.nn.Module) -> torch.nn.Module:
     """``hf`` without TransformerLens's wrappers (``hf`` itself when it has none); see the module doc."""
-    state = _state(hf)
-    return hf if state is None else state.model
+    return _state(hf).model
 
 
 def runnable(model) -> torch.nn.Module:
@@ -81,7 +80,7 @@ def runnable(model) -> torch.nn.Module:
     hook needs the wrappers and the bridge runs no TransformerLens-only mode, else the wrapped HF model."""
     hf = hf_of(model)
     state = _state(hf)
-    if state is None or _plain_mode_off(hf) or _watched(state):
+    if state.model is hf or _plain_mode_off(hf) or _watched(state):
         return hf
     if state.model.training != hf.training:
         state.model.train(hf.training)
@@ -149,9 +148,9 @@ def _added(fn):
         return fn
 
 
-def _state(hf: torch.nn.Module) -> _Bare | None:
-    """The current bare tree of ``hf`` (rebuilt when a module of the wrapped tree was swapped), or None
-    when ``hf`` has no wrapper."""
+def _state(hf: torch.nn.Module) -> _Bare:
+    """The current bare tree of ``hf`` (rebuilt when a module of the wrapped tree was swapped); ``hf``
+    itself when it has no wrapper."""
     state = hf.__dict__.get(_STATE)
     if state is not None and all(d.get(name) is child for d, name, child in state.edges):
         return state
@@ -160,10 +159,10 @@ def _state(hf: torch.nn.Module) -> _Bare | None:
     return state
 
 
-def _build(hf: torch.nn.Module) -> _Bare | None:
-    if not any(is_wrapper(m) for m in hf.modules()):
-        return None
+def _build(hf: torch.nn.Module) -> _Bare:
     state = _Bare(model=hf)
+    if not any(is_wrapper(m) for m in hf.modules()):
+        return state  # nothing to unwrap (a plain HF model, or a bare tree itself): it runs as it is, always right
     shared: set[int] = set()
     memo: dict[int, torch.nn.Module] = {}
 

