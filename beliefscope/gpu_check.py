@@ -108,7 +108,7 @@ def _commands(dev: str, work: str) -> dict:
 def _greedy_agreement(folder: str, dev: str, dtype: str, cfg: GpuCheckConfig) -> dict:
     """Speculative greedy against plain greedy and against the fixed-shape reference at its verify width."""
     from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
-    from beliefscope.decoding.core import generate
+    from beliefscope.decoding.loop import generate
     from beliefscope.models.load import load_model
 
     model, tok = load_model(folder, device=dev, dtype=dtype)
@@ -137,7 +137,7 @@ def _split_model(dev: str, work: str) -> dict:
     model in one piece on the first device: logits, every ``resid_post``, 32 greedy tokens, KV buffers per layer."""
     from beliefscope.cache import KVCache
     from beliefscope.decoding import SpecConfig
-    from beliefscope.decoding.core import generate
+    from beliefscope.decoding.loop import generate
     from beliefscope.hooks import capture
     from beliefscope.models.load import load_model, model_defaults
 

@@ -13,7 +13,8 @@ import os
 import sys
 import time
 
-BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking", "overhead")  # order of `all` (cheap first)
+# order of `all` (cheap first)
+BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking", "overhead")
 
 
 def register(subparsers) -> None:

@@ -6,7 +6,7 @@ Run ``beliefscope bench overhead`` (a tiny random Llama, then SmolLM2-135M when 
 - **forward**: the bridge's forward (``bridge(tokens)``) against the HF model's;
 - **capture**: every block's ``hook_resid_post`` with `hooks.capture` against HF's ``output_hidden_states``,
   beside TransformerLens's ``run_with_cache`` on the same bridge (and nnsight's, where installed);
-- **generate**: `decoding.core.generate` (greedy, ``new_tokens`` tokens) against HF's ``generate``.
+- **generate**: `decoding.loop.generate` (greedy, ``new_tokens`` tokens) against HF's ``generate``.
 
 "wrapped" is the bridge made to run TransformerLens's wrappers (one no-op hook on ``hook_embed``): what
 every forward cost before `models.bare`, so before/after come from the same run. The bare HF baseline is
@@ -78,7 +78,7 @@ def wrapped(bridge):
 
 def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, progress=None) -> dict:
     from beliefscope.decoding.config import SpecConfig
-    from beliefscope.decoding.core import generate
+    from beliefscope.decoding.loop import generate
     from beliefscope.hooks import capture, layer_names
 
     hf = plain_hf(bridge)

@@ -75,7 +75,7 @@ def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig,
 def make_runner(m: Method, target, draft, n_new: int, stop_at_eos: bool = False, widths=None):
     """A function prompt_ids [n] -> (tokens, Generation | None) for method ``m``."""
     from beliefscope.decoding.config import SpecConfig
-    from beliefscope.decoding.core import generate
+    from beliefscope.decoding.loop import generate
     from beliefscope.decoding.drafters import make_drafter
     from beliefscope.decoding.speculative import speculative_generate
 

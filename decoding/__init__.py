@@ -9,7 +9,8 @@ True
 """
 
 from beliefscope.decoding.config import SpecConfig, TreeConfig
-from beliefscope.decoding.core import Generation, generate
+from beliefscope.decoding.core import Generation
+from beliefscope.decoding.loop import generate
 from beliefscope.decoding.drafters import (
                                Drafter,
                                EarlyExitDrafter,

@@ -1,19 +1,17 @@
-"""Small pure pieces of decoding: forward with a cache, seeded randomness, plain cached decoding.
+"""Small pure pieces of decoding: forward with a cache, seeded randomness, budgets, EOS (`decoding.loop` runs them).
 
 Convention (as in gpt-fast): the cache holds K/V of every committed token but the last one; the
 last committed token is *pending* and is the first input of the next forward.
 
 >>> from beliefscope.cache.testing import tiny_gpt2
->>> model = tiny_gpt2()
->>> out = generate(model, [1, 2, 3], SpecConfig(max_new_tokens=4, stop_at_eos=False))
->>> len(out.tokens)
-4
+>>> logits = forward(tiny_gpt2(), torch.tensor([1, 2, 3]), new_cache(tiny_gpt2(), 8))
+>>> logits.shape
+torch.Size([3, 50])
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -202,41 +200,3 @@ def pick(logits: torch.Tensor, cfg: SpecConfig, position: int) -> int:
     if cfg.temperature == 0:
         return int(logits.argmax())
     return sample(probs(logits, cfg.temperature), seeded_generator(cfg.seed, position, "target"))
-
-
-@torch.no_grad()
-def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 1, tokenizer=None) -> Generation:
-    """Plain cached decoding, one token per target forward (the baseline).
-
-    ``window=1`` is ordinary single-token decoding. ``window=W > 1`` is the *fixed-shape
-    reference*: each token comes from a forward of width W (pending token, then padding), the same
-    shape as a speculative verify pass, so both see identical numerics (HF issue #39421).
-
-    >>> from beliefscope.cache.testing import tiny_gpt2
-    >>> generate(tiny_gpt2(), [5, 6], SpecConfig(max_new_tokens=3, stop_at_eos=False), window=5).steps
-    2
-    """
-    cfg = cfg or SpecConfig()
-    t0 = time.perf_counter()
-    ids = check_prompt(model, prompt_ids)
-    eos = eos_id(model, cfg, tokenizer)
-    budget = token_budget(model, ids.numel(), cfg.max_new_tokens, window)
-    cache = new_cache(model, ids.numel() + budget + window, cfg.keep_rejected)
-    tgt = 0.0
-    t = time.perf_counter()
-    logits = forward(model, ids, cache)[-1]
-    tgt += time.perf_counter() - t
-    out = [pick(logits, cfg, ids.numel())]
-    steps = 0
-    while len(out) < budget and out[-1] != eos:
-        n = ids.numel() + len(out) - 1  # absolute position of the pending token
-        x = pad_window(torch.tensor([out[-1]]), window)
-        t = time.perf_counter()
-        logits = forward(model, x, cache)[0]
-        if window > 1:
-            cache.rollback(n + 1)
-        tgt += time.perf_counter() - t
-        steps += 1
-        out.append(pick(logits, cfg, n + 1))
-    return Generation(out, ids.numel(), steps, steps + 1, time.perf_counter() - t0, target_seconds=tgt,
-                      tokens_per_step=[1] * steps, cache=cache)

@@ -1,8 +1,13 @@
-"""The speculative loop, shared by chains and token trees: each step is propose -> verify ->
-accept -> commit, around one setup (prompt, budget, cache, prefill), one clock and one trace.
+"""The decoding loop, shared by plain decoding, chains and token trees: each step is propose -> verify
+-> accept -> commit, around one setup (prompt, budget, cache, prefill), one clock and one trace. EOS and
+the token budget are applied once, here (`decoding.core.clip_new`).
 
-What differs between a chain and a tree is a *step kind* (``decoding.speculative.ChainStep``,
-``decoding.tree_generate.TreeStep``), an object with five methods:
+What differs between them is a *step kind* (`PlainStep` below, ``decoding.speculative.ChainStep``,
+``decoding.tree_generate.TreeStep``), an object with two attributes and six methods:
+
+- ``provenance``: what the verify forward's cache writes are tagged (None: the cache's default);
+- ``room``: the widest verify forward (the context must leave room for it);
+- ``width(n) -> int``: the verify forward's width for ``n`` tokens (pending token and drafts);
 
 - ``propose(drafter, ids, left) -> Proposal``: at most ``left`` tokens deep;
 - ``verify(model, cache, pending, proposal, width) -> logits [1 + n, vocab]``: one target forward of
@@ -13,7 +18,6 @@ What differs between a chain and a tree is a *step kind* (``decoding.speculative
   of ``path`` are committed, and the ``Step`` fields only it knows (``rejected``, a tree's parents and path).
 
 >>> from beliefscope.cache.testing import tiny_gpt2
->>> from beliefscope.decoding.core import generate
 >>> from beliefscope.decoding.ngram import NGramDrafter
 >>> from beliefscope.decoding.speculative import ChainStep
 >>> model, cfg = tiny_gpt2(), SpecConfig(gamma=3, max_new_tokens=6, stop_at_eos=False, trace=True)
@@ -31,7 +35,6 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import torch
-from beliefscope.cache import Provenance
 from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.core import (
     Generation,
@@ -41,9 +44,11 @@ from beliefscope.decoding.core import (
     forward,
     hf_model,
     new_cache,
+    pad_window,
     pick,
     token_budget,
 )
+from beliefscope.decoding.drafter import Drafter
 from beliefscope.decoding.trace import Step, Trace, close_step, record_counts
 from beliefscope.decoding.tree import TokenTree
 
@@ -66,7 +71,7 @@ def speculative_loop(model, drafter, prompt_ids, cfg: SpecConfig, kind, *, token
     ids0 = check_prompt(model, prompt_ids)
     n_prompt = ids0.numel()
     eos = eos_id(model, cfg, tokenizer)
-    room = cfg.max_verify_width  # the widest verify forward (padding included)
+    room = kind.room  # the widest verify forward (padding included)
     budget = token_budget(model, n_prompt, cfg.max_new_tokens, room)
     buf = torch.zeros(n_prompt + budget + room, dtype=torch.long)  # [n_prompt + budget + room] committed, prompt first
     buf[:n_prompt] = ids0
@@ -95,8 +100,8 @@ def speculative_loop(model, drafter, prompt_ids, cfg: SpecConfig, kind, *, token
             t_draft = time.perf_counter() - t
             _set_pass(caps, "verify")
             t = time.perf_counter()
-            width = cfg.verify_width(1 + len(prop.tokens))
-            cache.next_provenance = Provenance.VERIFIED
+            width = kind.width(1 + len(prop.tokens))
+            cache.next_provenance = kind.provenance
             logits = kind.verify(model, cache, buf[pos:length], prop, width)  # [1 + n, vocab]; row j -> pos + 1 + j
             path, nxt = kind.accept(logits, prop, pos + 1)
             new = clip_new([*(prop.tokens[i] for i in path), nxt], budget - (length - n_prompt), eos)
@@ -120,6 +125,62 @@ def speculative_loop(model, drafter, prompt_ids, cfg: SpecConfig, kind, *, token
     res.draft_forwards = getattr(drafter, "forwards", 0)
     res.seconds = time.perf_counter() - t_start
     return res
+
+
+class NoDrafter(Drafter):
+    """Proposes nothing: every step is one plain decoding forward."""
+
+    name = "none"
+
+    def propose(self, ids, n, cfg):
+        return ids[:0], None
+
+
+class PlainStep:
+    """Plain decoding as a step kind: no drafts, one token per forward of the pending token, padded to
+    ``window`` (``window > 1`` is the fixed-shape reference: the shape of a speculative verify pass)."""
+
+    provenance = None  # the cache's default labels (prefill, then decode)
+
+    def __init__(self, cfg: SpecConfig, window: int = 1):
+        if window < 1:
+            raise ValueError(f"window={window} must be >= 1 (the pending token, then padding)")
+        self.cfg, self.room = cfg, window
+
+    def width(self, n: int) -> int:
+        return self.room
+
+    def propose(self, drafter, ids: torch.Tensor, left: int) -> Proposal:
+        return Proposal([], 0, ids[:0])
+
+    def verify(self, model, cache, pending: torch.Tensor, prop: Proposal, width: int) -> torch.Tensor:
+        return forward(model, pad_window(pending, width), cache)[:1]  # [1, vocab]
+
+    def accept(self, logits: torch.Tensor, prop: Proposal, position: int) -> tuple[list[int], int]:
+        return [], pick(logits[0], self.cfg, position)
+
+    def commit(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> None:
+        if keep < cache.seq_len:
+            cache.rollback(keep)  # the padding of a fixed-shape forward
+
+    def after(self, res: Generation, prop: Proposal, path: list[int], n_kept: int, width: int) -> dict:
+        return {"rejected": []}
+
+
+@torch.no_grad()
+def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 1, tokenizer=None) -> Generation:
+    """Plain cached decoding, one token per target forward (the baseline): the loop with `PlainStep`.
+
+    ``window=1`` is ordinary single-token decoding. ``window=W > 1`` is the *fixed-shape
+    reference*: each token comes from a forward of width W (pending token, then padding), the same
+    shape as a speculative verify pass, so both see identical numerics (HF issue #39421).
+
+    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> generate(tiny_gpt2(), [5, 6], SpecConfig(max_new_tokens=3, stop_at_eos=False), window=5).steps
+    2
+    """
+    cfg = cfg or SpecConfig()
+    return speculative_loop(model, NoDrafter(), prompt_ids, cfg, PlainStep(cfg, window), tokenizer=tokenizer)
 
 
 def _set_pass(caps, name: str) -> None:

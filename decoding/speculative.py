@@ -21,7 +21,6 @@ from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.core import (
     Generation,
     forward,
-    generate,
     hf_model,
     pad_window,
     probs,
@@ -29,7 +28,7 @@ from beliefscope.decoding.core import (
     seeded_generator,
 )
 from beliefscope.decoding.drafter import Drafter
-from beliefscope.decoding.loop import Proposal, speculative_loop
+from beliefscope.decoding.loop import Proposal, generate, speculative_loop
 from beliefscope.decoding.tree_generate import TreeStep
 from beliefscope.models.devices import HOST
 
@@ -78,9 +77,15 @@ class ChainStep:
     """One branch of up to gamma drafts (adaptive with ``gamma="auto"``), verified under the cache's
     causal mask: ``[pending, drafts..., padding]``, the padding causally invisible."""
 
+    provenance = Provenance.VERIFIED  # what a verify forward writes
+
     def __init__(self, cfg: SpecConfig):
         self.cfg = cfg
+        self.room = cfg.max_verify_width  # the widest verify forward
         self.gamma = min(cfg.gamma_start if cfg.adaptive else int(cfg.gamma), cfg.window_size - 1)
+
+    def width(self, n: int) -> int:
+        return self.cfg.verify_width(n)
 
     def propose(self, drafter: Drafter, ids: torch.Tensor, left: int) -> Proposal:
         want = min(self.gamma, left)

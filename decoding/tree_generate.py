@@ -4,7 +4,7 @@ both run the loop of ``decoding.loop``).
 
 >>> from beliefscope.cache.testing import tiny_gpt2
 >>> from beliefscope.decoding.config import SpecConfig, TreeConfig
->>> from beliefscope.decoding.core import generate
+>>> from beliefscope.decoding.loop import generate
 >>> from beliefscope.decoding.ngram import NGramDrafter
 >>> model = tiny_gpt2()
 >>> cfg = SpecConfig(max_new_tokens=6, stop_at_eos=False, tree=TreeConfig(nodes=4, depth=3))
@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from beliefscope.cache import Provenance
 from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.core import Generation, hf_logits
 from beliefscope.decoding.loop import Proposal, speculative_loop
@@ -46,11 +47,17 @@ class TreeStep:
     """A tree of drafts within ``cfg.tree`` (``drafter.propose_tree``), verified under its ancestor mask;
     the longest accepted path is moved next to the prefix (``decoding.tree.commit_path``)."""
 
+    provenance = Provenance.VERIFIED  # what a verify forward writes
+
     def __init__(self, cfg: SpecConfig):
         if cfg.capture:
             raise ValueError("activation capture (SpecConfig.capture) is not supported with token trees yet: "
                              "drop capture, or set tree=None for chains")
         self.cfg = cfg
+        self.room = cfg.max_verify_width  # the widest verify forward
+
+    def width(self, n: int) -> int:
+        return self.cfg.verify_width(n)
 
     def propose(self, drafter, ids: torch.Tensor, left: int) -> Proposal:
         tree = TokenTree([], [])

@@ -30,7 +30,7 @@ early-exit drafter's shorter block list) rebuilds the bare tree instead of runni
 >>> x = torch.tensor([[1, 2, 3]])
 >>> runnable(bridge) is bare_model(hf)             # nothing hooked: the bare tree runs
 True
->>> float((bare_model(hf)(x).logits - hf(x).logits).abs().max().detach()) < 1e-5   # the wrappers round a little differently
+>>> float((bare_model(hf)(x).logits - hf(x).logits).abs().max().detach()) < 1e-5  # wrappers round differently
 True
 >>> handle = bridge.blocks[0].hook_out.add_hook(lambda act, hook: None)
 >>> runnable(bridge) is hf                          # a hook point is watched: the wrapped tree runs

@@ -23,7 +23,7 @@ def test_bridge_logits_and_host_ids_on_cuda_equal_hf_on_cuda():
 
 def test_speculative_greedy_on_cuda_float32_equals_plain_greedy():
     from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
-    from beliefscope.decoding.core import generate
+    from beliefscope.decoding.loop import generate
     from beliefscope.models.load import load_model
 
     model, tok = load_model(TARGET, device="cuda")
@@ -52,7 +52,7 @@ def test_a_model_split_over_the_gpu_and_the_cpu_equals_the_model_on_the_gpu(tmp_
     each layer's KV buffers sit where the layer computes."""
     from beliefscope.cache import KVCache
     from beliefscope.decoding import SpecConfig
-    from beliefscope.decoding.core import generate
+    from beliefscope.decoding.loop import generate
     from beliefscope.hooks import capture
     from beliefscope.models.load import load_model, model_defaults
 

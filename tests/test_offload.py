@@ -36,7 +36,7 @@ def test_the_split_model_really_is_split(whole_and_split):
 
 def test_logits_captures_and_greedy_tokens_equal_the_model_in_one_piece(whole_and_split):
     from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
-    from beliefscope.decoding.core import generate
+    from beliefscope.decoding.loop import generate
     from beliefscope.hooks import capture
 
     (whole, tok), (split, _) = whole_and_split
