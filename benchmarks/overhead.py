@@ -158,11 +158,14 @@ def _nnsight(bridge, x, n_layers: int) -> dict:
     from beliefscope.models.profile import decoder_layers
 
     lm = NNsight(plain_hf(bridge))
+    layers = decoder_layers(lm)  # nnsight's proxies of the decoder blocks
 
     def run():
+        saved: list = []  # filled inside the trace (nnsight runs the block's body itself)
         with lm.trace(x):
-            saved = [decoder_layers(lm._model)[i].output.save() for i in range(n_layers)]  # noqa: F841
-        return None
+            saved.extend(layers[i].output.save() for i in range(n_layers))
+        first = saved[0]
+        return first[0] if isinstance(first, tuple) else first
 
     return {"nnsight": run}
 

@@ -108,15 +108,17 @@ class Capture:
 
 
 @contextmanager
-def hooked(model, fwd_hooks):
+def hooked(model, fwd_hooks, hook_dict: dict | None = None):
     """Attach ``[(name, fn)]`` forward hooks for the duration of the block; always removed.
 
     A block's ``hook_resid_pre`` / ``hook_resid_post`` hook goes on the HF decoder layer itself
     (`hooks.points.attach`), so the forward keeps running the bare HF model; every other hook point
-    is hooked through TransformerLens (``HookPoint.add_hook``), which runs the bridge's wrappers."""
+    is hooked through TransformerLens (``HookPoint.add_hook``), which runs the bridge's wrappers.
+    ``hook_dict``: ``model.hook_dict`` if the caller already has it (the bridge rebuilds it per access)."""
     handles = []
     fwd_hooks = list(fwd_hooks)
-    hook_dict = model.hook_dict if fwd_hooks else None  # one snapshot: the bridge rebuilds it per access
+    if fwd_hooks and hook_dict is None:
+        hook_dict = model.hook_dict  # one snapshot for every name
     if fwd_hooks and not model.__dict__.get("_beliefscope_owners"):
         index_owners(model)
         model.__dict__["_beliefscope_owners"] = True
@@ -165,7 +167,7 @@ def capture(model, names, cache=None, device=None):
     handle = model.register_forward_pre_hook(pre, with_kwargs=True)
     done = model.register_forward_hook(post)
     try:
-        with hooked(model, [(n, make(n)) for n in names]):
+        with hooked(model, [(n, make(n)) for n in names], hook_dict):
             yield cap
     finally:
         handle.remove()
