@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def summarize(methods: list[Method], target, prompts, n_new: int, stop_at_eos: bool = False) -> dict:
     """Per-method statistics against our plain greedy (the first method)."""
     from beliefscope.decoding.config import SpecConfig
-    from beliefscope.decoding.core import generate
+    from beliefscope.decoding.loop import generate
 
     plain = methods[0]
     t_step = sum(plain.times) / sum(len(o) for o in plain.outputs)  # seconds per plain decoded token

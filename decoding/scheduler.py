@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.decoding.core import check_prompt, hf_model, pad_window, token_budget
+from beliefscope.decoding.core import check_prompt, clip_new, hf_model, pad_window, token_budget
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.decoding.speculative import accept_greedy
 from beliefscope.models.invariant_attention import row_invariant_copy
@@ -284,10 +284,9 @@ class Scheduler:
         self.verify_rows += len(due)
         for r, drafts, budget, row in rows:
             accepted, nxt = accept_greedy(logits[row, : drafts.numel() + 1], drafts)
-            new = [*drafts[:accepted].tolist(), nxt][:budget]
-            if self.cfg.eos_token_id in new:
-                new = new[: new.index(self.cfg.eos_token_id) + 1]
-            elif r.row is not None and accepted == len(r.drafts) and len(new) < budget:
+            new = clip_new([*drafts[:accepted].tolist(), nxt], budget, self.cfg.eos_token_id)
+            ended = self.cfg.eos_token_id is not None and new[-1] == self.cfg.eos_token_id
+            if not ended and r.row is not None and accepted == len(r.drafts) and len(new) < budget:
                 # every fast token accepted: the pool lacks the last draft's K/V, so the reference's
                 # extra token waits for the next window (the output is the same greedy sequence)
                 new = new[:-1]

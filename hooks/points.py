@@ -2,14 +2,13 @@
 
 A TransformerLens 4 block wrapper (``BlockBridge``) passes its input through ``hook_in``
 (``blocks.{l}.hook_resid_pre``) and the first tensor of its output through ``hook_out``
-(``blocks.{l}.hook_resid_post``), and between the two it calls the HF decoder layer it wraps; an MLP
-wrapper's ``hook_out`` (``blocks.{l}.hook_mlp_out``) is its HF MLP's output. The
+(``blocks.{l}.hook_resid_post``), and between the two it calls the HF decoder layer it wraps. The
 same values are the HF layer's input and output, so a plain PyTorch hook on the HF layer (nnsight's
 way) sees them without the wrappers: it fires whether the forward runs the bridge's wrapped modules
 or the bare HF tree (`models.bare`), which then stays fast. `attach(point, fn)` does that for the
 hook points where it holds, and returns None for every other one (the caller then uses
-``HookPoint.add_hook``): hook points with a conversion (attention's ``hook_attn_out`` has one), and
-those inside attention or MLP wrappers, whose values the HF modules never expose.
+``HookPoint.add_hook``): hook points with a conversion, and those of attention and MLP wrappers, which
+may compute their values without calling the HF module they hold.
 
 >>> import torch
 >>> from beliefscope.cache.testing import tiny_llama
@@ -40,7 +39,9 @@ def owner(point) -> tuple[torch.nn.Module, str] | None:
 
 
 # wrapper class (or a base of it) -> its hook points that carry the HF module's own input / output
-PLAIN_POINTS = {"BlockBridge": ("hook_in", "hook_out"), "MLPBridge": ("hook_out",)}
+# (a block wrapper always calls its HF layer; an MLP or attention wrapper may compute without calling its
+# HF module, e.g. Phi-3's fused gate-up MLP, so a hook on that module would miss the wrapped forwards)
+PLAIN_POINTS = {"BlockBridge": ("hook_in", "hook_out")}
 
 
 def index_owners(model) -> None:

@@ -21,7 +21,9 @@ layer). Checking costs one integer comparison while nothing changes: PyTorch num
 handle from one class counter, so an unchanged counter means no hook was added anywhere since the
 last scan (a removal can only make a scan's "hooked" stale, never its "not hooked"). The module tree
 is checked too (one identity test per edge), so a module swapped in later (packed linears, LoRA, an
-early-exit drafter's shorter block list) rebuilds the bare tree instead of running a stale one.
+early-exit drafter's shorter block list) rebuilds the bare tree instead of running a stale one. A forward
+bound to a module itself (accelerate's device-map dispatch, TransformerLens's in-place patches of
+Falcon) is rebound to its copy, so the copy calls its own, unwrapped, children.
 
 >>> import torch
 >>> from beliefscope.cache.testing import tiny_llama
@@ -41,6 +43,8 @@ True
 from __future__ import annotations
 
 import copy
+import functools
+import types
 import weakref
 from dataclasses import dataclass, field
 
@@ -159,6 +163,27 @@ def _state(hf: torch.nn.Module) -> _Bare:
     return state
 
 
+class _NoBareTree(Exception):
+    """A module on the way has its own forward bound in a way `_rebind` does not know."""
+
+
+def _rebind(out: torch.nn.Module, source: torch.nn.Module) -> None:
+    """A forward set on ``source`` itself (accelerate's device-map dispatch: a partial over ``source`` and
+    the original bound forward; TransformerLens's in-place patches: a method bound to ``source``) is made
+    to run on the copy ``out``, whose children are unwrapped; anything else refuses the bare tree."""
+    for key in ("forward", "_old_forward"):
+        fn = out.__dict__.get(key)
+        if fn is None:
+            continue
+        if isinstance(fn, types.MethodType) and fn.__self__ is source:
+            out.__dict__[key] = types.MethodType(fn.__func__, out)
+        elif isinstance(fn, functools.partial) and fn.args[:1] == (source,):
+            out.__dict__[key] = functools.update_wrapper(functools.partial(fn.func, out, *fn.args[1:], **fn.keywords),
+                                                         fn.func)
+        else:
+            raise _NoBareTree
+
+
 def _build(hf: torch.nn.Module) -> _Bare:
     state = _Bare(model=hf)
     if not any(is_wrapper(m) for m in hf.modules()):
@@ -182,11 +207,15 @@ def _build(hf: torch.nn.Module) -> _Bare:
             out = copy.copy(source)  # shares parameters, buffers and hooks; only the children differ
             out.__dict__.pop(_STATE, None)
             out._modules = children
+            _rebind(out, source)
         memo[id(module)] = out
         shared.add(id(source))  # a copied module shares its hook dicts with its copy: its hooks fire either way
         return out
 
-    state.model = unwrap(hf)
+    try:
+        state.model = unwrap(hf)
+    except _NoBareTree:
+        return _Bare(model=hf)  # the wrapped model runs, always right
     shared.update(id(m) for m in state.model.modules())
     state.watched = [getattr(m, d) for m in hf.modules() if id(m) not in shared for d in _HOOK_DICTS]
     return state
