@@ -190,6 +190,7 @@ def test_demo_failing_midway_leaves_no_partial_report(tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "report") == ["old.txt"]  # the previous report is untouched
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_staged_run_leaves_nothing(tmp_path):
     import subprocess
     import sys

@@ -36,6 +36,7 @@ def chain(tmp_path_factory):
     return tmp, model, acts, probes
 
 
+@pytest.mark.slow
 def test_store_keeps_names_and_labels(chain):
     from beliefscope.probes.store import ActivationStore
     from beliefscope.tasks.records import load_data
@@ -62,6 +63,7 @@ def test_store_keeps_names_and_labels(chain):
     assert twin.manifest["checkpoint_hash"] != store.manifest["checkpoint_hash"]
 
 
+@pytest.mark.slow
 def test_probe_on_data_matches_sklearn(chain, capsys):
     """The batched torch trainer's per-layer out-of-fold accuracy equals scikit-learn's (±0.01)."""
     _, _, acts, _ = chain
@@ -76,6 +78,7 @@ def test_probe_on_data_matches_sklearn(chain, capsys):
     assert [r["layer"] for r in one["layers"]] == [1] and one["n_rows"] == 160  # one token per training record
 
 
+@pytest.mark.slow
 def test_beliefs_accuracy_is_the_argmax_over_every_class(chain, capsys):
     tmp, model, _, probes = chain
     res = _run(capsys, "beliefs", "--model", model, "--probes", probes, "--data", DATA, "--index", "5",
@@ -93,6 +96,7 @@ def test_beliefs_accuracy_is_the_argmax_over_every_class(chain, capsys):
     assert "states" in capsys.readouterr().err and not os.path.exists(tmp / "b3.png")
 
 
+@pytest.mark.slow
 def test_forced_instrument_and_view_on_data(chain, capsys):
     tmp, model, _, probes = chain
     f = _run(capsys, "forced", "--model", model, "--probes", probes, "--data", DATA, "--events-field", "location",
@@ -111,6 +115,7 @@ def test_forced_instrument_and_view_on_data(chain, capsys):
     assert v["n_stories"] == 3 and os.path.getsize(tmp / "view.html") > 10_000
 
 
+@pytest.mark.slow
 def test_bad_input_writes_nothing(chain, tmp_path, capsys):
     _, model, _, _ = chain
     cases = {
@@ -151,6 +156,7 @@ def test_python_reads_refuse_another_model(chain):
         trajectory(bridge, tok, load_probe(probes), "The key is in the hall.")
 
 
+@pytest.mark.slow
 def test_store_round_trips_through_a_hf_dataset(chain, tmp_path):
     from beliefscope.probes.store import ActivationStore, from_hf_dataset, to_hf_dataset
 

@@ -152,6 +152,7 @@ def test_build_resumes_without_duplicating(toy, tmp_path):
     assert store.meta["vocab_size"] == 32
 
 
+@pytest.mark.slow
 def test_greedy_exact_store_drafter_200_heldout(toy):
     """Store built from the target's outputs on train prompts; 200 held-out prompts; every output equals
     the fixed-shape reference (fixed window) and plain greedy (padded variable window)."""
@@ -175,6 +176,7 @@ def test_greedy_exact_store_drafter_200_heldout(toy):
         # ~1/32: the store really predicts the toy's chains (otherwise this test proves little)
 
 
+@pytest.mark.slow
 def test_generate_cli_variable_windows_equal_plain(capsys):
     """`beliefscope generate --verify-widths auto|1,5,8` gives plain greedy's tokens; a bad list is refused."""
     from beliefscope.cli import main

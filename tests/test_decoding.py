@@ -40,6 +40,7 @@ class Scripted(Drafter):
         return torch.tensor(out, dtype=torch.long), None
 
 
+@pytest.mark.slow
 def test_greedy_exact_all_drafters_200_heldout(toy, heldout_prompts):
     """Token-exact vs the fixed-shape reference and vs plain single-token greedy, for every drafter."""
     target, draft, tok = toy
@@ -55,6 +56,7 @@ def test_greedy_exact_all_drafters_200_heldout(toy, heldout_prompts):
         assert sum(o.steps for o in outs) <= sum(len(r) for r in ref)  # never more target steps than greedy
 
 
+@pytest.mark.slow
 def test_adaptive_gamma_exact_and_schedule(toy, heldout_prompts):
     target, draft, tok = toy
     cfg = SpecConfig(gamma="auto", gamma_start=2, gamma_max=6, max_new_tokens=20)

@@ -57,6 +57,7 @@ def toy_store(target, tok):
     return StoreDrafter(store, name="store:toy")
 
 
+@pytest.mark.slow
 def test_tree_greedy_exact_200_toy_prompts(toy, heldout_prompts):
     """Every drafter that builds trees, 200 held-out prompts: equal to the fixed-shape reference."""
     target, draft, tok = toy

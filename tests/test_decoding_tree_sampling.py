@@ -56,6 +56,7 @@ def _table(model, prompt, n):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["model", "fixed"])
 def test_tree_rule_matches_target_distribution(drafter):
     """accept_tree_sampled on trees drafted per seed (i.i.d. draft-model candidates, or fixed one-hot

@@ -11,6 +11,7 @@ from beliefscope.analyses.instrument import verdict
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.mark.slow
 def test_thinking_demo_report(tmp_path):
     from beliefscope.analyses.demo import DemoConfig
     from beliefscope.analyses.demo_thinking import main

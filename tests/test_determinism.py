@@ -54,6 +54,7 @@ def _sweep(model, fast, prompts, pool, deterministic, window=4):
         sch.Scheduler = real
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("builder", [tiny_gpt2, tiny_llama])
 def test_fast_path_diverges_verified_does_not(builder):
     model = builder()
@@ -117,6 +118,7 @@ def test_empty_workload_and_bad_values_are_refused():
         main(DeterminismConfig(prompts=1, others="1,-2", out=None))
 
 
+@pytest.mark.slow
 def test_verified_outputs_equal_across_the_verify_shape_grid():
     """The W x slots grid (4 x 3 shapes, 4 numbers of co-batched requests, 2 arrival orders): every
     verified prompt gives one output over the whole grid, equal to plain greedy decoding of the

@@ -7,6 +7,7 @@ import pytest
 from beliefscope.benchmarks.common import OUT_ENV
 
 
+@pytest.mark.slow
 def test_quick_bench_writes_the_table(tmp_path, monkeypatch):
     from beliefscope.cli import main
 

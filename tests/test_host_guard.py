@@ -45,6 +45,7 @@ def test_the_guard_sees_numpy_of_a_device_tensor_and_allows_host_indices():
             torch.cat([w, torch.zeros(1, 3)])
 
 
+@pytest.mark.slow
 def test_every_command_and_the_demo_place_their_tensors_on_the_model_device(tmp_path):
     """`make gpu-check`'s toy checks (the quick demo and every subcommand once), with every mix collected.
 

@@ -37,6 +37,7 @@ def test_meta_round_trip():
     assert ListCounter.from_meta(None) is None
 
 
+@pytest.mark.slow
 def test_from_a_real_tokenizer():
     """The ids read off SmolLM2's tokenizer decode to exactly "k." and the newline tokens end in a line break."""
     from beliefscope.benchmarks.common import smollm2_available

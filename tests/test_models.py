@@ -45,6 +45,7 @@ def test_shipped_checkpoints_small_and_carded():
         assert json.load(f)["n_layer"] <= 2
 
 
+@pytest.mark.slow
 def test_target_meets_accuracy_and_draft_is_weaker():
     tgt = evaluate(TARGET, "coinflip", "1-8", n=200, seed=777)
     drf = evaluate(DRAFT, "coinflip", "1-8", n=200, seed=777)

@@ -67,6 +67,7 @@ def test_forced_answers_with_the_forked_cache_equal_the_whole_model(whole_and_sp
         assert (a.p_state == b.p_state).all()
 
 
+@pytest.mark.slow
 def test_harvest_with_a_device_map_equals_the_whole_model(tmp_path):
     from beliefscope.cli import main
     from beliefscope.probes.store import ActivationStore

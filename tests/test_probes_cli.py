@@ -64,6 +64,7 @@ def test_probe_json_has_the_promised_fields(harvested, tmp_path, capsys):
     assert "label 'flips' does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_steer_cli_and_zero_alpha(probes_dir, ckpt, capsys):
     pdir = probes_dir
     capsys.readouterr()

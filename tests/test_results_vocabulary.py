@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 
 import torch
@@ -68,6 +69,7 @@ def test_trace_timeline_cells_agree_with_the_step(target):
         assert drafted == len(st.proposals) and rolled == len(st.proposals) - st.accepted, (i, rows)
 
 
+@pytest.mark.slow
 def test_json_is_pure_and_quiet_is_silent(tmp_path):
     """In a fresh process: stdout is exactly one JSON object, and --quiet leaves stderr empty (no loading
     bars or warnings); without --quiet the progress goes to stderr, never stdout."""

@@ -14,6 +14,7 @@ THINKING = [name for name in ("thinking-cups", "thinking-variables") if name in 
 FLOORS = {"thinking-cups": (0.97, 0.97, 0.85), "thinking-variables": (0.97, 0.97, 0.9)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", THINKING)
 def test_thinking_answers_and_thoughts_far_past_training(name):
     task = name.split("-")[1]

@@ -49,6 +49,7 @@ def test_decoding_past_the_answer_matches_alone(model):
         assert out.tokens[b] == alone.tokens and out.thoughts[b] == alone.thoughts, b
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 4, 16])
 def test_speculative_batch_equals_each_story_alone(model, k):
     """Drafted chunks, cut per story at its first mis-drafted thought: every story's thoughts and three

@@ -20,6 +20,7 @@ def test_cot_with_drafter_matches_plain_greedy():
             assert _cot_drafted(cot, tok, ex.prompt, n, make_drafter(spec, cot)) == plain, (spec, ex.prompt)
 
 
+@pytest.mark.slow
 def test_quick_bench_reports_the_drafted_baseline(tmp_path, monkeypatch):
     from beliefscope.benchmarks import common
     from beliefscope.benchmarks.thinking import QUICK, main

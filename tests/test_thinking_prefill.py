@@ -142,6 +142,7 @@ def test_generate_json_marks_empty_thoughts(capsys):
     assert out["text"].strip() == "heads"
 
 
+@pytest.mark.slow
 def test_thought_drafter_keeps_more_chunks_and_changes_no_output():
     """Speculative prefill with drafted thoughts (decoding.thought_drafter) on the shipped model with
     empty thoughts: on 60 toy stories of 1-24 events, the thoughts and answer of every story are

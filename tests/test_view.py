@@ -20,6 +20,7 @@ EXTERNAL = re.compile(r"(?:https?|ftp|wss?)://|(?:src|href)\s*=\s*['\"]?(?!#|dat
                       r"|@import|url\(\s*['\"]?(?!data:)", re.IGNORECASE)
 
 
+@pytest.mark.slow
 def test_page_has_no_external_reference_and_embeds_its_data():
     data, text = page()
     from beliefscope.analyses.view_page import page_data
@@ -30,6 +31,7 @@ def test_page_has_no_external_reference_and_embeds_its_data():
     assert len(text.encode()) < 2_000_000
 
 
+@pytest.mark.slow
 def test_page_numbers_are_the_probe_and_forced_answers():
     """Recompute one story's readout with the library's own pieces and compare with the page's data."""
     from beliefscope.analyses.forced import forced_answers
@@ -71,6 +73,7 @@ def test_decode_trace_matches_the_cache():
         assert r["step_of"][:n + 1] == [-1] * (n + 1) and min(r["step_of"][n + 1:]) >= 0
 
 
+@pytest.mark.slow
 def test_n_way_page_has_every_state():
     data, text = page("cups")
     assert data["state_names"] == ["left", "middle", "right"]

@@ -79,6 +79,7 @@ def _text(browser, id_):
     return browser.find_element("id", id_).text
 
 
+@pytest.mark.slow
 def test_hover_shows_the_json(browser, tmp_path_factory):
     data, _ = _open(browser, tmp_path_factory)
     names = data["state_names"]
