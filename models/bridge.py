@@ -120,7 +120,8 @@ def _bare_driver():
 def _checked_generate(self, *args, **kwargs):
     """HF ``generate``, after a cache that declares ``check_generate`` (``cache.KVCache`` does) has
     checked the decoding mode, the number of rows it runs and its own state, before any forward.
-    The mode comes from transformers' public ``GenerationConfig.get_generation_mode``."""
+    The mode comes from transformers' public ``GenerationConfig.get_generation_mode``. It runs on the
+    bare HF tree when no hook needs the wrappers, as a forward does."""
     cache = kwargs.get("past_key_values", kwargs.get("cache"))
     if hasattr(cache, "check_generate"):
         config = copy.deepcopy(kwargs.get("generation_config") or self.generation_config)
@@ -132,7 +133,8 @@ def _checked_generate(self, *args, **kwargs):
     placed = _inputs_to_embedding_device(self, args, kwargs)  # HF's generate does not move its inputs
     if placed is not None:
         args, kwargs = placed
-    return type(self).generate(self, *args, **kwargs)
+    run = runnable(self)  # the bare HF tree unless a hook needs the wrappers (models.bare)
+    return type(run).generate(run, *args, **kwargs)
 
 
 def install_handoff(model) -> None:

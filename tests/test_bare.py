@@ -119,3 +119,17 @@ def test_steering_a_resid_hook_on_the_bare_tree_equals_steering_through_transfor
     with torch.no_grad():
         plain = bridge(X)
     assert (got - plain).abs().max() > 1e-2  # the steer changed the logits
+
+
+def test_hf_generate_on_the_bridged_model_runs_bare_and_its_scores_are_hf_bit_for_bit(pair):
+    bridge, ref = pair
+    kw = dict(max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+    with torch.no_grad():
+        ours = bridge.original_model.generate(X, attention_mask=torch.ones_like(X), **kw)
+        theirs = ref.generate(X, attention_mask=torch.ones_like(X), **kw)
+        assert torch.equal(ours.sequences, theirs.sequences)
+        assert all(torch.equal(a, b) for a, b in zip(ours.scores, theirs.scores))  # the wrappers round differently
+        with bridge.hooks(fwd_hooks=[("blocks.0.hook_attn_out", lambda act, hook: None)]):
+            hooked = bridge.original_model.generate(X, attention_mask=torch.ones_like(X), **kw)
+    assert torch.equal(hooked.sequences, theirs.sequences)
+    assert max(float((a - b).abs().max()) for a, b in zip(hooked.scores, theirs.scores)) < 1e-4
