@@ -1,9 +1,12 @@
-"""Every code block of README.md runs as written, from a temporary folder outside the repository.
+"""Every code block of README.md and of the documentation pages runs as written, from a temporary
+folder outside the repository.
 
-Python blocks run in order in one interpreter (a later block uses what an earlier one defined);
-bash blocks run in one shared folder, two lanes at a time (the analyses that read the probes the
-probe block fitted run after it, in its lane). The set-up block (`make demo` / `make test`) is what
-CI itself runs. Numbers the README quotes next to a command are checked against its output.
+The pages are README.md, then every page of the site's nav (mkdocs.yml) in nav order, less the
+generated Reference and Results pages. ```python blocks of one page run in order in one interpreter
+(a later block uses what an earlier one defined); ```bash blocks of every page run in one shared
+folder, two lanes at a time (the analyses that read the probes a probe block fitted run after it, in
+its lane); ```text blocks are output and do not run. The set-up block (`make demo` / `make test`) is
+what CI itself runs. Numbers the pages quote next to a command are checked against its output.
 """
 
 from __future__ import annotations
@@ -21,19 +24,52 @@ from .helpers import ROOT
 pytestmark = pytest.mark.slow
 README = os.path.join(ROOT, "README.md")
 SETUP = "make demo"  # the set-up block: CI runs `make test` (.ci/run), `make demo` is the demo itself
+GENERATED = ("reference/", "results/")  # pages written by docs/scripts/generate.py: no blocks to run
+RUNS = ("python", "bash")  # the languages that run; ```text (and others listed in OUTPUT) are shown only
+OUTPUT = ("text", "console", "json", "yaml", "toml", "html")
 
 
-def readme_blocks() -> list[tuple[str, str, str]]:
-    """``(section heading, language, code)`` of every fenced block, in order (indented ones too)."""
+def _nav_pages(nav) -> list[str]:
+    out = []
+    for item in nav:
+        for value in (item.values() if isinstance(item, dict) else [item]):
+            out += _nav_pages(value) if isinstance(value, list) else [value]
+    return out
+
+
+def pages() -> list[str]:
+    """README.md, then the site's hand-written pages in nav order (absolute paths)."""
+    import yaml
+
+    with open(os.path.join(ROOT, "mkdocs.yml")) as f:
+        cfg = yaml.safe_load(f)
+    docs = os.path.join(ROOT, cfg.get("docs_dir", "docs"))
+    return [README] + [os.path.join(docs, p) for p in _nav_pages(cfg["nav"]) if not p.startswith(GENERATED)]
+
+
+def page_blocks(path: str) -> list[tuple[str, str, str]]:
+    """``(section heading, language, code)`` of every fenced block of one page, in order (indented ones too)."""
     blocks, heading = [], ""
-    text = open(README).read()
+    if not os.path.exists(path):
+        return blocks
+    text = open(path).read()
     for m in re.finditer(r"^(#+ [^\n]*)$|^( *)```(\w+)\n(.*?)^\2```", text, re.M | re.S):
         if m.group(1):
             heading = m.group(1).lstrip("# ")
         else:
             code = "\n".join(line[len(m.group(2)):] for line in m.group(4).splitlines())
-            blocks.append((heading, m.group(3), code))
+            blocks.append((f"{os.path.relpath(path, ROOT)}: {heading}", m.group(3), code))
     return blocks
+
+
+def readme_blocks() -> list[tuple[str, str, str]]:
+    """The blocks of README.md."""
+    return page_blocks(README)
+
+
+def all_blocks() -> list[tuple[str, str, str]]:
+    """The blocks of every page, README first."""
+    return [b for p in pages() for b in page_blocks(p)]
 
 
 def _json_objects(text: str) -> list[dict]:
@@ -50,7 +86,7 @@ def _json_objects(text: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("readme")
+    d = tmp_path_factory.mktemp("pages")
     assert not os.path.abspath(d).startswith(ROOT)
     return d
 
@@ -61,24 +97,31 @@ def _env():
     return env
 
 
-def test_readme_has_the_blocks_this_test_runs():
+def test_pages_have_the_blocks_this_test_runs():
     blocks = readme_blocks()
-    assert [lang for _, lang, _ in blocks].count("python") >= 3 and len(blocks) >= 10
     assert blocks[0][2].startswith(SETUP) and "make test" in open(os.path.join(ROOT, ".ci", "run")).read()
-    assert {lang for _, lang, _ in blocks} <= {"python", "bash"}
+    assert [lang for _, lang, _ in all_blocks()].count("python") >= 3 and len(all_blocks()) >= 10
+    unknown = {(h, lang) for h, lang, _ in all_blocks() if lang not in RUNS + OUTPUT}
+    assert not unknown, f"blocks in a language that neither runs nor is listed as output: {unknown}"
+    missing = [os.path.relpath(p, ROOT) for p in pages() if not os.path.exists(p)]
+    assert not missing, f"pages in mkdocs.yml's nav that do not exist: {missing}"
 
 
-def test_readme_python_blocks_run_as_written(workdir):
-    code = "\n\n".join(c for _, lang, c in readme_blocks() if lang == "python")
-    r = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=_env(), capture_output=True, text=True,
+@pytest.mark.parametrize("page", [os.path.relpath(p, ROOT) for p in pages()])
+def test_python_blocks_run_as_written(page, tmp_path):
+    code = "\n\n".join(c for _, lang, c in page_blocks(os.path.join(ROOT, page)) if lang == "python")
+    if not code:
+        pytest.skip(f"{page} has no python block")
+    assert not os.path.abspath(tmp_path).startswith(ROOT)
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                        timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, f"{page}:\n{r.stderr[-3000:]}"
 
 
 def _run_bash(heading: str, code: str, workdir) -> tuple[str, str, str]:
     r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=workdir, env=_env(), capture_output=True,
                        text=True, timeout=900)
-    assert r.returncode == 0, f"README block under '{heading}' failed:\n{code}\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, f"block under '{heading}' failed:\n{code}\n{r.stderr[-3000:]}"
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     return heading, code, r.stdout
 
@@ -88,7 +131,7 @@ def bash_lanes() -> list[list[tuple[str, str]]]:
     fitted probes (``--probes``) runs after the block that fits them, in its lane; every other block
     is a lane of its own. Each block runs single-threaded, so two lanes at a time use two cores."""
     lanes, probe_lane = [], None
-    for heading, lang, code in readme_blocks():
+    for heading, lang, code in all_blocks():
         if lang != "bash" or code.lstrip().startswith(SETUP):
             continue
         if "--probes" in code and probe_lane is not None:
@@ -100,14 +143,14 @@ def bash_lanes() -> list[list[tuple[str, str]]]:
     return sorted(lanes, key=len, reverse=True)  # the longest lane first
 
 
-def test_readme_bash_lanes_keep_the_probe_blocks_in_order():
+def test_bash_lanes_keep_the_probe_blocks_in_order():
     lanes = bash_lanes()
     probe = next(lane for lane in lanes if any("beliefscope probe " in c for _, c in lane))
     assert "beliefscope probe " in probe[0][1] and all("--probes" in c for _, c in probe[1:]) and len(probe) >= 2
     assert not [c for lane in lanes if lane is not probe for _, c in lane if "--probes" in c]
 
 
-def test_readme_bash_blocks_run_as_written(workdir):
+def test_bash_blocks_run_as_written(workdir):
     from concurrent.futures import ThreadPoolExecutor
 
     def run_lane(lane):
@@ -120,8 +163,8 @@ def test_readme_bash_blocks_run_as_written(workdir):
     out = {code: _json_objects(stdout) for _, code, stdout in ran}
     steer = next(o for objs in out.values() for o in objs if "flip_rate" in o)
     quoted = re.search(r"flip_rate ([0-9.]+) along the probe direction; random directions of the same norm: mean "
-                       r"([0-9.]+)", open(README).read())
-    assert quoted, "the README's steering numbers moved: update this test's pattern"
+                       r"([0-9.]+)", "\n".join(open(p).read() for p in pages() if os.path.exists(p)))
+    assert quoted, "the pages' steering numbers moved: update this test's pattern"
     assert abs(steer["flip_rate"] - float(quoted.group(1))) <= 0.02, steer
     assert abs(steer["random"]["mean"] - float(quoted.group(2))) <= 0.02, steer["random"]
     thinking = next(o for objs in out.values() for o in objs if o.get("events") == "17-32" and "answer_accuracy" in o)
