@@ -5,8 +5,10 @@ nothing to do with the coin.
 A model trained on the template sentences of `tasks.coinflip` misread the kinds of sentence a person
 writes: a flip with a pronoun object and a tail ("... flips it while ..."), anything in the past
 tense, a sentence about something else (read as a change), an opening that names the face that is
-down or says which face is *not* up, and a passed turn. Each kind has a pool here; none of these
-sentences is in the hand-written evaluation set (`tasks.coinflip_free`), which was written apart.
+down or says which face is *not* up, and a passed turn; later, a face named with a direction, a
+short "skips", turns decided by dice, gestures beside the coin, and flips with no one named. Each
+kind has a pool here; none of these sentences is in the hand-written evaluation set
+(`tasks.coinflip_free`), which was written apart.
 
 >>> import random
 >>> s, flips = event_sentence(random.Random(1), "Ann", "flip", past=True)
@@ -40,6 +42,17 @@ FLIPS = (
     ("flips it and says nothing about it", "flipped it and said nothing about it"),
     ("bumps the table so hard that the coin flips", "bumped the table so hard that the coin flipped"),
     ("drops it, and it comes down on its other side", "dropped it, and it came down on its other side"),
+    # a flip with the means or the manner told, or another action after it
+    ("flips it with the back of a spoon", "flipped it with the back of a spoon"),
+    ("flips it with one knuckle", "flipped it with one knuckle"),
+    ("turns it over with a pencil tip", "turned it over with a pencil tip"),
+    ("flips it, just as {m} taught them", "flipped it, just as {m} had taught them"),
+    ("flips it over and closes the curtains", "flipped it over and closed the curtains"),
+    ("flips it one more time and puts the kettle on", "flipped it one more time and put the kettle on"),
+    # a turn decided by dice or cards: the roll allows the flip
+    ("throws the dice, gets a five and flips the coin", "threw the dice, got a five and flipped the coin"),
+    ("rolls high, so gets to turn the coin over", "rolled high, so got to turn the coin over"),
+    ("draws a red card and flips it", "drew a red card and flipped it"),
 )
 STAYS = (
     ("passes", "passed"), ("sits out", "sat out"), ("declines to flip it", "declined to flip it"),
@@ -59,6 +72,17 @@ STAYS = (
     ("asks {m} to flip it, but {m} refuses", "asked {m} to flip it, but {m} refused"),
     ("asks {m} for a flip, and {m} says no", "asked {m} for a flip, and {m} said no"),
     ("tells {m} not to touch it", "told {m} not to touch it"),
+    # a turn not taken, said shortly
+    ("skips", "skipped"), ("skips a go", "skipped a go"), ("skips this round", "skipped that round"),
+    ("misses a turn", "missed a turn"), ("gives up the turn", "gave up the turn"),
+    # a turn decided by dice or cards: the roll forbids the flip
+    ("throws the dice, gets a one and leaves the coin alone", "threw the dice, got a one and left the coin alone"),
+    ("rolls low, so may not touch the coin", "rolled low, so could not touch the coin"),
+    ("draws a black card and must pass", "drew a black card and had to pass"),
+    # looks at it closely, or acts near it, without turning it
+    ("leans over and peers at it", "leaned over and peered at it"),
+    ("crouches to look at it from the side", "crouched to look at it from the side"),
+    ("says it is a lucky coin", "said it was a lucky coin"),
 )
 # optional tails of an event sentence (tense-neutral)
 TAILS = (" while waiting", " with a grin", " for fun", " during lunch", " without a word", " after a while",
@@ -85,6 +109,23 @@ FILLERS = (
     ("Everyone takes a short break.", "Everyone took a short break."),
     ("A dog barks two streets away.", "A dog barked two streets away."),
     ("The game show host reads the next question.", "The game show host read the next question."),
+    # a gesture or a chore beside the coin, by someone named or the narrator
+    ("{n} sighs loudly.", "{n} sighed loudly."), ("{n} shrugs.", "{n} shrugged."),
+    ("{n} raises an eyebrow.", "{n} raised an eyebrow."), ("The two of them bow.", "The two of them bowed."),
+    ("Everybody claps.", "Everybody clapped."), ("{n} irons a shirt.", "{n} ironed a shirt."),
+    ("I wash the cups.", "I washed the cups."), ("I sweep the floor.", "I swept the floor."),
+    ("{n} says the coin is older than the house.", "{n} said the coin was older than the house."),
+    ("{n} hums a song.", "{n} hummed a song."),
+)
+# flips with no one named: something else turns the coin (present, past)
+FLIP_SCENES = (
+    ("A gust of wind turns it over.", "A gust of wind turned it over."),
+    ("The table shakes and the coin lands on its other side.",
+     "The table shook and the coin landed on its other side."),
+    ("A jolt of the train knocks it over.", "A jolt of the train knocked it over."),
+    ("One more jolt tips it back.", "One more jolt tipped it back."),
+    ("The cat paws it onto its other face.", "The cat pawed it onto its other face."),
+    ("A thump on the shelf flips it once again.", "A thump on the shelf flipped it once again."),
 )
 # openings: (present, past), {s} the face up, {o} the other face, {S} the face up capitalised
 OPENINGS = (
@@ -104,6 +145,15 @@ OPENINGS = (
     ("The coin falls out of the jar and ends {s} up.", "The coin had fallen out of the jar and ended {s} up."),
     ("On the dashboard, a coin shows {s}.", "On the dashboard, a coin had been showing {s}."),
     ("A token rests {s} up in the sand.", "A token had rested {s} up in the sand for days."),
+    # the face named with a direction or a viewer: up, to the sky, visible; or the face down
+    ("The coin turns its {s} face to the sky.", "The coin had its {s} face turned to the sky."),
+    ("A coin on the bench has its {s} side in view.", "A coin on the bench had its {s} side in view."),
+    ("On the tray, a coin shows its {s} side to the light.", "On the tray, a coin showed its {s} side to the light."),
+    ("A quarter, {o} side down, on the sill.", "A quarter, {o} side down, had been left on the sill."),
+    ("Coin on the table, {o} facing the wood.", "Coin on the table, {o} facing the wood."),
+    # negated: the face up is the one not named
+    ("The face on top is not {o}.", "The face on top was not {o}."),
+    ("Whatever else, the coin is not {o} up.", "Whatever else, the coin was not {o} up."),
 )
 # heads is the portrait side: openings that name it so (only where the face up is known)
 PORTRAIT = {"heads": ("The coin lies portrait side up.", "The coin lay portrait side up."),
@@ -111,6 +161,7 @@ PORTRAIT = {"heads": ("The coin lies portrait side up.", "The coin lay portrait 
 PAST_SHARE = 0.4  # share of composed stories told in the past tense
 FILLER_SHARE = 0.3  # share of composed stays that are about something else
 TAIL_SHARE = 0.35  # share of composed event sentences with a tail
+SCENE_FLIP_SHARE = 0.1  # share of composed flips with no one named (FLIP_SCENES)
 
 
 def subject(rng: random.Random, name: str, past: bool) -> str:
@@ -128,6 +179,8 @@ def event_sentence(rng: random.Random, name: str, kind: str, past: bool) -> tupl
     """One composed event sentence of ``kind`` ("flip" or "stay") and whether it flips the coin."""
     if kind == "stay" and rng.random() < FILLER_SHARE:
         return rng.choice(FILLERS)[past].format(n=name), False
+    if kind == "flip" and rng.random() < SCENE_FLIP_SHARE:
+        return rng.choice(FLIP_SCENES)[past], True
     who = subject(rng, name, past)
     phrase = rng.choice(FLIPS if kind == "flip" else STAYS)[past].format(m=rng.choice(OTHERS))
     tail = rng.choice(TAILS) if rng.random() < TAIL_SHARE else ""

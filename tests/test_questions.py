@@ -4,12 +4,13 @@ hand-written free-wording stories. Every event span must still cover its sentenc
 labels and gold thoughts stay right whatever surrounds the story."""
 
 import json
+import re
 
 import pytest
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.tasks import get_task
 from beliefscope.tasks.coinflip import STATES
-from beliefscope.tasks.coinflip_free import free_examples, story_example
+from beliefscope.tasks.coinflip_free import free_examples, free_path, story_example
 from beliefscope.tasks.questions import QUESTION_FORMS, in_chat
 
 
@@ -100,3 +101,17 @@ def test_free_story_errors_name_the_value(tmp_path):
     path.write_text(json.dumps(good) + "\n" + json.dumps(good) + "\n")
     with pytest.raises(ValueError, match="appears twice"):
         free_examples(str(path))
+
+
+def test_people_wordings_share_no_sentence_with_the_free_set():
+    """The training pools teach kinds of sentence the free-wording set showed were misread; none of the
+    free set's own sentences (openings or events) is composed for training, except the plainest flips
+    ("<name or pronoun> flips it [again].", which no wording can avoid)."""
+    free = {ex.prompt[e.span[0]: e.span[1]] for ex in free_examples() for e in ex.events}
+    free |= {json.loads(line)["opening"] for line in open(free_path()) if line.strip()}
+    exs = get_task("coinflip", rendering="natural", split="train", wordings="people").examples(3000, 7, (1, 8))
+    composed = {ex.prompt[e.span[0]: e.span[1]] for ex in exs for e in ex.events}
+    composed |= {ex.prompt[: ex.events[0].span[0]].strip() for ex in exs}
+    assert len(composed) > 2000
+    shared = {t for t in composed & free if not re.fullmatch(r"\w+ flips it( again)?\.", t)}
+    assert not shared, sorted(shared)[:5]
