@@ -267,7 +267,8 @@ class InspectMixin:
         for r in range(len(self.layout.lengths)):
             counts = Counter(self.provenance_of(r).tolist())
             rej = sum(s.end - s.start for s in self.rejected if s.row == r)
-            cells = [counts.get(int(p), 0) for p in list(Provenance)[:-1]] + [rej]
+            # live positions by provenance; REJECTED counts the rolled-back entries kept in `rejected`
+            cells = [rej if p == Provenance.REJECTED else counts.get(int(p), 0) for p in Provenance]
             lines.append(f"{r:>4} {self.layout.lengths[r]:>7} {len(self.layout.segments[r]):>9} "
                          + " ".join(f"{x:>9}" for x in cells))
         lines.append(f"events: {len(self.events)} total" + (", latest:" if self.events else ""))

@@ -232,6 +232,13 @@ def test_provenance_snapshot_diff_keep_rejected(bridge):
     d2 = cache.diff(snap2)
     assert list(d2.removed) == [6] and d2.overwritten == (5,) and list(d2.added) == []
     assert "REJECTED" in cache.summary() and "rollback" in cache.summary()
+    # the table's counts sit under their own columns: live positions by provenance, rolled-back spans as REJECTED
+    head, row = cache.summary().splitlines()[1:3]
+    table = dict(zip(head.split(), row.split()))
+    live = cache.provenance.tolist()
+    assert int(table["PREFILL"]) == live.count(0) and int(table["VERIFIED"]) == live.count(2)
+    assert int(table["REJECTED"]) == sum(s.end - s.start for s in cache.rejected) == 4  # two rollbacks of 2
+    assert int(table["THOUGHT"]) == 0
 
 
 def test_memory_flat_over_1000_decode_rollback_cycles():
