@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 DEVICE  ?= auto
 
-.PHONY: demo test test-fast bench install clean-venv constraints browser gpu-check
+.PHONY: demo test test-fast bench install clean-venv constraints browser gpu-check docs docs-serve
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -68,6 +68,16 @@ bench: $(STAMP)
 # writes benchmarks/results/gpu_check.json. `make gpu-check DEVICE=cpu` is its dry run on a CPU-only machine.
 gpu-check: $(STAMP)
 	$(PY) -m beliefscope.gpu_check --device $(DEVICE)
+
+# The documentation site: regenerate the Reference (and Results) pages, then build into site/ with
+# no warning allowed (open site/index.html from disk: nothing is fetched from another host).
+docs: $(STAMP)
+	$(PY) docs/scripts/generate.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The same site served with live reload on http://127.0.0.1:8000 while writing pages.
+docs-serve: docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
 
 clean-venv:
 	rm -rf $(VENV)
