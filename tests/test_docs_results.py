@@ -289,3 +289,17 @@ def test_checker_formats_agree_with_the_script():
              (True, "yesno"), (False, "met"), ("2026-11-24T04:13:39", "date"), ([1, 2], "len"), ("a|b", "str")]
     for value, fmt in cases:
         assert mod.fmt_value(value, fmt) == expected_text(value, fmt), (value, fmt)
+
+
+def test_readme_headline_table_is_generated_and_its_figures_are_their_json():
+    readme = os.path.join(ROOT, "README.md")
+    text = _read(readme)
+    res = _results_module()
+    assert res.readme_with_table(text, res.Doc(ROOT)) == text, "README.md's headline table is stale: run " \
+                                                                "python docs/scripts/results.py"
+    block = text.split(res.README_BEGIN)[1].split(res.README_END)[0]
+    rows = [line for line in block.splitlines() if line.startswith("| ")][1:]  # less the header
+    assert len(rows) == 5 and len(FIG.findall(block)) >= 5
+    # every figure is its JSON value (the README's sections need no Source line: its link holds them)
+    errors = [e for e in check_page(readme, git_dates=_full_history()) if "no 'Source:' line" not in e]
+    assert not errors, "\n".join(errors)

@@ -37,6 +37,8 @@ def generate(docs_dir: Path, only: str | None = None) -> list[str]:
         module = None if only not in (None, name) else _script(name)
         if module is not None:
             module.write_pages(docs_dir)
+            if name == "results" and docs_dir.resolve() == DOCS.resolve():
+                module.write_readme()  # the README's headline table (only for the checkout's own docs)
             ran.append(name)
     return ran
 

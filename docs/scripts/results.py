@@ -928,6 +928,53 @@ What each benchmark runs, and how: `benchmarks/README.md`.
                 "## Pages\n\n" + pages)
 
 
+
+README_BEGIN = "<!-- results:begin (written by docs/scripts/results.py from the JSON it names; do not edit by hand) -->"
+README_END = "<!-- results:end -->"
+
+
+def readme_table(d: Doc) -> str:
+    """The README's five headline results, each linking to its results page (paths from the repo root)."""
+    smol, card = f"{RES}/instrument_smollm2.json", _card("smollm2-thinking")
+    q = ("eval_questions",)
+    rows = [
+        ["`smollm2-thinking` answers stories 4x longer than trained on (held-out wordings, 17-32 events)",
+         d.fig(card, ("eval", "17-32", "answer_accuracy"), "f3"), "[trained models](docs/results/models.md)"],
+        ["... and stories written by hand, plain / inside the chat template",
+         d.fig(card, q + ("free", "answer_top1"), "f3") + " / " + d.fig(card, q + ("free+chat", "answer_top1"), "f3"),
+         "[trained models](docs/results/models.md)"],
+        ["Best-layer probe of `smollm2-thinking` at event boundaries, 17-32 events",
+         d.fig(smol, ("models", "smollm2-thinking", "bands", "17-32", "probe_accuracy"), "f3"),
+         "[belief instrument](docs/results/instrument.md)"],
+        ["Speculative decoding on SmolLM2, best drafter over plain greedy (same tokens)",
+         d.fig(SPEC, "best_speedup_smollm2", "x2"), "[speculative decoding](docs/results/speculative.md)"],
+        ["A forward through the instrument over the bare HF model, SmolLM2",
+         d.fig(OVERHEAD, ("smollm2", "forward", "ours_ratio"), "x2"), "[instrument cost](docs/results/overhead.md)"],
+    ]
+    return table(["result", "figure", "details"], rows)
+
+
+def readme_with_table(text: str, d: Doc) -> str:
+    """``text`` (README.md) with the block between its results markers replaced by `readme_table`."""
+    if text.count(README_BEGIN) != 1 or text.count(README_END) != 1:
+        raise ValueError("README.md needs exactly one results:begin and one results:end marker")
+    head, rest = text.split(README_BEGIN)
+    _, tail = rest.split(README_END)
+    return f"{head}{README_BEGIN}\n{readme_table(d).strip()}\n{README_END}{tail}"
+
+
+def write_readme(root: str = ROOT) -> str:
+    """Rewrite the headline block of ``root``/README.md from the JSON (only when its bytes change)."""
+    from beliefscope.files import atomic_write_text
+
+    path = os.path.join(root, "README.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    new = readme_with_table(text, Doc(root))
+    if new != text:
+        atomic_write_text(path, new)
+    return path
+
 # --------------------------------------------------------------------------------------- pictures
 COPIED = {  # docs/images/<name>: a picture that needs a model run or a browser, copied as committed
     "results-view.png": f"{RES}/view.png",
@@ -1108,6 +1155,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     for path in write_pages(args.docs, pictures=not args.no_pictures):
         print(os.path.relpath(path, args.docs))
+    print(os.path.relpath(write_readme(), ROOT))
     return 0
 
 
