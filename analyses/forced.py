@@ -60,6 +60,11 @@ def _state_probs(logits: torch.Tensor, ans: list[int]) -> np.ndarray:
 
 @torch.no_grad()
 def forced_answers(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64) -> ForcedAnswers:
+    """The model's own answer at every event boundary of ``ex``: the question is appended after each
+    event and the answer distribution over the state names is read. With ``use_fork`` the KV cache of
+    the story is forked at each boundary (the prefix is computed once; equal to recomputing it to
+    ~1e-6); otherwise each prefix is recomputed, ``batch_size`` at a time. A Thinking States model is
+    read after its own thoughts, chunk by chunk."""
     if hasattr(bridge, "thinking_config"):
         return _forced_thinking(bridge, tok, ex)
     return _forced_plain(bridge, tok, ex, use_fork, batch_size)

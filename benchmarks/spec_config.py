@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+TOY_DRAFTERS = ("draft", "early-exit:1", "early-exit:2", "early-exit:3", "ngram:3", "bf16")
+SMOLLM2_DRAFTERS = ("early-exit:16", "early-exit:22", "early-exit:26", "ngram:3", "store:smollm2", "bf16")
+
+
 @dataclass
 class SpecBenchConfig:
     """What the speculative-decoding benchmark runs."""
@@ -12,9 +16,9 @@ class SpecBenchConfig:
     n_prompts: int = 32  # prompts per model (each one is a paired repeat)
     max_new_tokens: int = 64  # tokens generated per prompt (eos ignored, so every method makes exactly this many)
     gammas: tuple = (4, "auto")  # gamma settings run for every drafter
-    toy_drafters: tuple = ("draft", "early-exit:1", "early-exit:2", "early-exit:3", "ngram:3", "bf16")
+    toy_drafters: tuple = TOY_DRAFTERS  # drafters run on the toy target, each at every gamma of `gammas`
     toy_variable: tuple = (("ngram:3", 7), ("draft", "auto"))  # (drafter, gamma) also run with variable windows
-    smollm2_drafters: tuple = ("early-exit:16", "early-exit:22", "early-exit:26", "ngram:3", "store:smollm2", "bf16")
+    smollm2_drafters: tuple = SMOLLM2_DRAFTERS  # drafters run on SmolLM2 (gammas: the smollm2_* fields below)
     smollm2_auto_gamma: tuple = ("early-exit:16", "early-exit:22", "early-exit:26")  # also run with gamma="auto"
     smollm2_fixed_gamma: tuple = ("ngram:3", "store:smollm2", "bf16", "early-exit:26")  # also run with the fixed gamma
     smollm2_variable: tuple = (("ngram:3", 7), ("ngram:3", "auto"), ("store:smollm2", 7), ("store:smollm2", 9),

@@ -19,33 +19,22 @@ class CacheConfig:
         0
     """
 
-    # Number of attention layers of the model; update() with layer_idx >= n_layers raises.
-    n_layers: int
-    # Number of key/value heads (num_key_value_heads for GQA models); None = taken from the first update.
-    kv_heads: int | None = None
-    # Size of one head's key/value vector; None = taken from the first update.
-    d_head: int | None = None
-    # Number of rows (sequences) in the batch; None = taken from the first update.
-    batch: int | None = None
-    # Initial number of positions preallocated per row (buffers grow geometrically beyond it).
-    capacity: int = 256
-    # Growth factor of the buffers when full (new_capacity = max(needed, capacity * growth)).
-    growth: float = 2.0
-    # Expected dtype of keys/values; None = taken from the first update. A mismatch raises.
-    dtype: torch.dtype | None = None
-    # Expected device of keys/values; None = taken from the first update. A mismatch raises.
-    device: torch.device | str | None = None
-    # Per layer, the device its keys/values live on (a model split over devices: each layer's buffers sit
-    # where the layer computes); None = every layer on `device`.
-    layer_devices: tuple | None = None
-    # Copy rolled-back entries (keys, values, provenance) into `cache.rejected` before moving the pointer.
-    keep_rejected: bool = False
-    # Raise if a forward needs a mask (ragged rows / holes) but the caller did not ask for one
-    # via cache.attention_mask(n) / cache.forward_kwargs(n). False = trust the caller.
-    strict_masks: bool = True
-    # Human-readable model name, shown in error messages and summary().
-    model_name: str = "?"
-    # Per layer: the model's sliding window (a query sees keys fewer than `w` logical positions
-    # back), or None for full attention; None = every layer full. The cache keeps every position
-    # (it is an inspection cache); masks hide what a window excludes.
-    windows: tuple | None = None
+    n_layers: int  # number of attention layers of the model; update() with layer_idx >= n_layers raises
+    kv_heads: int | None = None  # key/value heads (num_key_value_heads for GQA models); None: from the first update
+    d_head: int | None = None  # size of one head's key/value vector; None: from the first update
+    batch: int | None = None  # rows (sequences) in the batch; None: from the first update
+    capacity: int = 256  # positions preallocated per row (buffers grow geometrically beyond it)
+    growth: float = 2.0  # growth factor of the buffers when full (new capacity = max(needed, capacity * growth))
+    dtype: torch.dtype | None = None  # expected dtype of keys/values; None: from the first update (a mismatch raises)
+    device: torch.device | str | None = None  # expected device of keys/values; None: from the first update (a
+    #   mismatch raises)
+    layer_devices: tuple | None = None  # per layer, the device its keys/values live on (a model split over
+    #   devices: each layer's buffers sit where the layer computes); None: every layer on `device`
+    keep_rejected: bool = False  # copy rolled-back entries (keys, values, provenance) into `cache.rejected`
+    #   before moving the pointer
+    strict_masks: bool = True  # raise if a forward needs a mask (ragged rows, holes) but the caller did not ask
+    #   for one via cache.attention_mask(n) / cache.forward_kwargs(n); False: trust the caller
+    model_name: str = "?"  # human-readable model name, shown in error messages and summary()
+    windows: tuple | None = None  # per layer: the model's sliding window (a query sees keys fewer than `w`
+    #   logical positions back), or None for full attention; None: every layer full. The cache keeps every
+    #   position (it is an inspection cache); masks hide what a window excludes

@@ -170,10 +170,6 @@ def test_configs_page_lists_every_config_dataclass_with_every_field():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="cache/config.py's CacheConfig puts its comments above its fields and "
-                   "benchmarks/spec_config.py's SpecBenchConfig has two fields without one, so field_help (and "
-                   "configs.md) pair comments with the wrong fields or none: move them after the fields, then "
-                   "remove this mark")
 def test_every_config_field_has_its_comment():
     from beliefscope.config_flags import field_help
 
