@@ -250,13 +250,12 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
     if steps:
         rows, start = timeline_stages(tok, gen, prompt_ids, si)
         st = steps[si]
-        title = (f"KV cache of one request through draft, verify, rollback ({config.drafter}, γ={config.gamma}):"
-                 f" step {st.index}: {len(st.proposals)} drafts after the pending token, {st.accepted} kept,"
+        title = (f"KV cache of one request through draft, verify, rollback ({config.drafter}, γ={config.gamma})\n"
+                 f"step {st.index}: {len(st.proposals)} drafts after the pending token, {st.accepted} kept,"
                  f" {len(st.proposals) - st.accepted} rolled back")
-        save_fig(plots_decoding.cache_timeline(rows, title=title, start=start), out)
     else:
-        prefill = [("after prefill", token_strings(tok, prompt_ids), [0] * len(prompt_ids))]
-        save_fig(plots_decoding.cache_timeline(prefill), out)
+        rows, start, title = [("after prefill", token_strings(tok, prompt_ids), [0] * len(prompt_ids))], 0, None
+    save_fig(plots_decoding.cache_timeline(rows, **({"title": title} if title else {}), start=start), out)
     save_fig(plots_decoding.acceptance_chart([len(s.proposals) for s in steps], [s.accepted for s in steps],
                                     title="Drafts per verify step, featured request"), files[1])
     shown = [r for r in rejections if r.p_target is not None][:16]
@@ -276,6 +275,9 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
                      "steps": [{"position": s.position, "proposals": s.proposals, "accepted": s.accepted,
                                 "committed": s.committed, "rejected": s.rejected} for s in steps],
                      "timeline_step": None if st is None else st.index,
+                     # what the timeline figure draws: (stage, tokens, provenance codes) rows from `start`
+                     "timeline": {"rows": [[name, list(toks), [int(c) for c in codes]] for name, toks, codes in rows],
+                                  "start": int(start), "title": title},
                      "cache_events": [] if st is None else [list(e) for e in st.events]},
         "rejections": [asdict(r) for r in rejections], "files": files,
     }

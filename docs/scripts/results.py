@@ -347,12 +347,26 @@ KVCache's; the paired median and its distribution-free 95% interval come from th
             ["round", "load average", "toy 512", "toy 4096", "SmolLM2 512", "SmolLM2 2048", "rollback 4096 / 128",
              "outputs identical"], rows)
         + "\n\n" + d.source(CACHE_BA, command_keys=("what",), machine="as the recorded command says"))
-    blocks.append("A picture of the cache through decode, verify and rollback "
-                  "(`analyses.plots_decoding.cache_timeline`) needs a traced model run (`beliefscope trace`); "
-                  "no JSON here holds one, so none is shown.")
+    t = functools.partial(d.fig, TRACE)
+    blocks.append(
+        "## One request through draft, verify and rollback {#timeline}\n\n"
+        "The cache of one speculative request around its first rejected draft, coloured by the cache's own "
+        "provenance of each position, and the drafts accepted at every verify step of that request "
+        "(`analyses.plots_decoding.cache_timeline` and `acceptance_chart`, redrawn from the trace's JSON).\n\n"
+        + picture("results-cache-timeline.png", "The KV cache of one request through draft, verify and rollback",
+                  "Each cell a cache position: prefill (blue), draft (yellow), verified (green), rejected (red).")
+        + "\n\n" + picture("results-acceptance.png", "Drafts proposed and accepted per verify step",
+                           "Drafts proposed and accepted at each verify step of the same request.")
+        + "\n\n" + table(["model", "drafter", "gamma", "prompts", "acceptance", "tokens per verify step",
+                           "rejections"],
+                          [[t("model", "str"), t("drafter", "str"), t("gamma", "int"), t("n_prompts", "int"),
+                            t("acceptance", "f3"), t("tokens_per_step", "f2"), t("n_rejections", "int")]])
+        + "\n\n" + d.source(TRACE, command="beliefscope trace --model target --drafter early-exit:2 --n 20 "
+                                             "--out trace/trace.png --json", note="the command that wrote it"))
     return page("The KV cache", intro, *blocks)
 
 
+TRACE = f"{RES}/trace_toy.json"
 FORCED = f"{RES}/forced.json"
 
 
@@ -984,6 +998,8 @@ COPIED = {  # docs/images/<name>: a picture that needs a model run or a browser,
 _DET_SWEEPS = tuple(f"{RES}/determinism_smollm2_{r}.json" for r in ("fp32", "bf16", "paths", "verified"))
 DRAWN = {  # docs/images/<name>: (its JSON inputs, the function that draws it from them)
     "results-spec-acceptance.png": ((SPEC,), "draw_spec"),
+    "results-cache-timeline.png": ((TRACE,), "draw_timeline"),
+    "results-acceptance.png": ((TRACE,), "draw_acceptance"),
     "results-determinism.png": (_DET_SWEEPS + (DET,), "draw_determinism"),
     **{f"results-instrument-{anchor}.png": ((f"{RES}/{stem}.json",), "draw_instrument")
        for stem, _, anchor in INSTRUMENT},
@@ -1028,6 +1044,24 @@ def draw_spec(inputs: list[dict]):
     fig.legend(*axes[0][1].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
+
+
+def draw_timeline(inputs: list[dict]):
+    """The cache timeline `beliefscope trace` drew, from the rows its JSON records."""
+    from beliefscope.analyses.plots_decoding import cache_timeline
+
+    tl = inputs[0]["featured"]["timeline"]
+    return cache_timeline([tuple(r) for r in tl["rows"]], **({"title": tl["title"]} if tl["title"] else {}),
+                          start=tl["start"])
+
+
+def draw_acceptance(inputs: list[dict]):
+    """Drafts proposed and accepted per verify step of the trace's featured request."""
+    from beliefscope.analyses.plots_decoding import acceptance_chart
+
+    steps = inputs[0]["featured"]["steps"]
+    return acceptance_chart([len(s["proposals"]) for s in steps], [s["accepted"] for s in steps],
+                            title="Drafts per verify step, featured request")
 
 
 def draw_determinism(inputs: list[dict]):
