@@ -148,7 +148,8 @@ def equals(model, drafter: Drafter | None, cfg: SpecConfig) -> str:
     'plain greedy (one token per forward)'
     """
     if cfg.temperature > 0:
-        return "a sample of the model's own distribution (the same for a seed, whatever the drafter)"
+        return ("a sample of the model's own distribution (the same again for the same seed and drafter; another "
+                "drafter draws another sample of it)")
     if drafter is None:
         return "plain greedy (one token per forward)"
     p = next(hf_model(model).parameters())

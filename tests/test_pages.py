@@ -127,27 +127,34 @@ def _run_bash(heading: str, code: str, workdir) -> tuple[str, str, str]:
 
 
 def bash_lanes() -> list[list[tuple[str, str]]]:
-    """The bash blocks, ``(heading, code)``, in lanes that may run side by side: a block that reads
-    fitted probes (``--probes``) runs after the block that fits them, in its lane; every other block
-    is a lane of its own. Each block runs single-threaded, so two lanes at a time use two cores."""
+    """The bash blocks, ``(heading, code)``, in lanes that may run side by side: a block that fits probes
+    (``beliefscope probe``) starts a lane, and a block that only reads fitted probes (``--probes``) runs
+    after the latest such block, in its lane; every other block is a lane of its own. Each block runs
+    single-threaded, so two lanes at a time use two cores."""
     lanes, probe_lane = [], None
     for heading, lang, code in all_blocks():
         if lang != "bash" or code.lstrip().startswith(SETUP):
             continue
-        if "--probes" in code and probe_lane is not None:
+        fits = "beliefscope probe " in code
+        if "--probes" in code and not fits and probe_lane is not None:
             probe_lane.append((heading, code))
             continue
         lanes.append([(heading, code)])
-        if "beliefscope probe " in code:
+        if fits:
             probe_lane = lanes[-1]
     return sorted(lanes, key=len, reverse=True)  # the longest lane first
 
 
 def test_bash_lanes_keep_the_probe_blocks_in_order():
     lanes = bash_lanes()
-    probe = next(lane for lane in lanes if any("beliefscope probe " in c for _, c in lane))
-    assert "beliefscope probe " in probe[0][1] and all("--probes" in c for _, c in probe[1:]) and len(probe) >= 2
-    assert not [c for lane in lanes if lane is not probe for _, c in lane if "--probes" in c]
+    fits = lambda c: "beliefscope probe " in c
+    readers = [lane for lane in lanes if any("--probes" in c and not fits(c) for _, c in lane)]
+    assert readers, "no block reads fitted probes: the lane rule is untested"
+    for lane in lanes:
+        for i, (_, code) in enumerate(lane):
+            if "--probes" in code and not fits(code):  # a reader runs after a block of its lane that fits probes
+                assert any(fits(c) for _, c in lane[:i]), lane
+        assert all(fits(c) or "--probes" in c for _, c in lane[1:])
 
 
 def test_bash_blocks_run_as_written(workdir):
