@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from beliefscope.config_flags import Command, register_command
-from beliefscope.files import atomic_write_text, check_writable_parent
+from beliefscope.files import atomic_write_json, atomic_write_text, check_writable_parent
 from beliefscope.models.evaluate import EvalConfig
 from beliefscope.models.profile import model_profile
 
@@ -162,6 +163,19 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
     if used and rendering != "natural":
         raise ValueError(f"{' and '.join(used)} {'needs' if len(used) == 1 else 'need'} natural English stories; "
                          f"{cfg.model} uses the {rendering!r} rendering: add --rendering natural, or drop it")
+    if cfg.into_card and not cfg.table:
+        raise ValueError("--into-card writes the --table into the model card: add --table")
+    if cfg.table:
+        if rendering != "natural" or cfg.task != "coinflip":
+            raise ValueError(f"--table asks natural-English coin stories; {cfg.model} uses the {rendering!r} "
+                             f"rendering and --task is {cfg.task}: drop --table")
+        if cfg.into_card:
+            from beliefscope.models.names import checkpoint_path
+
+            folder = checkpoint_path(cfg.model, must_exist=False)
+            if folder is None or not os.path.isfile(os.path.join(folder, "model_card.json")):
+                raise ValueError(f"--into-card needs a model folder with a model_card.json; {cfg.model} has none")
+            check_writable_parent(os.path.join(folder, "model_card.json"))
     if cfg.misses is not None:
         if not model_profile(cfg.model).thinking:
             raise ValueError(f"--misses lists wrong thoughts; {cfg.model} is not a Thinking States model: drop it")
@@ -179,12 +193,18 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
 
 def _eval_total(cfg: EvalConfig) -> int:
     """Prompts the progress bar counts: n per format (a Thinking States model reads each story once)."""
+    if cfg.table:
+        from beliefscope.models.evaluate_free import rows_total
+
+        return rows_total(cfg.n)
     return cfg.n * (1 if model_profile(cfg.model).thinking or cfg.format != "both" else 2)
 
 
 def _eval_run(cfg: EvalConfig, progress) -> dict:
     from beliefscope.models.evaluate import evaluate
 
+    if cfg.table:
+        return _eval_table(cfg, progress)
     formats = ("direct", "cot") if cfg.format == "both" else (cfg.format,)
     misses = [] if cfg.misses else None
     res = evaluate(cfg.model, cfg.task, cfg.events, cfg.n, cfg.seed, rendering=cfg.rendering, formats=formats,
@@ -195,7 +215,31 @@ def _eval_run(cfg: EvalConfig, progress) -> dict:
     return res
 
 
+def _eval_table(cfg: EvalConfig, progress) -> dict:
+    """`--table`: every row of the question table; with `--into-card`, written into the model's card."""
+    from beliefscope.models.cards import read_card
+    from beliefscope.models.evaluate_free import card_with_table, question_table
+    from beliefscope.models.load import load_model
+    from beliefscope.models.names import checkpoint_path
+
+    model, tok = load_model(cfg.model)
+    full: dict = {}
+    table = question_table(model, tok, n=cfg.n, progress=progress, full=full)
+    res = {"model": cfg.model, "table": table}
+    if cfg.into_card:
+        folder = checkpoint_path(cfg.model)
+        path = os.path.join(folder, "model_card.json")
+        atomic_write_json(path, card_with_table(read_card(folder), table, full), indent=1, sort_keys=False)
+        res["card"] = path
+    return res
+
+
 def _eval_lines(res: dict) -> list[str]:
+    if "table" in res:
+        from beliefscope.models.evaluate_free import table_lines
+
+        return [f"{res['model']}: answers and thoughts by how the story asks", *table_lines(res["table"]),
+                *([f"written into {res['card']}"] if res.get("card") else [])]
     how = f" [{res['split']}{', varied questions' if res.get('questions') == 'varied' else ''}" \
           f"{', chat' if res.get('chat') else ''}]" if res.get("split") else ""
     extra = "".join(f", {k.replace('_', ' ')} {res[k]:.4f}" for k in ("answer_top1", "answer_follows_thought",

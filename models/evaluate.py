@@ -121,6 +121,10 @@ class EvalConfig:
     chat: bool = False  # give each story as a user turn of the model's chat template (SmolLM2's ChatML)
     format: str | None = None  # prompts: direct answers, chain of thought, or both (None: both for toy models,
     #   direct for natural English ones; smollm2-cot answers after its chain: --format cot)
+    table: bool = False  # natural English: every row of models.evaluate_free.ROWS instead (template bands with
+    #   --n stories each, varied question forms, the free-wording stories; each plain and in the chat template)
+    into_card: bool = False  # with --table: write the table into the model folder's model_card.json
+    #   (eval_questions, and eval for the template bands), so the card's figures come from this command
     misses: str | None = None  # Thinking States models: write each story with a wrong answer or thought to this
     #   JSONL file (its chunks, the gold and the model's thought per chunk) to see which sentences fail
 
@@ -264,8 +268,8 @@ def miss_record(tok, ex, ids, thoughts, golds, right, answer: str) -> dict:
     chunk's text with the gold and the model's thought (decoded), ``ok`` per chunk."""
     ids, start, chunks = list(ids), 0, []
     for (end, z), gold, ok in zip(thoughts, golds, right):
-        chunks.append({"text": tok.decode(ids[start:end]), "gold": tok.decode(gold), "got": tok.decode(list(z)[:len(gold)]),
-                       "ok": bool(ok)})
+        chunks.append({"text": tok.decode(ids[start:end]), "gold": tok.decode(gold),
+                       "got": tok.decode(list(z)[:len(gold)]), "ok": bool(ok)})
         start = end
     return {"id": ex.meta.get("id"), "prompt": ex.prompt, "truth": ex.answer, "answer": answer, "chunks": chunks}
 

@@ -24,9 +24,10 @@ ROWS = (("template 1-8", "1-8", None, "fixed", False), ("template 9-16", "9-16",
 KEYS = ("answer_accuracy", "answer_top1", "answer_follows_thought", "thought_accuracy", "thought_exact", "n")
 
 
-def question_table(model, tok, n: int = 100, rows=ROWS, progress=None) -> dict:
+def question_table(model, tok, n: int = 100, rows=ROWS, progress=None, full: dict | None = None) -> dict:
     """``{row: {answer_accuracy, answer_top1, answer_follows_thought, thought_accuracy, ...}}`` for a
-    Thinking States model, or the answer columns only for a plain (direct-answer) model."""
+    Thinking States model, or the answer columns only for a plain (direct-answer) model. ``full``, when a
+    dict, gets each row's whole `evaluate` result."""
     from beliefscope.models.evaluate import evaluate
 
     out = {}
@@ -34,7 +35,26 @@ def question_table(model, tok, n: int = 100, rows=ROWS, progress=None) -> dict:
         res = evaluate(model, "coinflip", band, 120 if split == "free" else n, tokenizer=tok, rendering="natural",
                        formats=("direct",), split=split, questions=questions, chat=chat, progress=progress)
         out[name] = {k: round(res[k], 4) if isinstance(res[k], float) else res[k] for k in KEYS if k in res}
+        if full is not None:
+            full[name] = res
     return out
+
+
+def rows_total(n: int, rows=ROWS, n_free: int = 120) -> int:
+    """Stories the table reads (its progress total)."""
+    return sum(n_free if split == "free" else n for _, _, split, _, _ in rows)
+
+
+def card_with_table(card: dict, table: dict, full: dict) -> dict:
+    """``card`` with ``eval_questions`` set to ``table`` and ``eval[band]`` to the template rows' whole results
+    (the bands every model card reports), other fields kept."""
+    bands = {name.split()[1]: full[name] for name in table if name.startswith("template ")}
+    keep = ("answer_accuracy", "answer_top1", "answer_follows_thought", "thought_accuracy", "thought_exact",
+            "thoughts", "n", "task", "events", "seed", "split")
+    evals = dict(card.get("eval") or {})
+    for band, res in bands.items():
+        evals[band] = {k: round(res[k], 4) if isinstance(res[k], float) else res[k] for k in keep if k in res}
+    return {**card, "eval": evals, "eval_questions": table}
 
 
 def table_lines(table: dict) -> list[str]:

@@ -102,3 +102,43 @@ def test_eval_reports_progress_for_every_prompt():
     seen.clear()
     evaluate("thinking", "coinflip", "1-3", n=5, batch_size=4, progress=seen.append)
     assert sum(seen) == 5
+
+
+def test_eval_misses_lists_exactly_the_stories_with_a_wrong_answer_or_thought(capsys):
+    """A Thinking States model whose state projection is negated reads chunks wrongly: every story it
+    gets wrong (answer or any thought) is listed, chunk by chunk, and no other; a right model lists none."""
+    from beliefscope.cli import main
+
+    model, tok = load_model("thinking")
+    clean: list = []
+    res = evaluate(model, "coinflip", "9-16", n=12, tokenizer=tok, misses=clean)
+    assert res["answer_accuracy"] == 1.0 and res["thought_exact"] == 1.0 and clean == []
+    with torch.no_grad():
+        model.out_proj.weight.mul_(-1.0)  # S now points at the other state: thoughts after the first go wrong
+    misses: list = []
+    res = evaluate(model, "coinflip", "9-16", n=12, tokenizer=tok, misses=misses)
+    # at least every story with a wrong thought, at most every story
+    assert round(12 * (1 - res["thought_exact"])) <= len(misses) <= 12 and res["thought_exact"] < 1
+    for m in misses:
+        assert m["answer"] != m["truth"] or not all(c["ok"] for c in m["chunks"])
+        assert "".join(c["text"] for c in m["chunks"]).replace(" ", "") in m["prompt"].replace(" ", "")
+        assert all(c["ok"] == c["got"].startswith(c["gold"]) or not c["ok"] for c in m["chunks"])
+    # the CLI refuses what cannot be read before loading anything
+    assert main(["eval", "--model", "target", "--misses", "m.jsonl"]) != 0
+    assert "not a Thinking States model" in capsys.readouterr().err
+    assert main(["eval", "--model", "thinking", "--into-card"]) != 0
+    assert "add --table" in capsys.readouterr().err
+    assert main(["eval", "--model", "thinking", "--table"]) != 0
+    assert "--table asks natural-English coin stories" in capsys.readouterr().err
+
+
+def test_card_with_table_sets_the_template_bands_and_keeps_the_rest():
+    from beliefscope.models.evaluate_free import card_with_table
+
+    full = {"template 1-8": {"answer_accuracy": 0.5, "n": 2, "events": "1-8", "answer_accuracy_by_events": {}},
+            "free": {"answer_accuracy": 0.25, "n": 4}}
+    table = {"template 1-8": {"answer_accuracy": 0.5, "n": 2}, "free": {"answer_accuracy": 0.25, "n": 4}}
+    card = {"steps": 7, "eval": {"1-8": {"answer_accuracy": 1.0}, "9-16": {"answer_accuracy": 0.9}}}
+    out = card_with_table(card, table, full)
+    assert out["steps"] == 7 and out["eval_questions"] == table
+    assert out["eval"] == {"1-8": {"answer_accuracy": 0.5, "n": 2, "events": "1-8"}, "9-16": {"answer_accuracy": 0.9}}
