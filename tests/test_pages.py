@@ -174,7 +174,7 @@ def test_bash_blocks_run_as_written(workdir):
     assert quoted, "the pages' steering numbers moved: update this test's pattern"
     assert abs(steer["flip_rate"] - float(quoted.group(1))) <= 0.02, steer
     assert abs(steer["random"]["mean"] - float(quoted.group(2))) <= 0.02, steer["random"]
-    thinking = next(o for objs in out.values() for o in objs if o.get("events") == "17-32" and "answer_accuracy" in o)
-    assert thinking["answer_accuracy"] == 1.0  # quoted: "answer_accuracy 1.0"
+    thinking = next(o for objs in out.values() for o in objs if o.get("events") == "33-64" and "answer_accuracy" in o)
+    assert thinking["answer_accuracy"] == thinking["thought_accuracy"] == 1.0  # quoted: "answer_accuracy 1.0, ..."
     det = next(o for objs in out.values() for o in objs if "fast_path_unique_max" in o)
     assert det["verified_unique_max"] == 1
