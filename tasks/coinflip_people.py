@@ -87,7 +87,7 @@ STAYS = (
 # optional tails of an event sentence (tense-neutral)
 TAILS = (" while waiting", " with a grin", " for fun", " during lunch", " without a word", " after a while",
          ", laughing", " when nobody is looking", " to tease her brother", " before bed", " on the way out",
-         " as a joke")
+         " as a joke", " just because", " for no reason at all")
 # sentences about something else: no change to the coin (present, past)
 FILLERS = (
     ("{n} drinks some water.", "{n} drank some water."), ("The phone rings.", "The phone rang."),
@@ -126,6 +126,10 @@ FLIP_SCENES = (
     ("One more jolt tips it back.", "One more jolt tipped it back."),
     ("The cat paws it onto its other face.", "The cat pawed it onto its other face."),
     ("A thump on the shelf flips it once again.", "A thump on the shelf flipped it once again."),
+    ("A knock on the table bounces it over.", "A knock on the table bounced it over."),
+    ("Another knock turns it back over.", "Another knock turned it back over."),
+    ("A second gust flips it back.", "A second gust flipped it back."),
+    ("The washing machine shakes it onto its other side.", "The washing machine shook it onto its other side."),
 )
 # openings: (present, past), {s} the face up, {o} the other face, {S} the face up capitalised
 OPENINGS = (
@@ -150,7 +154,15 @@ OPENINGS = (
     ("A coin on the bench has its {s} side in view.", "A coin on the bench had its {s} side in view."),
     ("On the tray, a coin shows its {s} side to the light.", "On the tray, a coin showed its {s} side to the light."),
     ("A quarter, {o} side down, on the sill.", "A quarter, {o} side down, had been left on the sill."),
-    ("Coin on the table, {o} facing the wood.", "Coin on the table, {o} facing the wood."),
+    ("Coin on the table, {o} side against the wood.", "Coin on the table, {o} side against the wood."),
+    # "facing" towards something above: the face named is the face up (balances the face-down openings)
+    ("A coin lies with {s} facing upward.", "A coin lay with {s} facing upward."),
+    ("The coin sits on the shelf, {s} facing the lamp.", "The coin sat on the shelf, {s} facing the lamp."),
+    ("A dime rests on the roof, {s} turned toward the clouds.",
+     "A dime rested on the roof, {s} turned toward the clouds."),
+    ("A nickel turns up in the drawer, and {s} is facing up.",
+     "A nickel turned up in the drawer, and {s} was facing up."),
+    ("Someone spots a coin by the door with {s} on top.", "Someone spotted a coin by the door with {s} on top."),
     # negated: the face up is the one not named
     ("The face on top is not {o}.", "The face on top was not {o}."),
     ("Whatever else, the coin is not {o} up.", "Whatever else, the coin was not {o} up."),
@@ -161,7 +173,7 @@ PORTRAIT = {"heads": ("The coin lies portrait side up.", "The coin lay portrait 
 PAST_SHARE = 0.4  # share of composed stories told in the past tense
 FILLER_SHARE = 0.3  # share of composed stays that are about something else
 TAIL_SHARE = 0.35  # share of composed event sentences with a tail
-SCENE_FLIP_SHARE = 0.1  # share of composed flips with no one named (FLIP_SCENES)
+SCENE_FLIP_SHARE = 0.15  # share of composed flips with no one named (FLIP_SCENES)
 
 
 def subject(rng: random.Random, name: str, past: bool) -> str:
