@@ -214,7 +214,8 @@ def test_shipped_smollm2_thinking_answers_free_wording_and_chat():
     template: the top token of the whole vocabulary is a state word (the model trained only on "A:" wrote
     end-of-text at once: 0.17 top-1 on all 120), the answer names the state of the model's own last
     thought, and thoughts and answers stay near what the model card reports on all 120 stories (measured on
-    these 20: thoughts 0.96, answers 0.85; the goal of 0.95 for answers is not met yet)."""
+    these 20 with the shipped model: plain answers and thoughts 1.00, chat answers 0.90 and thoughts 0.97;
+    on all 120: plain 0.99 / 0.99, chat 0.96 / 0.98)."""
     from beliefscope.models.evaluate import evaluate_thinking
 
     pytest.importorskip("gguf")
@@ -224,5 +225,5 @@ def test_shipped_smollm2_thinking_answers_free_wording_and_chat():
     for chat in (False, True):
         r = evaluate_thinking(model, tok, n=20, rendering="natural", split="free", chat=chat)
         assert r["n"] == 20 and r["answer_top1"] == r["answer_accuracy"], (chat, r)
-        assert r["answer_follows_thought"] >= 0.95 and r["thought_accuracy"] >= 0.9, (chat, r)
-        assert r["answer_accuracy"] >= 0.75, (chat, r)
+        assert r["answer_follows_thought"] >= 0.95 and r["thought_accuracy"] >= 0.95, (chat, r)
+        assert r["answer_accuracy"] >= (0.85 if chat else 0.95), (chat, r)
