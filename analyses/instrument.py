@@ -256,6 +256,16 @@ def tasks_for(name: str, task: str = "coinflip"):
     return t, t
 
 
+def checkpoint_sha256(name: str) -> str | None:
+    """The ``model_sha256`` of a checkpoint folder's model card (None: a hub name or a card without one), so
+    a result names the exact checkpoint it was measured on."""
+    from beliefscope.models.cards import read_card
+    from beliefscope.models.names import checkpoint_path
+
+    folder = checkpoint_path(name, must_exist=False)
+    return read_card(folder).get("model_sha256") if folder else None
+
+
 def main(config: InstrumentConfig, progress=None) -> dict:
     """Run the validation for every model; returns a JSON-able dict."""
     from beliefscope.models.load import check_model_name, load_model
@@ -282,7 +292,8 @@ def main(config: InstrumentConfig, progress=None) -> dict:
                                   dev=(dv["X"], dv["truth"]) if dv else None)
         control, _ = fit_probes(tr["X"], tr["control"], tr["prompt"], n_classes)  # read at the state probe's layer
         per_var = _variable_probes(tr, n_classes)
-        res = {"task": config.task, "state_names": list(train_task.state_names), "best_layer": layer,
+        res = {"task": config.task, "model_sha256": checkpoint_sha256(name),
+               "state_names": list(train_task.state_names), "best_layer": layer,
                "hook": _hooks(model)[layer], "bands": {},
                "layer_chosen_on": (f"{len(dev)} other prompts of the held-out templates" if dev else
                                    "20% of the training prompts")}

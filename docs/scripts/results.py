@@ -696,6 +696,8 @@ model with random weights. The causal check swaps the state vector S at one chun
                      "norm."),
                     table(["model", "stories", "answer changes", "answer follows", "thoughts follow",
                            "random: changes", "random: follows", "random: thoughts"], causal)]
+        out += [_checkpoint_line(d, rel, name) for name in d.get(rel, "models")
+                if _checkpoint_line(d, rel, name)]
         models = list(d.get(rel, "models"))
         if models != d.get(rel, "config", "models"):
             out.append(f"The JSON's config lists {_names(d, rel)}; its other rows come from another run with "
@@ -717,6 +719,23 @@ model with random weights. The causal check swaps the state vector S at one chun
         "The viewer (`beliefscope view`): thinking above target on the same story, coloured by the probe's "
         f"belief; a screenshot, `benchmarks/results/view.png`, dated {d.gitdate(f'{RES}/view.png')}."))
     return page("The belief instrument", intro, *blocks)
+
+
+def _checkpoint_line(d: Doc, rel: str, name: str) -> str:
+    """Whether a model's rows were measured on the checkpoint shipped now (its card's model_sha256), on an
+    earlier one, or on one the JSON does not name ("" for a model without a card hash, e.g. a hub model)."""
+    card = _card(name)
+    if not os.path.isfile(os.path.join(d.root, card)) or not d.has(card, "model_sha256"):
+        return ""
+    now = d.get(card, "model_sha256")
+    if not d.has(rel, "models", name, "model_sha256"):
+        return (f"`{html.escape(name)}`'s rows do not record the checkpoint they were measured on; the one shipped "
+                f"now is dated {d.gitdate(card)}: they may predate it.")
+    then = d.get(rel, "models", name, "model_sha256")
+    if then == now:
+        return f"`{html.escape(name)}`'s rows were measured on the checkpoint shipped now."
+    return (f"`{html.escape(name)}`'s rows were measured on an earlier checkpoint than the one shipped now "
+            f"(dated {d.gitdate(card)}).")
 
 
 def _names(d: Doc, rel: str) -> str:
