@@ -263,14 +263,13 @@ def loss_curve(history: list[dict], title: str = "Training loss", marks: dict | 
         vals = [h.get(key) for h in history]
         if all(v is not None for v in vals):
             ax.plot(steps, vals, color=color, lw=1, label=key)
-    for step, label in (marks or {}).items():
+    for step, label in (marks or {}).items():  # labels run down beside their line, so close marks never collide
         ax.axvline(step, color="0.5", ls="--", lw=0.8)
-        right = step > 0.6 * len(history)  # a late mark's label goes on its left, inside the axes
-        ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), xytext=(-3 if right else 3, -4),
-                    textcoords="offset points", fontsize=7, color="0.35", va="top", ha="right" if right else "left")
+        ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), xytext=(2, -4), rotation=90,
+                    textcoords="offset points", fontsize=7, color="0.35", va="top", ha="left")
     ax.set_yscale("log")
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("loss")
-    ax.legend(fontsize=8, frameon=False)
+    ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))  # clear of the marks
     ax.set_title(title, fontsize=10)
     return fig
