@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from beliefscope.analyses.causal import causal_check
 from beliefscope.analyses.forced import forced_answers
+from beliefscope.models.cards import checkpoint_sha256
 from beliefscope.probes.controls import control_labels
 from beliefscope.tasks.records import DataSource
 
@@ -254,16 +255,6 @@ def tasks_for(name: str, task: str = "coinflip"):
                 get_task(task, rendering="natural", fmt="direct", split="heldout"))
     t = get_task(task, fmt="direct")
     return t, t
-
-
-def checkpoint_sha256(name: str) -> str | None:
-    """The ``model_sha256`` of a checkpoint folder's model card (None: a hub name or a card without one), so
-    a result names the exact checkpoint it was measured on."""
-    from beliefscope.models.cards import read_card
-    from beliefscope.models.names import checkpoint_path
-
-    folder = checkpoint_path(name, must_exist=False)
-    return read_card(folder).get("model_sha256") if folder else None
 
 
 def main(config: InstrumentConfig, progress=None) -> dict:

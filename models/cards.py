@@ -14,3 +14,12 @@ def read_card(path: str) -> dict:
     with open(f) as fh:
         card = json.load(fh)
     return card if isinstance(card, dict) else {}
+
+
+def checkpoint_sha256(name: str) -> str | None:
+    """The ``model_sha256`` of a checkpoint's model card (None: a hub name or a card without one), so a
+    result names the exact checkpoint it was measured on."""
+    from beliefscope.models.names import checkpoint_path
+
+    folder = checkpoint_path(name, must_exist=False)
+    return read_card(folder).get("model_sha256") if folder else None

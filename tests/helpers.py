@@ -4,6 +4,7 @@ from config (no network), and the small exact models of the sampling tests. Fixt
 
 import itertools
 import os
+import shutil
 
 import torch
 
@@ -68,3 +69,16 @@ def exact_joint(model, prompt, temperature, n=3):
     L = len(prompt)
     lp = sum(logp[torch.arange(len(seqs)), L - 1 + j, ids[:, L + j]] for j in range(n))
     return seqs, lp.exp().numpy()
+
+
+def browser_parts():
+    """``((chrome, chromedriver), "")`` for the headless-browser tests, or ``(None, why they skip)``."""
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return None, "the selenium package is not installed (pip install selenium)"
+    chrome = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    if not chrome or not driver:
+        return None, "no chromium / chromedriver on PATH (Debian: apt-get install chromium chromium-driver)"
+    return (chrome, driver), ""

@@ -9,12 +9,12 @@ without them it skips with the reason.
 
 import html
 import io
-import shutil
 from html.parser import HTMLParser
 
 import pytest
 from beliefscope.analyses import report
 from beliefscope.analyses.instrument import COLUMNS, table_lines
+from .helpers import browser_parts
 
 
 def _instrument() -> dict:
@@ -174,18 +174,6 @@ def test_thinking_demo_report_has_the_instrument_table(tmp_path):
     assert not [p for p in page.pres if "|" in p]
 
 
-def _browser_parts():
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return None, "the selenium package is not installed (pip install selenium)"
-    chrome = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    if not chrome or not driver:
-        return None, "no chromium / chromedriver on PATH (Debian: apt-get install chromium chromium-driver)"
-    return (chrome, driver), ""
-
-
 def _wide_png() -> bytes:
     from PIL import Image
 
@@ -196,7 +184,7 @@ def _wide_png() -> bytes:
 
 @pytest.mark.slow
 def test_no_sideways_scrolling_in_a_browser(tmp_path):
-    parts, why = _browser_parts()
+    parts, why = browser_parts()
     if parts is None:
         pytest.skip(why)
     from selenium import webdriver

@@ -8,30 +8,18 @@ installs them when it can); without them these tests skip with the reason.
 
 import io
 import json
-import shutil
 
 import pytest
 
+from .helpers import browser_parts
 from .viewpages import page
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _browser_parts():
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return None, "the selenium package is not installed (pip install selenium)"
-    chrome = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    if not chrome or not driver:
-        return None, "no chromium / chromedriver on PATH (Debian: apt-get install chromium chromium-driver)"
-    return (chrome, driver), ""
-
-
 @pytest.fixture(scope="module")
 def browser():
-    parts, why = _browser_parts()
+    parts, why = browser_parts()
     if parts is None:
         pytest.skip(why)
     from selenium import webdriver
