@@ -1,6 +1,6 @@
 """`beliefscope beliefs | forced | instrument | trace | determinism | demo | view` (registered by beliefscope/cli.py).
 
-Each command is a ``beliefscope.config_flags.Command``: its config class (whose fields are its flags,
+Each command is a ``beliefscope.base.config_flags.Command``: its config class (whose fields are its flags,
 defaults and help), a ``run(cfg, progress) -> dict`` and the ``lines`` it prints without ``--json``.
 
 Shell::
@@ -27,7 +27,7 @@ from beliefscope.analyses.forced import ForcedConfig
 from beliefscope.analyses.instrument import InstrumentConfig
 from beliefscope.analyses.spec_trace import TraceConfig
 from beliefscope.analyses.view import ViewConfig
-from beliefscope.config_flags import Command, register_command
+from beliefscope.base.config_flags import Command, register_command
 
 _MODEL = ("checkpoint folder or alias (target, smollm2, thinking, smollm2-thinking); the model the probe was fit "
           "on")
@@ -65,7 +65,7 @@ def _forced_lines(res: dict) -> list[str]:
 
 
 def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:
-    from beliefscope.files import check_writable_parent
+    from beliefscope.base.files import check_writable_parent
     from beliefscope.tasks import get_task, parse_events_range
 
     if cfg.data:

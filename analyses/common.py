@@ -1,6 +1,6 @@
 """Shared pieces of the analyses: JSON and PNG outputs, probe/model compatibility, readouts.
 
-Files are written through `beliefscope.files` (its helpers are re-exported here).
+Files are written through `beliefscope.base.files` (its helpers are re-exported here).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import numpy as np
 import torch
 
-from beliefscope.files import (  # noqa: F401  (re-exported for the analyses)
+from beliefscope.base.files import (  # noqa: F401  (re-exported for the analyses)
     atomic_write_bytes,
     atomic_write_json,
     check_writable_parent,
@@ -64,7 +64,7 @@ def sibling(path: str, suffix: str) -> str:
     return f"{stem}{suffix}{ext or '.png'}"
 
 
-from beliefscope.progress import progress_bar  # noqa: E402,F401  (re-exported for the analyses)
+from beliefscope.base.progress import progress_bar  # noqa: E402,F401  (re-exported for the analyses)
 
 
 # ----------------------------------------------------------------------------------- probes

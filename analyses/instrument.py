@@ -361,7 +361,7 @@ def write(res: dict, folder: str) -> list[str]:
     from beliefscope.analyses.common import save_fig
     from beliefscope.analyses.state_strips import strips_figure
 
-    from beliefscope.files import atomic_write_json, atomic_write_text
+    from beliefscope.base.files import atomic_write_json, atomic_write_text
 
     os.makedirs(folder, exist_ok=True)
     names = ("instrument.json", "instrument.md", "instrument.png", "trajectory.png")

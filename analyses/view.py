@@ -315,7 +315,7 @@ def main(cfg: ViewConfig, progress=None) -> dict:
     """Build the data, write the page (and the JSON with `json_out`); returns sizes and timings."""
     from beliefscope.analyses.view_page import render
 
-    from beliefscope.files import atomic_write_json, atomic_write_text
+    from beliefscope.base.files import atomic_write_json, atomic_write_text
 
     out = check_writable_parent(cfg.out)
     if cfg.json_out:

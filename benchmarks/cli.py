@@ -45,7 +45,7 @@ def run_one(name: str, quick: bool, no_progress: bool = False) -> dict:
 
 
 def _progress(name: str, disable: bool = False):
-    from beliefscope.progress import progress_bar
+    from beliefscope.base.progress import progress_bar
 
     bar = progress_bar(f"bench {name}", disable=disable)
     return lambda: bar.update(1)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from beliefscope.files import atomic_write_text
+from beliefscope.base.files import atomic_write_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

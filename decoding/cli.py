@@ -152,7 +152,7 @@ def run_generate(args) -> int:
 
 
 def register_datastore(subparsers) -> None:
-    from beliefscope.config_flags import Command, register_command
+    from beliefscope.base.config_flags import Command, register_command
     from beliefscope.decoding.store_build import DatastoreConfig
 
     register_command(subparsers, Command(

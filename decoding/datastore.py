@@ -86,7 +86,7 @@ class NGramStore:
         rows = [[n, list(k), [[t, c] for t, c in v.items()]] for n in range(1, self.max_n + 1)
                 for k, v in self.tables[n].items()]
         doc = {"format": FORMAT, "max_n": self.max_n, "n_tokens": self.n_tokens, "meta": self.meta, "rows": rows}
-        from beliefscope.files import atomic_write_bytes
+        from beliefscope.base.files import atomic_write_bytes
 
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode())

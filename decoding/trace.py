@@ -77,7 +77,7 @@ class Trace:
 
     def save(self, path: str) -> None:
         """Write the steps as JSON, atomically (activations are not written)."""
-        from beliefscope.files import atomic_write_json
+        from beliefscope.base.files import atomic_write_json
 
         atomic_write_json(path, self.to_dict(), sort_keys=False)
 

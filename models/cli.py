@@ -6,8 +6,8 @@ import json
 import os
 import sys
 
-from beliefscope.config_flags import Command, register_command
-from beliefscope.files import atomic_write_json, atomic_write_text, check_writable_parent
+from beliefscope.base.config_flags import Command, register_command
+from beliefscope.base.files import atomic_write_json, atomic_write_text, check_writable_parent
 from beliefscope.models.evaluate import EvalConfig
 from beliefscope.models.profile import model_profile
 
@@ -76,7 +76,7 @@ def register(sub) -> None:
 
 
 def _train(args) -> int:
-    from beliefscope.progress import progress_bar
+    from beliefscope.base.progress import progress_bar
 
     from beliefscope.models.train import PRESET_TRAINING, PRESETS, TrainConfig, train
     from beliefscope.models.train_rope import ROPE_PRESETS
@@ -125,9 +125,9 @@ def _report_training(args, res: dict) -> int:
 
 
 def _train_rope(args) -> int:
-    from beliefscope.progress import progress_bar, resume_bar
+    from beliefscope.base.progress import progress_bar, resume_bar
 
-    from beliefscope.files import check_writable_parent
+    from beliefscope.base.files import check_writable_parent
     from beliefscope.models.train_rope import RopeTrainConfig, train_rope
 
     check_writable_parent(args.out)

@@ -26,9 +26,9 @@ def _config(args):
 def train_pretrained_thinking(args, echo) -> int:
     """Run the command; ``echo(text, err=False)`` prints a line (on stderr when ``err``)."""
     from beliefscope.models.train_thinking import COST_FILE, check_out, measure_costs, train_thinking
-    from beliefscope.progress import progress_bar, resume_bar
+    from beliefscope.base.progress import progress_bar, resume_bar
 
-    from beliefscope.files import atomic_write_json
+    from beliefscope.base.files import atomic_write_json
 
     cfg = _config(args)
     cfg.check()

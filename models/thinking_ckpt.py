@@ -70,7 +70,7 @@ def save_parts(model, out: str, card: dict, backbone: str, backbone_hash: str,
     atomically (the folder may hold other files, e.g. a training state). Returns the card as written."""
     from safetensors.torch import save_file
 
-    from beliefscope.files import atomic_save, atomic_write_json
+    from beliefscope.base.files import atomic_save, atomic_write_json
 
     parts = {k: v.detach().to(HOST, parts_dtype).contiguous() for k, v in trained_parts(model).items()}
     parts_hash = tensors_sha256(parts)

@@ -180,7 +180,7 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     rng = random.Random(cfg.seed)
     start, history = 0, []
     if out:
-        from beliefscope.files import check_writable_parent
+        from beliefscope.base.files import check_writable_parent
 
         out = check_writable_parent(out)
         if os.path.isfile(out):
@@ -256,7 +256,7 @@ def save_rope(model, tok, card: dict, out: str) -> None:
     """save_pretrained (+ thinking.safetensors for Thinking States) into a folder, atomically."""
     from safetensors.torch import save_file
 
-    from beliefscope.files import atomic_write_json, staged_output
+    from beliefscope.base.files import atomic_write_json, staged_output
 
     with staged_output(out) as tmp:
         backbone = getattr(model, "backbone", model)

@@ -219,7 +219,7 @@ def train_step(model, tok, cfg: ThinkingTrainConfig, opt, step: int) -> dict:
 def check_out(out: str, force: bool = False, need_bytes: int = 0) -> str:
     """Refuse, before step 1, to write over a shipped checkpoint without ``force`` or into a
     folder whose disk lacks ``need_bytes`` free. Returns abspath(out)."""
-    from beliefscope.files import check_writable_parent
+    from beliefscope.base.files import check_writable_parent
     from beliefscope.models.load import checkpoints_dir
 
     out = check_writable_parent(out)
@@ -310,7 +310,7 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
     card = save_parts(model, out, card, cfg.backbone, digest, getattr(torch, cfg.parts_dtype),
                       kind="thinking" if cfg.method == "thinking" else "adapters")
     if cfg.eval_n:
-        from beliefscope.files import atomic_write_json
+        from beliefscope.base.files import atomic_write_json
         from beliefscope.models.evaluate import evaluate_bands
         from beliefscope.models.load import load_model
 

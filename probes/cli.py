@@ -14,7 +14,7 @@ import os
 
 
 def _tqdm(desc: str, total: int | None = None, disable: bool = False):
-    from beliefscope.progress import progress_bar
+    from beliefscope.base.progress import progress_bar
 
     return progress_bar(desc, total, disable=disable, leave=True)
 
@@ -58,7 +58,7 @@ def probe_run(cfg, progress) -> dict:
     report_cfg = ReportConfig(**{f.name: getattr(cfg, f.name) for f in fields(ReportConfig)})
     data = probe_report(store, report_cfg, twin, out=cfg.out, progress=progress).to_json()
     if cfg.out:
-        from beliefscope.files import atomic_write_json
+        from beliefscope.base.files import atomic_write_json
 
         atomic_write_json(os.path.join(cfg.out, "report.json"), data)
     return data
@@ -125,7 +125,7 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_harvest)
 
-    from beliefscope.config_flags import Command, register_command
+    from beliefscope.base.config_flags import Command, register_command
     from beliefscope.probes.report import ProbeCommandConfig
 
     register_command(subparsers, Command(
@@ -137,7 +137,7 @@ def register(subparsers) -> None:
                  "trainer": ["torch", "sklearn"]},
         epilog="beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json"))
 
-    from beliefscope.config_flags import Command, register_command
+    from beliefscope.base.config_flags import Command, register_command
     from beliefscope.probes.steering import SteerCommandConfig
 
     register_command(subparsers, Command(

@@ -245,7 +245,7 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
     from beliefscope.models.load import load_model
     from beliefscope.tasks import parse_events_range
 
-    from beliefscope.files import check_writable_parent
+    from beliefscope.base.files import check_writable_parent
 
     if getattr(args, "data", None):
         return run_data(args, progress_factory, rank, world_size, barrier, say)
@@ -306,7 +306,7 @@ def harvest_targets(args, model, tok, examples, config: dict, progress_factory=N
 def run_data(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None, say=None) -> dict:
     """`harvest --data`: the records are read and checked before the model loads, long texts are refused
     (or skipped or cut, and counted) before any forward, and every label goes into the store by name."""
-    from beliefscope.files import check_writable_parent
+    from beliefscope.base.files import check_writable_parent
     from beliefscope.models.load import load_model
     from beliefscope.models.profile import model_shapes
     from beliefscope.probes.harvest_data import data_examples, fit_to_context, load_for_harvest, store_label_names
@@ -370,7 +370,7 @@ def main(argv=None) -> int:
         barrier = dist.barrier
     factory = None
     if not args.no_progress and rank == 0:
-        from beliefscope.progress import progress_bar
+        from beliefscope.base.progress import progress_bar
 
         factory = lambda out: progress_bar(f"harvest {os.path.basename(out)}", leave=True)
     try:

@@ -22,14 +22,14 @@ from beliefscope.tasks.records import Data, DataConfig, DataSource, Record, Trac
 
 def add_data_arguments(p) -> None:
     """The record-mapping flags (`tasks.records.DataSource`'s fields), as every command that reads `--data` has."""
-    from beliefscope.config_flags import add_config_flags
+    from beliefscope.base.config_flags import add_config_flags
 
     add_config_flags(p, DataSource, choices={"format": ["records", "boxes"]})
 
 
 def data_config(args) -> DataConfig:
     """The `DataConfig` the data flags of `args` describe."""
-    from beliefscope.config_flags import config_from_args
+    from beliefscope.base.config_flags import config_from_args
 
     return config_from_args(DataSource, args).mapping()
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from beliefscope.files import atomic_save, atomic_write_json
+from beliefscope.base.files import atomic_save, atomic_write_json
 
 
 @dataclass

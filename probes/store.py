@@ -32,7 +32,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from beliefscope.files import atomic_save, atomic_write_json, sha256_file
+from beliefscope.base.files import atomic_save, atomic_write_json, sha256_file
 
 FORMAT = "beliefscope-activations/1"
 MANIFEST = "manifest.json"

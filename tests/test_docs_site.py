@@ -171,7 +171,7 @@ def test_configs_page_lists_every_config_dataclass_with_every_field():
 
 @pytest.mark.slow
 def test_every_config_field_has_its_comment():
-    from beliefscope.config_flags import field_help
+    from beliefscope.base.config_flags import field_help
 
     missing = []
     for name, module in _config_classes_in_the_source().items():

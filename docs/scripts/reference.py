@@ -3,7 +3,7 @@
 - ``reference/api.md``: the public surface (``bs.*`` and each subpackage's ``__all__``) as
   ``:::`` directives, which mkdocstrings renders from the docstrings at build time;
 - ``reference/configs.md``: every ``*Config`` dataclass, a table of its fields (type, default and the
-  comment after the field, read by ``beliefscope.config_flags.field_help``, as ``--help`` reads it);
+  comment after the field, read by ``beliefscope.base.config_flags.field_help``, as ``--help`` reads it);
 - ``reference/cli.md``: every command's ``--help``, formatted 100 columns wide.
 
 ``docs/scripts/generate.py`` calls ``write_pages``. This module is also the griffe extension that
@@ -205,7 +205,7 @@ def _type(field) -> str:
 
 def config_section(cls) -> str:
     """A class's heading, where it lives, its docstring's first paragraph and its fields' table."""
-    from beliefscope.config_flags import field_help
+    from beliefscope.base.config_flags import field_help
 
     comments = field_help(cls)
     doc = " ".join(ROLE.sub(r"`\1`", inspect.getdoc(cls) or "").split("\n\n")[0].split())
@@ -279,7 +279,7 @@ PAGES = {"reference/api.md": api_page, "reference/configs.md": configs_page, "re
 def write_pages(docs_dir: str | Path) -> list[Path]:
     """Write the Reference pages under ``docs_dir`` (atomically; a page whose bytes would not change is
     left alone); returns their paths."""
-    from beliefscope.files import atomic_write_text
+    from beliefscope.base.files import atomic_write_text
 
     written = []
     for rel, make in PAGES.items():

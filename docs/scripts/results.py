@@ -998,7 +998,7 @@ def readme_with_table(text: str, d: Doc) -> str:
 
 def write_readme(root: str = ROOT) -> str:
     """Rewrite the headline block of ``root``/README.md from the JSON (only when its bytes change)."""
-    from beliefscope.files import atomic_write_text
+    from beliefscope.base.files import atomic_write_text
 
     path = os.path.join(root, "README.md")
     with open(path, encoding="utf-8") as f:
@@ -1121,7 +1121,7 @@ def picture_digest(root: str, name: str) -> str:
 
 
 def _write_if_changed(path: str, data: bytes) -> None:
-    from beliefscope.files import atomic_write_bytes
+    from beliefscope.base.files import atomic_write_bytes
 
     if os.path.exists(path):
         with open(path, "rb") as f:
@@ -1179,7 +1179,7 @@ def write_pages(docs_dir: str, *, root: str = ROOT, pictures: bool = True) -> li
     """Write ``docs_dir/results/*.md`` (and, with ``pictures``, ``docs_dir/images/results-*.png``) from the
     JSON of the checkout at ``root``; files whose bytes would not change are not rewritten, and results
     pages no longer generated are removed. Returns the paths of the files it owns (pages, then pictures)."""
-    from beliefscope.files import atomic_write_text
+    from beliefscope.base.files import atomic_write_text
 
     folder = os.path.join(docs_dir, "results")
     os.makedirs(folder, exist_ok=True)

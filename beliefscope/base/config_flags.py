@@ -165,7 +165,7 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     """Build the config from the flags, run it under a progress bar, print the result."""
     import json
 
-    from beliefscope.progress import progress_bar
+    from beliefscope.base.progress import progress_bar
 
     quiet = getattr(args, "no_progress", False)
     extra = command.from_flags(args) if command.from_flags else {}
