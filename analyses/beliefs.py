@@ -27,16 +27,22 @@ from beliefscope.analyses import plots
 from beliefscope.analyses.common import (
     best_probe_layer,
     check_probe_matches,
+    check_probe_states,
     check_writable_parent,
     load_probe,
-    probe_hooks_by_layer,
     probe_distribution,
+    probe_hooks_by_layer,
     probe_state_names,
     save_fig,
     sibling,
     token_strings,
 )
+from beliefscope.analyses.forced import forced_answers
+from beliefscope.analyses.instrument import story_readout
+from beliefscope.analyses.state_strips import strips_figure
 from beliefscope.models.profile import model_profile
+from beliefscope.tasks.parse import parse_prompt
+from beliefscope.tasks.records import DataConfig, load_data
 
 
 @dataclass
@@ -100,7 +106,6 @@ class BeliefTrajectory:
 def trajectory(bridge, tok, probe, ex, *, model_name: str = "", checked: bool = False) -> BeliefTrajectory:
     """Read the probe at every layer and position of `ex` (an `Example`, or any text). The probe is refused
     unless it was fitted on this model, and (for an example) on these states, as on the command line."""
-    from beliefscope.analyses.common import check_probe_states
 
     if not checked:
         check_probe_matches(probe, bridge, model_name)
@@ -141,8 +146,6 @@ def figures(traj: BeliefTrajectory, layer: int, forced=None):
 
 def _truth_example(config: BeliefsConfig, probe):
     """The example whose labels are the truth strip (None: read the text alone)."""
-    from beliefscope.tasks.parse import parse_prompt
-    from beliefscope.tasks.records import load_data
 
     if config.data:
         return _record_example(config, probe)
@@ -168,7 +171,6 @@ def _truth_example(config: BeliefsConfig, probe):
 
 
 def _record_example(config: BeliefsConfig, probe):
-    from beliefscope.tasks.records import DataConfig, load_data
 
     dc = ((probe.meta.get("harvest_config") or {}).get("data_config") if probe is not None else None) or {}
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in dc.items() if k in DataConfig.__dataclass_fields__}
@@ -183,7 +185,6 @@ def _record_example(config: BeliefsConfig, probe):
 def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
     """Read the probe on the text, check the probe belongs to the model (and to the text's states, when the
     truth is known), write both figures; returns a summary with every position's class probabilities."""
-    from beliefscope.analyses.forced import forced_answers
 
     out = check_writable_parent(config.out)
     thinking = bridge is not None and hasattr(bridge, "thinking_config") or model_profile(config.model).thinking
@@ -236,8 +237,6 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
 def _thinking_beliefs(config: BeliefsConfig, model, tok, ex, probe, out: str) -> dict:
     """A Thinking States model's own beliefs on one prompt: truth, thought and forced answer at
     every event boundary (and the probe at every token when one is given), as categorical strips."""
-    from beliefscope.analyses.instrument import story_readout
-    from beliefscope.analyses.state_strips import strips_figure
 
     layer = None
     if probe is not None:

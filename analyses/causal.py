@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from beliefscope.decoding.thinking import run_thinking
+from beliefscope.models.thinking_data import thought_word_id
+from beliefscope.tasks import get_task
+from beliefscope.tasks.variables import VARIABLES
 
 
 def _replay(ex, done: int, start):
@@ -28,7 +32,6 @@ def _answer(ex, state) -> int:
     """The answer a state gives to ``ex``'s question (the queried variable's value, or the state)."""
     if not ex.initial_values:
         return int(state)
-    from beliefscope.tasks.variables import VARIABLES
 
     return int(state[VARIABLES.index(ex.meta["query"])])
 
@@ -39,7 +42,6 @@ def _other_state(ex, state, rng):
     n = len(ex.state_names)
     if not ex.initial_values:
         return (int(state) + 1 + rng.randrange(n - 1)) % n
-    from beliefscope.tasks.variables import VARIABLES
 
     q = VARIABLES.index(ex.meta["query"])
     k = q if state[q] else rng.choice([i for i, v in enumerate(state) if v])
@@ -54,9 +56,6 @@ def causal_check(model, tok, n: int, seed: int, task=None) -> dict:
     thoughts name the replayed states? Random vectors of equal norm are the control."""
     import random
 
-    from beliefscope.decoding.thinking import run_thinking
-    from beliefscope.models.thinking_data import thought_word_id
-    from beliefscope.tasks import get_task
 
     task = task or get_task("coinflip", fmt="direct")
     exs = task.examples(n, seed, (3, 8))

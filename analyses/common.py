@@ -64,13 +64,17 @@ def sibling(path: str, suffix: str) -> str:
     return f"{stem}{suffix}{ext or '.png'}"
 
 
+from beliefscope.hooks import capture
+from beliefscope.probes.harvest import checkpoint_hash
+from beliefscope.probes.linear import LinearProbe
+from beliefscope.probes.report import layer_index
+
 from beliefscope.base.progress import progress_bar  # noqa: E402,F401  (re-exported for the analyses)
 
 
 # ----------------------------------------------------------------------------------- probes
 def load_probe(folder: str):
     """Load a `LinearProbe` saved by `beliefscope probe --out` (clear error if missing)."""
-    from beliefscope.probes.linear import LinearProbe
 
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"probe folder {folder} does not exist: fit one with "
@@ -80,7 +84,6 @@ def load_probe(folder: str):
 
 def check_probe_matches(probe, bridge, model_name: str = "") -> None:
     """Refuse a probe that was trained on another model: width, hooks and checkpoint hash must match."""
-    from beliefscope.probes.harvest import checkpoint_hash
 
     trained_on = probe.meta.get("model", "?")
     if probe.d_model != bridge.cfg.d_model:
@@ -118,7 +121,6 @@ def probe_state_names(probe, default=("heads", "tails")) -> list[str]:
 def best_probe_layer(probe, probes_dir: str | None = None) -> int:
     """Best layer from the probe folder's report.json (written by `beliefscope probe --out`), else the
     deepest probed block."""
-    from beliefscope.probes.report import layer_index
 
     if probes_dir and os.path.exists(os.path.join(probes_dir, "report.json")):
         with open(os.path.join(probes_dir, "report.json")) as f:
@@ -130,7 +132,6 @@ def best_probe_layer(probe, probes_dir: str | None = None) -> int:
 
 def probe_hooks_by_layer(probe) -> list[tuple[int, str]]:
     """(block index, hook) for the probe's hooks, embedding (-1) first, in layer order."""
-    from beliefscope.probes.report import layer_index
 
     return sorted(((layer_index(h), h) for h in probe.hooks), key=lambda t: t[0])
 
@@ -152,7 +153,6 @@ def check_probe_states(probe, ex) -> None:
 @torch.no_grad()
 def probe_distribution(bridge, probe, ids, hooks: list[str] | None = None) -> np.ndarray:
     """The probe's distribution over its classes at every position: ``[len(hooks), T, K]`` for ids ``[T]``."""
-    from beliefscope.hooks import capture
 
     hooks = hooks or [h for _, h in probe_hooks_by_layer(probe)]
     x = torch.as_tensor(np.asarray(ids), dtype=torch.long).reshape(1, -1)  # [1, T]

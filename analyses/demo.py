@@ -18,8 +18,7 @@ import typing
 from dataclasses import asdict, dataclass, field
 
 import torch
-from beliefscope.analyses import demo_view, plots, report
-from beliefscope.analyses.demo_view import eval_section, probe_section, section
+from beliefscope.analyses import beliefs, demo_view, determinism, forced, plots, report, spec_trace, thinking_view
 from beliefscope.analyses.common import (
     check_writable_parent,
     progress_bar,
@@ -27,7 +26,17 @@ from beliefscope.analyses.common import (
     staged_output,
     write_json,
 )
+from beliefscope.analyses.demo_view import eval_section, probe_section, section
+from beliefscope.decoding import ModelDrafter, make_drafter
+from beliefscope.models.evaluate import evaluate
+from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile
+from beliefscope.probes.harvest import HarvestConfig, harvest, make_examples, random_init_like
+from beliefscope.probes.linear import LinearProbe
+from beliefscope.probes.report import ReportConfig, probe_report
+from beliefscope.probes.steering import SteerConfig, steer_experiment
+from beliefscope.probes.store import atomic_write_json
+from beliefscope.tasks import get_task
 
 SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
     "n_eval": (200, 40, 100), "n_harvest": (300, 60, 120), "n_forced": (40, 8, 20), "n_trace": (20, 6, 4),
@@ -71,7 +80,6 @@ def _plan(cfg: DemoConfig) -> dict:
 
 def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, bar_factory):
     """Harvest exactly as `beliefscope harvest` would (same config hash), with an in-memory model."""
-    from beliefscope.probes.harvest import HarvestConfig, harvest, make_examples, random_init_like
 
     hc = HarvestConfig(model=name, task="coinflip", rendering=plan["rendering"], fmt="direct", split=plan["split"],
                        n=cfg.size("n_harvest"), seed=cfg.seed, events=plan["events"], hooks="resid_post",
@@ -92,8 +100,6 @@ def _harvest(model, tok, name, plan, cfg: DemoConfig, out, random_init: bool, ba
 
 
 def _probe(stores, folder, plan, cfg: DemoConfig, bar_factory, positions: str = "after_first_event") -> dict:
-    from beliefscope.probes.report import ReportConfig, probe_report
-    from beliefscope.probes.store import atomic_write_json
 
     rc = ReportConfig(label="state", positions=positions, folds=3 if cfg.quick else cfg.folds,
                       train_events=plan["train_events"])
@@ -119,8 +125,6 @@ def _relocate_paths(obj, old: str, new: str):
 
 def _fix_probe_folders(tmp: str, final: str) -> None:
     """Probe folders record their store's absolute path: point them at the final folder."""
-    from beliefscope.probes.linear import LinearProbe
-    from beliefscope.probes.store import atomic_write_json
 
     for name in ("target", "target-answer-token", "draft"):
         folder = os.path.join(tmp, "probes", name)
@@ -136,7 +140,6 @@ def _fix_probe_folders(tmp: str, final: str) -> None:
 
 def featured_prompt(plan) -> str:
     """A held-out story with many events (toy: 8; natural: 5), written out as text and parsed back."""
-    from beliefscope.tasks import get_task
 
     if plan["rendering"] == "toy":
         return get_task("coinflip", rendering="toy").examples(1, 31337, (8, 8))[0].prompt
@@ -168,14 +171,12 @@ class DemoRun:
 
 
 def _load(run: DemoRun) -> None:
-    from beliefscope.models.load import load_model
 
     run.model, run.tok = load_model(run.cfg.model)
     run.draft = None if run.cfg.real else load_model(run.cfg.draft)
 
 
 def _evaluate(run: DemoRun) -> None:
-    from beliefscope.models.evaluate import evaluate
 
     ev = evaluate(run.model, "coinflip", run.plan["eval_events"], run.cfg.size("n_eval"), 12345, tokenizer=run.tok,
                   rendering=run.plan["rendering"])
@@ -209,7 +210,6 @@ def _probes(run: DemoRun) -> None:
 
 
 def _beliefs(run: DemoRun) -> None:
-    from beliefscope.analyses import beliefs
 
     best = run.summary["probe"]["best_layer"]
     b = beliefs.main(beliefs.BeliefsConfig(model=run.cfg.model, probes=run.probes(), prompt=featured_prompt(run.plan),
@@ -223,7 +223,6 @@ def _beliefs(run: DemoRun) -> None:
 
 
 def _forced(run: DemoRun) -> None:
-    from beliefscope.analyses import forced
 
     n = run.cfg.size("n_forced")
     with run.bars("forced answers", n) as bar:
@@ -239,8 +238,6 @@ def _forced(run: DemoRun) -> None:
 
 
 def _trace(run: DemoRun) -> None:
-    from beliefscope.analyses import spec_trace
-    from beliefscope.decoding import ModelDrafter, make_drafter
 
     cfg, plan = run.cfg, run.plan
     drafter = ModelDrafter(run.draft[0]) if run.draft is not None else make_drafter(plan["drafter"], run.model)
@@ -263,7 +260,6 @@ def _trace(run: DemoRun) -> None:
 
 
 def _determinism(run: DemoRun) -> None:
-    from beliefscope.analyses import determinism
 
     n = run.cfg.size("n_determinism")
     if not n:
@@ -362,8 +358,6 @@ def _write_report(run: DemoRun, out: str, t_all: float, timings: dict) -> dict:
 
 def _thinking(model, tok, pdir, plan, cfg: DemoConfig, bars, tmp, figs, summary, sections) -> None:
     """Thinking States beside the lazy target: harvest + probe it like the target, then the pair figure."""
-    from beliefscope.analyses import thinking_view
-    from beliefscope.models.load import load_model
 
     thinking, ttok = load_model("thinking")
     stores, _ = _harvest(thinking, ttok, "thinking", plan, cfg, os.path.join(tmp, "acts", "thinking"), False, bars)
@@ -377,9 +371,6 @@ def _thinking(model, tok, pdir, plan, cfg: DemoConfig, bars, tmp, figs, summary,
 
 
 def _steering(model, tok, pdir, layer, plan, cfg: DemoConfig, bars) -> dict:
-    from beliefscope.probes.linear import LinearProbe
-    from beliefscope.probes.steering import SteerConfig, steer_experiment
-    from beliefscope.tasks import get_task
 
     probe = LinearProbe.load(pdir)
     examples = get_task("coinflip", rendering=plan["rendering"], fmt="direct", split="all").examples(

@@ -18,9 +18,15 @@ import time
 from dataclasses import asdict
 
 from beliefscope.analyses import report
+from beliefscope.analyses.beliefs import BeliefsConfig
+from beliefscope.analyses.beliefs import main as beliefs_main
 from beliefscope.analyses.common import check_writable_parent, progress_bar, staged_output, write_json
 from beliefscope.analyses.demo import DemoConfig, featured_prompt
 from beliefscope.analyses.demo_view import section
+from beliefscope.analyses.instrument import InstrumentConfig, prompts_read, table_lines, write
+from beliefscope.analyses.instrument import main as instrument_main
+from beliefscope.models.evaluate import evaluate_bands
+from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile
 
 # prompts per step: (full, quick for tests)
@@ -46,12 +52,6 @@ def _eval_section(ev: dict) -> dict:
 
 def main(cfg: DemoConfig) -> dict:
     """Run the Thinking States demo into ``cfg.out``; returns the summary (also summary.json)."""
-    from beliefscope.analyses.beliefs import BeliefsConfig
-    from beliefscope.analyses.beliefs import main as beliefs_main
-    from beliefscope.analyses.instrument import InstrumentConfig, prompts_read, table_lines, write
-    from beliefscope.analyses.instrument import main as instrument_main
-    from beliefscope.models.evaluate import evaluate_bands
-    from beliefscope.models.load import load_model
 
     profile = model_profile(cfg.model)
     if not profile.thinking:

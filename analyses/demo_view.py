@@ -10,14 +10,16 @@ import os
 
 from beliefscope.analyses import plots, report
 from beliefscope.analyses.common import save_fig
+from beliefscope.analyses.instrument import InstrumentConfig, table_lines
+from beliefscope.analyses.instrument import main as instrument_main
+from beliefscope.analyses.view import ViewConfig
+from beliefscope.analyses.view import main as view_main
 
 GROUPS = ("instrument", "target", "decoding", "viewer")  # the report's order of sections
 
 
 def instrument_section(cfg, summary: dict) -> dict:
     """`instrument` on ``thinking`` alone (two bands, the causal check); numbers into ``summary``."""
-    from beliefscope.analyses.instrument import InstrumentConfig, table_lines
-    from beliefscope.analyses.instrument import main as instrument_main
 
     q = cfg.quick
     inst = instrument_main(InstrumentConfig(models=("thinking",), n_train=16 if q else 60, n_test=6 if q else 20,
@@ -30,8 +32,6 @@ def instrument_section(cfg, summary: dict) -> dict:
 
 def viewer_section(cfg, tmp: str, summary: dict, bars) -> dict:
     """The belief viewer on the demo's stories: thinking beside the target, decoded speculatively."""
-    from beliefscope.analyses.view import ViewConfig
-    from beliefscope.analyses.view import main as view_main
 
     n = 2 if cfg.quick else 6
     bar = bars("viewer", 3 * n)

@@ -28,8 +28,10 @@ from dataclasses import dataclass
 import torch
 from beliefscope.analyses import plots_decoding
 from beliefscope.analyses.common import check_writable_parent, save_fig
-from beliefscope.models.profile import model_profile
-
+from beliefscope.decoding.scheduler import determinism_sweep
+from beliefscope.models.packed import can_pack
+from beliefscope.models.profile import hf_of, model_profile
+from beliefscope.tasks import get_task
 
 # Every path a measured prompt can run on: (name, flagged deterministic, fast-path kernels, --paths values).
 PATHS = (("fast_path", False, "default", ("all", "both", "fast")),
@@ -65,8 +67,6 @@ def resolve_paths(paths: str, model) -> str:
     """``--paths`` for this model, checked before any forward. ``auto``: ``all`` where the batch-invariant
     fast path can run (float32 weights on the CPU, oneDNN packing), else ``both``; ``all`` or ``invariant``
     where it cannot are refused with the fix."""
-    from beliefscope.models.packed import can_pack
-    from beliefscope.models.profile import hf_of
 
     choices = sorted({c for *_, cs in PATHS for c in cs} | {"auto"})
     if paths not in choices:
@@ -135,7 +135,6 @@ def open_prompts(tok, n: int, seed: int = 0) -> list[list[int]]:
 
 def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict:
     """Distinct outputs per prompt for every k, verified and fast path (``decoding.Scheduler``)."""
-    from beliefscope.decoding.scheduler import determinism_sweep
 
     ks = [int(k) for k in str(cfg.others).split(",")]
     orders = 2 if cfg.quick else 3
@@ -218,7 +217,6 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
 def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> dict:
     """Measure and draw the chart; returns the numbers (with `verified_unique_max`, `fast_path_unique_max`,
     `first_divergence_position`)."""
-    from beliefscope.tasks import get_task
 
     out = check_writable_parent(config.out) if config.out else None
     if config.fast_dtype not in ("float32", "bfloat16"):

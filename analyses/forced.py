@@ -21,8 +21,24 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from beliefscope.analyses import plots
+from beliefscope.analyses.common import (
+    best_probe_layer,
+    check_probe_matches,
+    check_probe_rendering,
+    check_probe_states,
+    check_writable_parent,
+    load_probe,
+    probe_distribution,
+    save_fig,
+    sibling,
+)
 from beliefscope.cache import KVCache
+from beliefscope.decoding.thinking import thinking_readouts
+from beliefscope.hooks import hook_name
 from beliefscope.models.profile import model_profile
+from beliefscope.models.thinking_data import thought_state, thought_word_id
+from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.records import DataSource
 
 
@@ -72,7 +88,6 @@ def forced_answers(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64)
 
 def _forced_thinking(model, tok, ex) -> ForcedAnswers:
     """Forced answers of a Thinking States model at the end of every event's chunk, with its thoughts."""
-    from beliefscope.decoding.thinking import thinking_readouts
 
     story, question = split_story(ex)
     lab = ex.labels(tok, text=story)
@@ -84,7 +99,6 @@ def _forced_thinking(model, tok, ex) -> ForcedAnswers:
     if any(int(i) not in by_end for i in positions):
         raise ValueError("the model's chunks do not end at the event boundaries; use chunking='events'")
     rows = [by_end[int(i)] for i in positions]
-    from beliefscope.models.thinking_data import thought_state, thought_word_id
 
     words = [thought_word_id(tok, s) for s in ex.state_names]  # " heads" for a BPE vocabulary
     named, last = [], -1  # the state each chunk's thought names; an empty thought carries the last one over
@@ -220,7 +234,6 @@ class ForcedVsProbe:
 def forced_vs_probe_many(bridge, tok, probe, hook: str | None, examples, progress=None) -> ForcedVsProbe:
     """Forced answers (through cache forks) and the probe's distribution at `hook` (when a probe is given),
     at every event boundary."""
-    from beliefscope.analyses.common import probe_distribution
 
     cols = {k: [] for k in ("prompt", "event", "forced", "probe", "true_state", "thought")}
     for i, ex in enumerate(examples):
@@ -256,16 +269,6 @@ def data_examples_for_forced(config: ForcedConfig) -> list:
 
 def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     """Forced answers (and the probe) at every event boundary; write two figures if `config.out`; return the rates."""
-    from beliefscope.analyses.common import (
-        best_probe_layer,
-        check_probe_matches,
-        check_probe_rendering,
-        check_probe_states,
-        check_writable_parent,
-        load_probe,
-    )
-    from beliefscope.hooks import hook_name
-    from beliefscope.tasks import get_task, parse_events_range
 
     out = check_writable_parent(config.out) if config.out else ""
     if config.data:
@@ -310,8 +313,6 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
 
 def _figures(bridge, tok, res, by_event, examples, layer, out) -> list[str]:
     """The accuracy-by-event figure and one example's bars; returns the paths written."""
-    from beliefscope.analyses import plots
-    from beliefscope.analyses.common import save_fig, sibling
 
     s0 = examples[0].state_names[0]
     fig = plots.agreement_by_event(by_event["event"], by_event["forced_accuracy"], by_event.get("probe_accuracy"),

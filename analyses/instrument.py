@@ -29,10 +29,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from beliefscope.analyses.causal import causal_check
+from beliefscope.analyses.common import save_fig
 from beliefscope.analyses.forced import forced_answers
+from beliefscope.analyses.state_strips import strips_figure
+from beliefscope.hooks import capture
 from beliefscope.models.cards import checkpoint_sha256
+from beliefscope.models.load import check_model_name, load_model
+from beliefscope.models.profile import model_profile
+from beliefscope.probes import fit_all_layers
 from beliefscope.probes.controls import control_labels
+from beliefscope.probes.harvest import random_init_like
+from beliefscope.tasks import get_task
 from beliefscope.tasks.records import DataSource
+from beliefscope.tasks.variables import VARIABLES
+
+from beliefscope.base.files import atomic_write_json, atomic_write_text
 
 
 @dataclass
@@ -86,7 +97,6 @@ def _hooks(model) -> list[str]:
 def collect(model, tok, examples, forced: bool = True, progress=None, offset: int = 0) -> dict:
     """Per event boundary: activations ``[L, n, d]`` (at the boundary token, or ``offset`` tokens
     after it: the story then runs on into its question), truth, control label, forced answer, thought."""
-    from beliefscope.hooks import capture
 
     hooks = _hooks(model)
     n_classes = len(examples[0].state_names)
@@ -122,7 +132,6 @@ def fit_probes(X: torch.Tensor, y: np.ndarray, prompts: np.ndarray, n_classes: i
     all rows. With ``dev = (X_dev, y_dev)`` (rows of other prompts, e.g. held-out templates) every
     layer is fitted on all rows and the best layer is the one most accurate on ``dev``: a probe that
     only learned the training templates' words then loses to one that reads the state."""
-    from beliefscope.probes import fit_all_layers
 
     if dev is not None:
         probe = fit_all_layers(X, torch.as_tensor(y), n_classes=n_classes)
@@ -153,7 +162,6 @@ def _variable_probes(cols: dict, n_classes: int) -> dict:
     """Multi-variable tasks: a probe (and its best layer) for every variable's value; else {}."""
     if not len(cols["values"]):
         return {}
-    from beliefscope.tasks.variables import VARIABLES
 
     return {v: fit_probes(cols["X"], cols["values"][:, k], cols["prompt"], n_classes)
             for k, v in enumerate(VARIABLES)}
@@ -164,8 +172,6 @@ def story_readout(model, tok, ex, probe=None, layer: int | None = None) -> dict:
     """One story token by token, for a figure a reader can follow: the truth and the probe's
     state (argmax and its probability) at every prompt token, the forced answer and the thought at
     every event boundary. Without a probe (``probe=None``) the probe rows are left out."""
-    from beliefscope.analyses.forced import forced_answers
-    from beliefscope.hooks import capture
 
     lab = ex.labels(tok, text=ex.prompt)
     fa = forced_answers(model, tok, ex)
@@ -247,8 +253,6 @@ def verdict(name: str, bands: dict, chance: float = 0.5) -> str:
 def tasks_for(name: str, task: str = "coinflip"):
     """(train task, test task) in the model's own rendering: natural English fits on the train
     templates and names and tests on the held-out ones; the toy grammar has one set."""
-    from beliefscope.models.profile import model_profile
-    from beliefscope.tasks import get_task
 
     if model_profile(name).rendering == "natural":
         return (get_task(task, rendering="natural", fmt="direct", split="train"),
@@ -259,8 +263,6 @@ def tasks_for(name: str, task: str = "coinflip"):
 
 def main(config: InstrumentConfig, progress=None) -> dict:
     """Run the validation for every model; returns a JSON-able dict."""
-    from beliefscope.models.load import check_model_name, load_model
-    from beliefscope.probes.harvest import random_init_like
 
     for name in config.models:  # every name before any work
         check_model_name(name)
@@ -358,10 +360,7 @@ def write(res: dict, folder: str) -> list[str]:
     by band for each model) and ``trajectory.png`` (one story, token by token) into `folder`, atomically."""
     import os
 
-    from beliefscope.analyses.common import save_fig
-    from beliefscope.analyses.state_strips import strips_figure
 
-    from beliefscope.base.files import atomic_write_json, atomic_write_text
 
     os.makedirs(folder, exist_ok=True)
     names = ("instrument.json", "instrument.md", "instrument.png", "trajectory.png")

@@ -18,6 +18,11 @@ Usage (not run as a doctest: it loads a model)::
 
 from __future__ import annotations
 
+from beliefscope.analyses.instrument import _hooks, agreement, collect, fit_probes, story_readout, verdict
+from beliefscope.models.load import check_model_name, load_model
+from beliefscope.probes.controls import majority_accuracy
+from beliefscope.probes.harvest import random_twin
+
 
 def split_records(data) -> tuple[list[int], list[int]]:
     """(training, held-out) record indices: the data's own split when it has one, else every fifth group.
@@ -45,10 +50,6 @@ def main_data(config, progress=None) -> dict:
     `analyses.instrument.main`'s, with one band ("all") per model."""
     import torch
 
-    from beliefscope.analyses.instrument import _hooks, agreement, collect, fit_probes, story_readout
-    from beliefscope.models.load import check_model_name, load_model
-    from beliefscope.probes.controls import majority_accuracy
-    from beliefscope.probes.harvest import random_twin
 
     data = config.load()  # every record checked before any model loads
     label = data.check_label(config.label or data.label_names[0])
@@ -101,7 +102,6 @@ def main_data(config, progress=None) -> dict:
 def data_verdict(name: str, res: dict, chance: float) -> str:
     """`analyses.instrument.verdict`, unless the random-init twin reads the label as well as the model: then the
     probe reads the words of the text, not a state the model computed, and the sentence says so."""
-    from beliefscope.analyses.instrument import verdict
 
     band = res["bands"]["all"]
     ri = res.get("random_init_probe_accuracy")

@@ -37,7 +37,19 @@ from beliefscope.analyses.common import (
     sibling,
     token_strings,
 )
+from beliefscope.cache import Provenance
+from beliefscope.decoding import (
+    EarlyExitDrafter,
+    ModelDrafter,
+    SpecConfig,
+    TreeConfig,
+    make_drafter,
+    speculative_generate,
+)
+from beliefscope.hooks import hook_name
 from beliefscope.models.profile import model_profile
+from beliefscope.tasks import get_task, parse_events_range
+from beliefscope.tasks.parse import parse_prompt
 
 
 @dataclass
@@ -91,8 +103,6 @@ def chain_events(tok, ex, n_generated: int) -> list[int | None]:
 
 def draft_reader(cfg: TraceConfig, drafter, target, target_probe, draft_probe):
     """A function ids -> draft P(state 0) per position, or None when the drafter has no belief to read."""
-    from beliefscope.decoding import EarlyExitDrafter, ModelDrafter
-    from beliefscope.hooks import hook_name
 
     if isinstance(drafter, EarlyExitDrafter) and target_probe is not None:
         hook = hook_name("resid_post", drafter.k - 1)  # the draft's last layer is the target's layer k-1
@@ -107,7 +117,6 @@ def draft_reader(cfg: TraceConfig, drafter, target, target_probe, draft_probe):
 
 def timeline_stages(tok, gen, prompt_ids, step_index: int, context: int = 10):
     """Rows of the cache timeline around one verify step, from the run's cache and trace."""
-    from beliefscope.cache import Provenance
 
     st = gen.trace.steps[step_index]
     ids = list(prompt_ids) + list(gen.tokens)  # committed tokens
@@ -138,8 +147,6 @@ def timeline_stages(tok, gen, prompt_ids, step_index: int, context: int = 10):
 def run(cfg: TraceConfig, target, tok, drafter, examples, target_probe=None, draft_probe=None, progress=None):
     """Speculative decoding over `examples`; returns (generations, rejections, base-rate arrays)."""
     import torch
-    from beliefscope.decoding import SpecConfig, speculative_generate
-    from beliefscope.hooks import hook_name
 
     layer = best_probe_layer(target_probe, cfg.probes) if target_probe is not None else None
     read_draft = draft_reader(cfg, drafter, target, target_probe, draft_probe)
@@ -208,9 +215,6 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
     """Run the trace, write three figures (timeline, acceptance, draft vs target beliefs)."""
     from dataclasses import asdict
 
-    from beliefscope.decoding import make_drafter
-    from beliefscope.tasks import get_task, parse_events_range
-    from beliefscope.tasks.parse import parse_prompt
 
     out = check_writable_parent(config.out)
     if drafter is None and config.drafter.strip() == "none":
@@ -316,7 +320,6 @@ def tree_trace(target, tok, drafter, prompt_ids, tree=None, max_new_tokens: int 
     >>> s["nodes"] >= 1
     True
     """
-    from beliefscope.decoding import SpecConfig, TreeConfig, speculative_generate
 
     cfg = SpecConfig(max_new_tokens=max_new_tokens, stop_at_eos=False,
                      tree=tree or TreeConfig(nodes=8, depth=4, branch=3), trace=True, keep_rejected=True)

@@ -13,11 +13,16 @@ timeline of one request (chunks appended, thoughts written and dropped).
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
-
+from beliefscope.analyses.beliefs import trajectory
+from beliefscope.analyses.common import check_probe_matches, load_probe, save_fig, token_strings
+from beliefscope.analyses.forced import forced_answers
 from beliefscope.analyses.plots import BELIEF_CMAP, PROVENANCE_COLORS, PROVENANCE_NAMES
 from beliefscope.cache import Provenance
+from beliefscope.decoding.thinking import run_thinking
+from beliefscope.models.load import load_model
+from beliefscope.tasks.parse import parse_prompt
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 
 def cache_timeline_figure(run, tok, title: str = "") -> Figure:
@@ -112,12 +117,6 @@ def demo_step(target, target_tok, target_probes: str, thinking_probes: str, prom
     timeline of that request. Returns the summary numbers and the files written."""
     import os
 
-    from beliefscope.analyses.beliefs import trajectory
-    from beliefscope.analyses.common import check_probe_matches, load_probe, save_fig, token_strings
-    from beliefscope.analyses.forced import forced_answers
-    from beliefscope.models.load import load_model
-    from beliefscope.decoding.thinking import run_thinking
-    from beliefscope.tasks.parse import parse_prompt
 
     ex = parse_prompt(prompt, "coinflip")
     model, tok = load_model("thinking")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from beliefscope.analyses.common import (
+    best_probe_layer,
     check_probe_matches,
     check_probe_rendering,
     check_writable_parent,
@@ -35,7 +36,23 @@ from beliefscope.analyses.common import (
     probe_state_names,
     token_strings,
 )
+from beliefscope.analyses.forced import forced_answers
+from beliefscope.analyses.instrument import _hooks as hooks
+from beliefscope.analyses.instrument import collect, dev_examples, fit_probes, tasks_for
+from beliefscope.analyses.plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
+from beliefscope.analyses.state_strips import state_colours
+from beliefscope.analyses.view_page import render
+from beliefscope.decoding import SpecConfig, speculative_generate
+from beliefscope.hooks import capture
+from beliefscope.models.cards import read_card
+from beliefscope.models.load import check_model_name, load_model
+from beliefscope.models.names import checkpoint_path
+from beliefscope.models.profile import model_profile
+from beliefscope.tasks import get_task, parse_events_range
+from beliefscope.tasks.parse import parse_prompt
 from beliefscope.tasks.records import DataSource
+
+from beliefscope.base.files import atomic_write_json, atomic_write_text
 
 
 @dataclass
@@ -64,8 +81,6 @@ class ViewConfig(DataSource):
 
 def model_task(name: str) -> str | None:
     """The task a checkpoint was trained on, from its model card (None when the card does not say)."""
-    from beliefscope.models.cards import read_card
-    from beliefscope.models.names import checkpoint_path
 
     path = checkpoint_path(name, must_exist=False)
     card = read_card(path) if path else {}
@@ -92,7 +107,6 @@ def check_story_tokens(name: str, tok, examples) -> None:
 
 
 def _hooks(model) -> list[str]:
-    from beliefscope.analyses.instrument import _hooks as hooks
 
     return hooks(model)
 
@@ -100,7 +114,6 @@ def _hooks(model) -> list[str]:
 def fit_here(model, tok, name: str, task: str, n_train: int, seed: int):
     """Probes at every layer fitted on `n_train` training-length stories (event boundaries), as
     `instrument` fits them. Returns (probe, [(layer, model hook, probe hook)], best row, source)."""
-    from beliefscope.analyses.instrument import collect, dev_examples, fit_probes, tasks_for
 
     train_task, _ = tasks_for(name, task)
     exs = train_task.examples(n_train, seed, train_task.train_events)
@@ -117,7 +130,6 @@ def fit_here(model, tok, name: str, task: str, n_train: int, seed: int):
 def load_checked(folder: str, model, name: str, rendering: str, state_names) -> tuple:
     """A probe folder, refused unless it was fitted on this model (checkpoint hash), on this
     rendering, and for these states. Returns (probe, rows, best row, source)."""
-    from beliefscope.analyses.common import best_probe_layer
 
     probe = load_probe(folder)
     check_probe_matches(probe, model, name)
@@ -137,7 +149,6 @@ def load_checked(folder: str, model, name: str, rendering: str, state_names) -> 
 @torch.no_grad()
 def readout(model, probe, rows, ids) -> np.ndarray:
     """The probe's distribution over states at every row's layer and every token: ``[L, T, K]``."""
-    from beliefscope.hooks import capture
 
     hooks = [h for _, h, _ in rows]
     with capture(model, hooks) as cap:
@@ -149,7 +160,6 @@ def readout(model, probe, rows, ids) -> np.ndarray:
 def story_panel(model, tok, probe, rows, ex) -> dict:
     """One model on one story: probe at every layer and token, forced answer and thought at every
     event boundary (the forced answers of `analyses.forced`)."""
-    from beliefscope.analyses.forced import forced_answers
 
     lab = ex.labels(tok, text=ex.prompt)
     fa = forced_answers(model, tok, ex)
@@ -163,7 +173,6 @@ def story_panel(model, tok, probe, rows, ex) -> dict:
 def decode_story(model, tok, drafter, ex, gamma: int, max_new_tokens: int) -> dict:
     """Speculative decoding of one story (its chain-of-thought rendering when the task has one):
     every cache position's provenance after the run, and each verify step's drafts."""
-    from beliefscope.decoding import SpecConfig, speculative_generate
 
     ids = ex.labels(tok, text=ex.prompt).input_ids.tolist()
     gen = speculative_generate(model, drafter, torch.tensor(ids), SpecConfig(
@@ -205,8 +214,6 @@ def _probe_label(folder: str) -> str | None:
 
 
 def _stories(cfg: ViewConfig, task):
-    from beliefscope.tasks import parse_events_range
-    from beliefscope.tasks.parse import parse_prompt
 
     if cfg.data:
         return _data_stories(cfg)
@@ -220,7 +227,6 @@ def _stories(cfg: ViewConfig, task):
 
 def _decoded_versions(cfg: ViewConfig, examples):
     """The same stories in the chain-of-thought format (same seed, same events), else themselves."""
-    from beliefscope.tasks import get_task, parse_events_range
 
     if cfg.prompts or cfg.data or cfg.task != "coinflip":
         return examples
@@ -231,11 +237,6 @@ def _decoded_versions(cfg: ViewConfig, examples):
 
 def build(cfg: ViewConfig, progress=None) -> dict:
     """Everything the page draws, as one JSON-able dict (the page embeds it verbatim)."""
-    from beliefscope.analyses.plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
-    from beliefscope.analyses.state_strips import state_colours
-    from beliefscope.models.load import check_model_name, load_model
-    from beliefscope.models.profile import model_profile
-    from beliefscope.tasks import get_task
 
     names = [m.strip() for m in cfg.models if m.strip()]
     if not names:
@@ -313,9 +314,7 @@ def build(cfg: ViewConfig, progress=None) -> dict:
 
 def main(cfg: ViewConfig, progress=None) -> dict:
     """Build the data, write the page (and the JSON with `json_out`); returns sizes and timings."""
-    from beliefscope.analyses.view_page import render
 
-    from beliefscope.base.files import atomic_write_json, atomic_write_text
 
     out = check_writable_parent(cfg.out)
     if cfg.json_out:

@@ -134,24 +134,19 @@ def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
 
 @contextlib.contextmanager
 def _silenced(quiet: bool):
-    """With `--quiet`, transformers' loading bars and warnings off, and every tqdm bar disabled unless its
-    caller says otherwise (some loaders, GGUF's, use tqdm directly); all restored afterwards."""
+    """With `--quiet`, transformers' loading bars and warnings off (its own switches; the GGUF loader's
+    bar follows them, `models.hf_load`); our bars are off through ``args.no_progress``. Restored after."""
     if not quiet:
         yield
         return
-    from functools import partialmethod
-
-    import tqdm.std
     from transformers.utils import logging as hf_logging
 
-    init, verbosity = tqdm.std.tqdm.__init__, hf_logging.get_verbosity()
-    tqdm.std.tqdm.__init__ = partialmethod(init, disable=True)
+    verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
         yield
     finally:
-        tqdm.std.tqdm.__init__ = init
         hf_logging.set_verbosity(verbosity)
         hf_logging.enable_progress_bar()
 

@@ -29,6 +29,14 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from beliefscope.analyses.common import write_json
+from beliefscope.cache import KVCache
+from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
+from beliefscope.decoding.loop import generate
+from beliefscope.hooks import capture
+from beliefscope.models.devices import HOST, default_device
+from beliefscope.models.load import load_model, model_defaults
+
 
 @dataclass
 class GpuCheckConfig:
@@ -107,9 +115,6 @@ def _commands(dev: str, work: str) -> dict:
 
 def _greedy_agreement(folder: str, dev: str, dtype: str, cfg: GpuCheckConfig) -> dict:
     """Speculative greedy against plain greedy and against the fixed-shape reference at its verify width."""
-    from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
-    from beliefscope.decoding.loop import generate
-    from beliefscope.models.load import load_model
 
     model, tok = load_model(folder, device=dev, dtype=dtype)
     texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
@@ -135,14 +140,8 @@ def _greedy_agreement(folder: str, dev: str, dtype: str, cfg: GpuCheckConfig) ->
 def _split_model(dev: str, work: str) -> dict:
     """The toy Llama split over two devices (the GPU and the CPU; the CPU and disk without a GPU) against the
     model in one piece on the first device: logits, every ``resid_post``, 32 greedy tokens, KV buffers per layer."""
-    from beliefscope.cache import KVCache
-    from beliefscope.decoding import SpecConfig
-    from beliefscope.decoding.loop import generate
-    from beliefscope.hooks import capture
-    from beliefscope.models.load import load_model, model_defaults
 
     path = "direct-rope"
-    from beliefscope.models.devices import HOST
 
     second = "disk" if dev == HOST.type else HOST.type
     dm = {"model.embed_tokens": dev, "model.layers.0": dev, "model.layers.1": dev, "model.layers.2": second,
@@ -231,8 +230,6 @@ def _environment(dev: str) -> dict:
 
 def run(cfg: GpuCheckConfig, say=print) -> dict:
     """Every check; returns the report (also written to ``cfg.out``)."""
-    from beliefscope.analyses.common import write_json
-    from beliefscope.models.devices import default_device
 
     dev = str(default_device(None if cfg.device == "auto" else cfg.device))
     only, skip = {s for s in cfg.only.split(",") if s}, set(cfg.skip.split(","))

@@ -10,29 +10,29 @@ import statistics
 import time
 
 import torch
-from beliefscope.benchmarks.common import median_ci, write_result
+from beliefscope.benchmarks.common import machine_info, median_ci, write_result
 from beliefscope.cache import KVCache
+from beliefscope.cache.config import CacheConfig
+from beliefscope.models import ModelLoadError, load_model
+from beliefscope.models.bridge import growth_check_removed
 from transformers import DynamicCache
 
 HEADLINE = "speedup_longest"  # KVCache over DynamicCache, toy target, longest context
 
 
 def machine() -> dict:
-    from beliefscope.benchmarks.common import machine_info
 
     return machine_info()
 
 
 def toy_bridge():
     """The shipped toy target (4 layers, positions up to 4608) as a bridge."""
-    from beliefscope.models import load_model
 
     return load_model("target")[0], "checkpoints/coinflip-target"
 
 
 def smollm2_bridge():
     """SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised to fp32), or (None, "") without the real extra."""
-    from beliefscope.models import ModelLoadError, load_model
 
     try:
         return load_model("smollm2")[0], "SmolLM2-135M-Instruct Q4_1 (dequantised fp32)"
@@ -102,7 +102,6 @@ def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
 
 def bench_growth_check(bridge, ctx, steps, repeats, vocab) -> dict:
     """Per-token decode time with the cache growth check (models.bridge) vs without, interleaved (ABBA)."""
-    from beliefscope.models.bridge import growth_check_removed
 
     prompt = torch.randint(0, vocab, (1, ctx))
     cache = KVCache.for_model(bridge, capacity=ctx + steps)
@@ -153,7 +152,6 @@ def bench_deepcopy(bridge, ctx: int, repeats: int, vocab: int) -> dict:
 
 def bench_rollback(lengths, repeats) -> dict:
     """Median ns of rollback(length - 4) after appending 4 positions, for a 4-layer 4x32 cache."""
-    from beliefscope.cache.config import CacheConfig
 
     out = {}
     for n in lengths:

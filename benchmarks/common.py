@@ -24,6 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from beliefscope.models.load import bridge_from_hf, checkpoint_path, load_model
+from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.models.train import TrainConfig
 
 from beliefscope.base.files import atomic_write_text
 
@@ -188,13 +191,10 @@ def header(name: str, quick: bool, **extra) -> dict:
 
 def toy_target():
     """(bridge, tokenizer, description) of the shipped toy target, or a random-init twin if not shipped."""
-    from beliefscope.models.load import bridge_from_hf, checkpoint_path, load_model
 
     if checkpoint_path("target", must_exist=False):
         bridge, tok = load_model("target")
         return bridge, tok, "checkpoints/coinflip-target"
-    from beliefscope.models.tokenizer import toy_tokenizer
-    from beliefscope.models.train import TrainConfig
     from transformers import GPT2LMHeadModel
 
     torch.manual_seed(0)

@@ -33,6 +33,7 @@ import random
 from dataclasses import dataclass, replace
 
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
+from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
 
 HEADLINE = "ratio_at_10pct"  # `beliefscope bench` sums the run up by this: throughput with 10% deterministic
 #   requests over none
@@ -62,7 +63,6 @@ QUICK = DeterminismBenchConfig(n_requests=8, new_tokens=(4, 8), max_batch=4, win
 def workload(prompts, cfg: DeterminismBenchConfig, share: float):
     """``cfg.n_requests`` requests (prompts drawn from ``prompts``), ``round(share * n)`` of them (at least
     one when ``share > 0``) deterministic and spread evenly, arrivals at random gaps."""
-    from beliefscope.decoding.scheduler import Request
 
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"deterministic share {share} is outside [0, 1]: give a fraction, e.g. 0.1 for 10%")
@@ -85,7 +85,6 @@ def workload(prompts, cfg: DeterminismBenchConfig, share: float):
 
 def bench_model(bridge, prompts, cfg: DeterminismBenchConfig, progress=None) -> dict:
     """Timings of every share and both baselines; ratios to share 0%."""
-    from beliefscope.decoding.scheduler import Scheduler, SchedulerConfig
 
     cap = max(map(len, prompts)) + cfg.new_tokens[1] + cfg.window
     base = SchedulerConfig(window=cfg.window, verify_slots=cfg.max_batch, max_batch=cfg.max_batch,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from beliefscope.analyses.forced import forced_answers, split_story
 from beliefscope.benchmarks.common import (
     cprofile_top,
     header,
@@ -25,6 +26,8 @@ from beliefscope.benchmarks.common import (
     toy_target,
     write_result,
 )
+from beliefscope.cache import KVCache
+from beliefscope.tasks import get_task
 
 HEADLINE = "speedup_512"  # `beliefscope bench` sums the run up by this: forced answers on a forked cache vs
 #   recompute, 512-token stories
@@ -47,7 +50,6 @@ QUICK = ForcedBenchConfig(toy_lengths=(64, 128), smollm2_lengths=(), repeats=2, 
 
 def story_tokens(ex, tok) -> int:
     """Tokens of the longest recomputed input: the story up to the last event plus the question."""
-    from beliefscope.analyses.forced import split_story
 
     story, question = split_story(ex)
     return len(ex.labels(tok, text=story).input_ids) + len(tok(question, add_special_tokens=False)["input_ids"])
@@ -71,7 +73,6 @@ def example_of_length(task, tok, target: int, seed: int):
 
 def bench_lengths(bridge, tok, task, lengths, cfg: ForcedBenchConfig, progress=None) -> dict:
     """For each length: timings of fork vs recompute, their paired speedups, and the agreement check."""
-    from beliefscope.analyses.forced import forced_answers
 
     out = {}
     for target in lengths:
@@ -99,8 +100,6 @@ def breakdown(bridge, tok, ex, repeats: int = 5) -> dict:
     Their ratio is bounded by ``mean recompute forward / branch``, and ``branch`` is at least one
     model call of q tokens: the fixed per-call cost of a forward through the bridge.
     """
-    from beliefscope.analyses.forced import split_story
-    from beliefscope.cache import KVCache
 
     story, question = split_story(ex)
     ids = torch.as_tensor(ex.labels(tok, text=story).input_ids)[None]  # [1, T]
@@ -150,7 +149,6 @@ def breakdown(bridge, tok, ex, repeats: int = 5) -> dict:
 
 def main(quick: bool = False, progress=None, config: ForcedBenchConfig | None = None) -> dict:
     """Run the benchmark, write ``forced.json`` (``results/quick/`` when quick) and return the result."""
-    from beliefscope.tasks import get_task
 
     cfg = config or (QUICK if quick else ForcedBenchConfig())
     torch.manual_seed(0)

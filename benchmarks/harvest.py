@@ -33,6 +33,11 @@ from beliefscope.benchmarks.common import (
     toy_target,
     write_result,
 )
+from beliefscope.benchmarks.spec import toy_models
+from beliefscope.models.load import checkpoint_path
+from beliefscope.probes.harvest import harvest, hook_names_for
+from beliefscope.probes.store import ActivationStore
+from beliefscope.tasks import get_task
 
 HEADLINE = "overhead"  # `beliefscope bench` sums the run up by this: harvest time over the bare forwards
 
@@ -72,7 +77,6 @@ def bare_forward(bridge, tok, examples, batch_size: int):
 
 
 def bench_in_process(bridge, tok, examples, cfg: HarvestBenchConfig, repeats: int, progress=None) -> dict:
-    from beliefscope.probes.harvest import harvest
 
     tmp = tempfile.mkdtemp(prefix="bench-harvest-")
     counter = iter(range(10**6))
@@ -118,7 +122,6 @@ PROFILE_PARTS = {  # where a harvest spends its time (cumulative cProfile second
 
 def profile_harvest(bridge, tok, examples, cfg: HarvestBenchConfig) -> dict:
     """cProfile one harvest and one bare forward pass: what the overhead is made of."""
-    from beliefscope.probes.harvest import harvest
 
     tmp = tempfile.mkdtemp(prefix="bench-harvest-prof-")
     try:
@@ -139,11 +142,9 @@ def profile_harvest(bridge, tok, examples, cfg: HarvestBenchConfig) -> dict:
 
 def toy_checkpoint(tmp: str) -> str:
     """The shipped toy target's folder, or a random-init twin saved under ``tmp`` (same architecture)."""
-    from beliefscope.models.load import checkpoint_path
 
     if checkpoint_path("target", must_exist=False):
         return checkpoint_path("target")
-    from beliefscope.benchmarks.spec import toy_models
 
     target, tok, _, _ = toy_models()  # raw HF model (a bridge-wrapped one cannot save_pretrained)
     path = os.path.join(tmp, "toy-target")
@@ -196,7 +197,6 @@ def bench_torchrun(cfg: HarvestBenchConfig, progress=None) -> dict:
 
 def _store_rows(path: str):
     """(sorted (prompt_id, position) keys, activations of the last hook in that order) of a store."""
-    from beliefscope.probes.store import ActivationStore
 
     store = ActivationStore.open(path)
     labels = store.load_labels(["prompt_id", "position"])
@@ -212,8 +212,6 @@ def _same_rows(a, b) -> bool:
 
 def main(quick: bool = False, progress=None, config: HarvestBenchConfig | None = None) -> dict:
     """Run the benchmark, write ``harvest.json`` (``results/quick/`` when quick) and return the result."""
-    from beliefscope.probes.harvest import hook_names_for
-    from beliefscope.tasks import get_task
 
     cfg = config or (QUICK if quick else HarvestBenchConfig())
     torch.manual_seed(0)

@@ -21,8 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, write_result
+from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.loop import generate
+from beliefscope.hooks import capture, layer_names
+from beliefscope.models.bare import bare_model
+from beliefscope.models.bridge import build_bridge
+from beliefscope.models.profile import decoder_layers
 
 HEADLINE = "forward_ratio_tiny"  # bridge forward / bare HF forward, tiny model
 
@@ -46,7 +51,6 @@ def tiny_bridge():
     """A random Llama of the size the issue names (3 layers, d 64) as a bridge, and its description."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from beliefscope.models.bridge import build_bridge
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
@@ -56,7 +60,6 @@ def tiny_bridge():
 
 def plain_hf(bridge) -> torch.nn.Module:
     """A deep copy of the bridge's HF model with no TransformerLens wrapper and none of our hooks."""
-    from beliefscope.models.bare import bare_model
 
     hf = copy.deepcopy(bare_model(bridge.original_model))
     for m in hf.modules():
@@ -77,9 +80,6 @@ def wrapped(bridge):
 
 
 def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, progress=None) -> dict:
-    from beliefscope.decoding.config import SpecConfig
-    from beliefscope.decoding.loop import generate
-    from beliefscope.hooks import capture, layer_names
 
     hf = plain_hf(bridge)
     dev = next(hf.parameters()).device
@@ -155,7 +155,6 @@ def _nnsight(bridge, x, n_layers: int) -> dict:
         from nnsight import NNsight
     except ImportError:
         return {}
-    from beliefscope.models.profile import decoder_layers
 
     lm = NNsight(plain_hf(bridge))
     layers = decoder_layers(lm)  # nnsight's proxies of the decoder blocks

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 
 import torch
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
+from beliefscope.probes.controls import position_mask, prompt_folds
+from beliefscope.probes.harvest import harvest
+from beliefscope.probes.linear import ProbeConfig, fit_all_layers
+from beliefscope.tasks import get_task
 
 HEADLINE = "speedup"  # `beliefscope bench` sums the run up by this: the batched torch trainer over scikit-learn
 
@@ -44,8 +48,6 @@ QUICK = ProbeBenchConfig(n_prompts=60, repeats=2, smollm2_prompts=0, report_reco
 
 def load_data(bridge, tok, examples, cfg: ProbeBenchConfig):
     """(hooks, X [L, n, d], y [n], prompt_id [n]) harvested through probes.harvest into a temp store."""
-    from beliefscope.probes.controls import position_mask
-    from beliefscope.probes.harvest import harvest
 
     tmp = tempfile.mkdtemp(prefix="bench-probes-")
     try:
@@ -59,8 +61,6 @@ def load_data(bridge, tok, examples, cfg: ProbeBenchConfig):
 
 
 def bench_trainers(hooks, X, y, prompt_id, cfg: ProbeBenchConfig, repeats: int, progress=None) -> dict:
-    from beliefscope.probes.controls import prompt_folds
-    from beliefscope.probes.linear import ProbeConfig, fit_all_layers
 
     train, test = prompt_folds(prompt_id, k=5)[0]
     tr, te = torch.as_tensor(train), torch.as_tensor(test)
@@ -86,7 +86,6 @@ def bench_trainers(hooks, X, y, prompt_id, cfg: ProbeBenchConfig, repeats: int, 
 
 def main(quick: bool = False, progress=None, config: ProbeBenchConfig | None = None) -> dict:
     """Run the benchmark, write ``probes.json`` (``results/quick/`` when quick) and return the result."""
-    from beliefscope.tasks import get_task
 
     cfg = config or (QUICK if quick else ProbeBenchConfig())
     torch.manual_seed(0)

@@ -20,6 +20,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from beliefscope.probes.report import ReportConfig, probe_report
+from beliefscope.probes.store import ActivationStore
+from beliefscope.tasks.locations import location_records
+
 
 @dataclass
 class ReportBenchConfig:
@@ -35,7 +39,6 @@ class ReportBenchConfig:
 
 def harvest_locations(cfg: ReportBenchConfig, folder: str) -> str:
     """Harvest SmolLM2 on ``cfg.records`` location stories into ``folder`` (via the CLI); the store path."""
-    from beliefscope.tasks.locations import location_records
 
     data = os.path.join(folder, "locations.jsonl")
     with open(data, "w") as f:
@@ -49,8 +52,6 @@ def harvest_locations(cfg: ReportBenchConfig, folder: str) -> str:
 
 
 def _report(store, cfg: ReportBenchConfig, trainer: str, layers: str, twin: bool):
-    from beliefscope.probes.report import ReportConfig, probe_report
-    from beliefscope.probes.store import ActivationStore
 
     st = ActivationStore.open(store)
     rnd = ActivationStore.open(os.path.join(store, "random_init")) if twin else None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 
 import torch
-from beliefscope.benchmarks.common import header, smollm2_available, spread, write_result
+from beliefscope.benchmarks.common import header, machine_info, result_path, smollm2_available, spread, write_result
 from beliefscope.benchmarks.spec_config import QUICK, SpecBenchConfig
 from beliefscope.benchmarks.spec_methods import (  # noqa: F401 (Method: spec_stats and tests)
     DEFAULT_KERNELS,
@@ -33,6 +33,14 @@ from beliefscope.benchmarks.spec_stats import (  # noqa: F401 (table: the CLI re
     table,
     verify_cost_profile,
 )
+from beliefscope.decoding import SpecConfig, TreeConfig, make_drafter, speculative_generate
+from beliefscope.decoding.tune import choose_tree_nodes, efficient_widths, measure_verify_widths
+from beliefscope.models.load import checkpoint_path, default_device, load_hf
+from beliefscope.models.packed import is_packed, packing_available, packing_disabled
+from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.models.train import TrainConfig
+from beliefscope.tasks.coinflip import sample_prompts
+from beliefscope.tasks.instruct import chat_prompts
 
 HEADLINE = "best_speedup_smollm2"  # `beliefscope bench` sums the run up by this: the best drafter's speed-up on
 #   SmolLM2 (the toy's when SmolLM2 is absent)
@@ -41,14 +49,11 @@ HEADLINE = "best_speedup_smollm2"  # `beliefscope bench` sums the run up by this
 def toy_models():
     """(target HF model, tokenizer, draft HF model or None, description) for the toy target."""
 
-    from beliefscope.models.load import checkpoint_path, load_hf
 
     if checkpoint_path("target", must_exist=False):
         target, tok = load_hf("target")
         draft = load_hf("draft")[0] if checkpoint_path("draft", must_exist=False) else None
         return target, tok, draft, "checkpoints/coinflip-target" + (" + coinflip-draft" if draft is not None else "")
-    from beliefscope.models.tokenizer import toy_tokenizer
-    from beliefscope.models.train import TrainConfig
     from transformers import GPT2LMHeadModel
 
     tok = toy_tokenizer()
@@ -62,8 +67,6 @@ def toy_models():
 def calibrate_trees(target, drafters, calib: list[torch.Tensor], costs: dict, cfg: SpecBenchConfig) -> dict:
     """Per drafter, the tree size this machine verifies best: one run with trees of ``tree_max_nodes`` on
     the calibration prompts, then ``decoding.tune.choose_tree_nodes`` over the measured width costs."""
-    from beliefscope.decoding import SpecConfig, TreeConfig, make_drafter, speculative_generate
-    from beliefscope.decoding.tune import choose_tree_nodes
 
     out = {}
     big = TreeConfig(nodes=cfg.tree_max_nodes, depth=cfg.tree_depth, branch=cfg.tree_branch)
@@ -79,7 +82,6 @@ def calibrate_trees(target, drafters, calib: list[torch.Tensor], costs: dict, cf
 def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: SpecBenchConfig, progress=None,
                 auto_only=None, fixed_only=None, slow=(), slow_prompts=None, variable=(), trees=(),
                 calib_text=()) -> dict:
-    from beliefscope.decoding.tune import efficient_widths, measure_verify_widths
 
     prompts = [torch.as_tensor(tok(p)["input_ids"], dtype=torch.long) for p in prompts_text]
     max_w = max(cfg.max_verify_width, cfg.tree_max_nodes + 1) if trees else cfg.max_verify_width
@@ -90,7 +92,6 @@ def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: Spe
         chosen = calibrate_trees(target, trees, calib, costs, cfg)
     if widths is not None and not variable:
         widths = efficient_widths(costs)
-    from beliefscope.models.packed import is_packed, packing_disabled
 
     packed = is_packed(target)
     methods = build_methods(drafters, cfg.gammas, draft is not None, cfg, auto_only, fixed_only, slow, slow_prompts,
@@ -146,7 +147,6 @@ def bench_model(label: str, target, tok, draft, prompts_text, drafters, cfg: Spe
 def smollm2_prompts(tok, n: int, seed: int, cfg: SpecBenchConfig | None = None) -> list[str]:
     """Held-out natural coin-flip stories in SmolLM2's chat template, asking for an event-by-event rewrite
     (``tasks.instruct``): long, input-grounded answers, the workload where lookup drafters apply."""
-    from beliefscope.tasks.instruct import chat_prompts
 
     cfg = cfg or SpecBenchConfig()
     return chat_prompts(tok, n, seed, cfg.smollm2_events, cfg.smollm2_split)
@@ -154,8 +154,6 @@ def smollm2_prompts(tok, n: int, seed: int, cfg: SpecBenchConfig | None = None) 
 
 def _pack(cfg: SpecBenchConfig) -> bool:
     """Pack SmolLM2's linears: asked for, possible in this torch build, and the model runs on the CPU."""
-    from beliefscope.models.load import default_device
-    from beliefscope.models.packed import packing_available
 
     return cfg.packed_linears and packing_available() and default_device().type == "cpu"
 
@@ -170,8 +168,6 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
     import json
     import os
 
-    from beliefscope.benchmarks.common import machine_info, result_path
-    from beliefscope.tasks.coinflip import sample_prompts
 
     cfg = config or (QUICK if quick else SpecBenchConfig())
     result = header("spec", quick, config={k: v for k, v in cfg.__dict__.items()})

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
+from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.drafters import make_drafter
+from beliefscope.decoding.loop import generate
+from beliefscope.decoding.speculative import speculative_generate
 
 if TYPE_CHECKING:
     from beliefscope.benchmarks.spec_config import SpecBenchConfig
@@ -74,10 +78,6 @@ def build_methods(drafters, gammas, draft_available: bool, cfg: SpecBenchConfig,
 
 def make_runner(m: Method, target, draft, n_new: int, stop_at_eos: bool = False, widths=None):
     """A function prompt_ids [n] -> (tokens, Generation | None) for method ``m``."""
-    from beliefscope.decoding.config import SpecConfig
-    from beliefscope.decoding.loop import generate
-    from beliefscope.decoding.drafters import make_drafter
-    from beliefscope.decoding.speculative import speculative_generate
 
     if m.kind in ("plain", "plain-default"):
         cfg = SpecConfig(max_new_tokens=n_new, stop_at_eos=stop_at_eos)

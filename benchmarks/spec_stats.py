@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING
 
 import torch
 from beliefscope.benchmarks.common import leviathan_bound, ratio_spread, spread
+from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.loop import generate
+from beliefscope.decoding.tune import time_windows
 
 if TYPE_CHECKING:
     from beliefscope.benchmarks.spec_methods import Method
@@ -14,8 +17,6 @@ if TYPE_CHECKING:
 
 def summarize(methods: list[Method], target, prompts, n_new: int, stop_at_eos: bool = False) -> dict:
     """Per-method statistics against our plain greedy (the first method)."""
-    from beliefscope.decoding.config import SpecConfig
-    from beliefscope.decoding.loop import generate
 
     plain = methods[0]
     t_step = sum(plain.times) / sum(len(o) for o in plain.outputs)  # seconds per plain decoded token
@@ -92,7 +93,6 @@ def verify_cost_profile(target, prompt_ids: torch.Tensor, windows=(1, 2, 5, 9), 
     Leviathan's bound assumes a verify forward of gamma + 1 tokens costs the same as a one-token
     decode step. On a CPU it does not; ``cost_over_1`` says how much more it costs.
     """
-    from beliefscope.decoding.tune import time_windows
 
     times = time_windows(target, prompt_ids, windows, repeats)
     base = times[windows[0]]

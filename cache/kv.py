@@ -17,6 +17,8 @@ import itertools
 from collections.abc import Sequence
 
 import torch
+from beliefscope.models.bridge import guard_cache_handoff
+from beliefscope.models.profile import model_shapes
 from transformers.cache_utils import Cache
 
 from .config import CacheConfig
@@ -83,8 +85,6 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
             >>> KVCache.for_model(tiny_llama(), batch=2, capacity=64).config.kv_heads
             2
         """
-        from beliefscope.models.bridge import guard_cache_handoff
-        from beliefscope.models.profile import model_shapes
 
         guard_cache_handoff(model)
         s = model_shapes(model)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+from beliefscope.models.bridge import build_bridge
 
 
 def _bridge(hf_model, arch: str):
-    from beliefscope.models.bridge import build_bridge
 
     hf_model.eval()
     return build_bridge(hf_model, arch)

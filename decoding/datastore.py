@@ -29,7 +29,10 @@ import torch
 from beliefscope.decoding.config import TreeConfig
 from beliefscope.decoding.core import vocab_size
 from beliefscope.decoding.drafter import Drafter
+from beliefscope.decoding.lists import ListCounter
 from beliefscope.decoding.tree import TokenTree, layout, one_hot, with_one_hot_q
+
+from beliefscope.base.files import atomic_write_bytes
 
 FORMAT = "beliefscope-ngram-store/1"
 
@@ -86,7 +89,6 @@ class NGramStore:
         rows = [[n, list(k), [[t, c] for t, c in v.items()]] for n in range(1, self.max_n + 1)
                 for k, v in self.tables[n].items()]
         doc = {"format": FORMAT, "max_n": self.max_n, "n_tokens": self.n_tokens, "meta": self.meta, "rows": rows}
-        from beliefscope.base.files import atomic_write_bytes
 
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode())
@@ -127,7 +129,6 @@ class StoreDrafter(Drafter):
         self.name = name or self.name
         self.context: NGramStore | None = None  # the current request's own n-grams
         self.seen = 0  # committed tokens already added to the context table
-        from beliefscope.decoding.lists import ListCounter
 
         self.counter = ListCounter.from_meta(store.meta.get("list_counter")) if self.config.list_counter else None
 

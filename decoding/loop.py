@@ -52,6 +52,8 @@ from beliefscope.decoding.drafter import Drafter
 from beliefscope.decoding.trace import Step, Trace, close_step, record_counts
 from beliefscope.decoding.tree import TokenTree
 
+from beliefscope import hooks
+
 
 @dataclass
 class Proposal:
@@ -192,7 +194,6 @@ def _capture_target(stack: ExitStack, model, cache, trace: Trace | None, cfg: Sp
     """Capture ``cfg.capture`` from the target into the trace (records tagged with their pass)."""
     if not cfg.capture:
         return []
-    from beliefscope import hooks
 
     cap = stack.enter_context(hooks.capture(model, list(cfg.capture), cache=cache))
     stack.enter_context(_positions_from_cache(model, cap))
@@ -206,7 +207,6 @@ def _capture_draft_model(stack: ExitStack, caps: list, drafter, cfg: SpecConfig)
     model = getattr(drafter, "model", None)
     if not cfg.capture or model is None or not hasattr(model, "hook_dict"):
         return
-    from beliefscope import hooks
 
     names = [n for n in cfg.capture if n in model.hook_dict]
     if names:

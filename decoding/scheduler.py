@@ -40,6 +40,8 @@ from beliefscope.decoding.core import check_prompt, clip_new, hf_model, pad_wind
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.decoding.speculative import accept_greedy
 from beliefscope.models.invariant_attention import row_invariant_copy
+from beliefscope.models.packed import can_pack
+from beliefscope.models.profile import sliding_windows
 
 
 @dataclass
@@ -130,8 +132,6 @@ class Scheduler:
     def _resolve_kernels(self, hf) -> str:
         """The verify kernels this run uses: ``cfg.verify_kernels``, with "auto" resolved (row-invariant
         where the weights can be packed and every layer attends to all its keys, else fixed-shape)."""
-        from beliefscope.models.packed import can_pack
-        from beliefscope.models.profile import sliding_windows
 
         kind = self.cfg.verify_kernels
         if kind not in ("auto", "row-invariant", "fixed-shape"):

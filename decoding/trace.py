@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from beliefscope.base.files import atomic_write_json
+
 
 @dataclass
 class Step:
@@ -77,7 +79,6 @@ class Trace:
 
     def save(self, path: str) -> None:
         """Write the steps as JSON, atomically (activations are not written)."""
-        from beliefscope.base.files import atomic_write_json
 
         atomic_write_json(path, self.to_dict(), sort_keys=False)
 

@@ -14,7 +14,11 @@ from __future__ import annotations
 import time
 
 import torch
+from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.core import forward, new_cache
+from beliefscope.decoding.drafters import make_drafter
+from beliefscope.decoding.speculative import speculative_generate
+from beliefscope.decoding.thinking import run_thinking
 
 
 @torch.no_grad()
@@ -102,7 +106,6 @@ def choose_prefill_k(model, prompts, ks=(1, 2, 4, 8, 16), repeats: int = 3, draf
     >>> k in (1, 4) and sorted(secs, key=str)
     [1, 4, 'chunked']
     """
-    from beliefscope.decoding.thinking import run_thinking
 
     if not prompts or not ks or min(ks) < 1 or repeats < 1:
         raise ValueError(f"need prompts, ks >= 1 and repeats >= 1; got {len(prompts)} prompts, ks={ks!r}, "
@@ -133,9 +136,6 @@ def choose_drafter(model, prompts, specs, max_new_tokens: int, repeats: int = 3)
     >>> spec in ("none", "ngram:3") and sorted(secs)
     ['ngram:3', 'none']
     """
-    from beliefscope.decoding.config import SpecConfig
-    from beliefscope.decoding.drafters import make_drafter
-    from beliefscope.decoding.speculative import speculative_generate
 
     if not prompts or repeats < 1:
         raise ValueError(f"need prompts and repeats >= 1; got {len(prompts)} prompts, repeats={repeats}")

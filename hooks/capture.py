@@ -14,12 +14,12 @@ torch.Size([1, 7, 32])
 
 from __future__ import annotations
 
-
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.hooks.names import check_computed, resolve_hook
+from beliefscope.hooks.activation_cache import to_activation_cache
+from beliefscope.hooks.names import check_computed, hook_name, resolve_hook
 from beliefscope.hooks.points import attach, index_owners
 from torch.utils.hooks import RemovableHandle
 
@@ -102,7 +102,6 @@ class Capture:
 
     def to_activation_cache(self, model, *, forward: int | None = None, stacked: bool = False, where=None):
         """A TransformerLens ``ActivationCache`` (see `hooks.activation_cache.to_activation_cache`)."""
-        from beliefscope.hooks.activation_cache import to_activation_cache
 
         return to_activation_cache(self, model, forward=forward, stacked=stacked, where=where)
 
@@ -207,7 +206,6 @@ def steer(model, layer: int, direction: torch.Tensor, alpha: float, positions=No
     `positions`: None for every position, a list of absolute positions within each forward's
     window (ints; negative counts from the end), or a callable ``f(seq_len) -> index``.
     """
-    from beliefscope.hooks.names import hook_name
 
     name = hook_name(kind, layer)
     d = direction.detach().flatten()

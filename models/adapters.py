@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from beliefscope.models.lm_batch import make_batch
+from beliefscope.models.thinking_ckpt import load_composed
 from torch import nn
 
 ADAPTERS_FILE = "adapters.safetensors"
@@ -36,7 +38,6 @@ class AdaptedLM(nn.Module):
 
     def make_batch(self, examples, device=None) -> tuple:
         """``(ids [B, T], labels [B, T], mask [B, T])``: right-padded, labels on the completion."""
-        from beliefscope.models.lm_batch import make_batch
 
         return make_batch(self.tok, examples, device)
 
@@ -51,7 +52,6 @@ class AdaptedLM(nn.Module):
 
 def load_adapted(name_or_path: str, path: str, card: dict, device, dtype):
     """The backbone with its trained adapters merged in (`load_composed` merges them): ``(HF model, tokenizer)``."""
-    from beliefscope.models.thinking_ckpt import load_composed
 
     model, tok = load_composed(name_or_path, path, card, device, dtype, build=AdaptedLM)
     return model.backbone.eval(), tok

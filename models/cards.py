@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from beliefscope.models.names import checkpoint_path
+
 
 def read_card(path: str) -> dict:
     """A checkpoint folder's ``model_card.json`` as a dict ({} when it has none): the one card reader."""
@@ -19,7 +21,6 @@ def read_card(path: str) -> dict:
 def checkpoint_sha256(name: str) -> str | None:
     """The ``model_sha256`` of a checkpoint's model card (None: a hub name or a card without one), so a
     result names the exact checkpoint it was measured on."""
-    from beliefscope.models.names import checkpoint_path
 
     folder = checkpoint_path(name, must_exist=False)
     return read_card(folder).get("model_sha256") if folder else None

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import torch
 from beliefscope.models.profile import hf_of
+from beliefscope.models.thinking_data import gold_thought, state_words, thought_state, thought_word_id
 from beliefscope.tasks import get_task, parse_events_range
+from beliefscope.tasks.questions import in_chat
 
 
 def _answer_ids(tok, names):
@@ -72,7 +74,6 @@ def eval_stories(task: str, rendering: str, fmt: str, split: str | None, n: int,
     half; ``questions`` "varied" asks in the question forms of that half), or with ``split="free"`` the
     first ``n`` hand-written free-wording stories (`tasks.coinflip_free`); inside ``tok``'s chat
     template when ``chat``."""
-    from beliefscope.tasks.questions import in_chat
 
     held = story_split(rendering, split)
     if held.get("split") == "free":
@@ -203,7 +204,6 @@ def evaluate_thinking(model, tok, task: str = "coinflip", events="1-8", n: int =
     top token of the whole vocabulary is the right state word) and ``answer_follows_thought`` (the
     answer names the state of the model's own last non-empty thought). ``misses``, when a list, gets one
     record per story with a wrong answer or a wrong thought (`miss_record`)."""
-    from beliefscope.models.thinking_data import gold_thought, state_words, thought_state, thought_word_id
 
     lo, hi = parse_events_range(events)
     exs = eval_stories(task, rendering, "direct", split, n, seed, (lo, hi), questions, chat, tok)

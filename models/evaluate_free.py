@@ -16,6 +16,8 @@ Usage (not run as a doctest: it needs a trained model)::
 
 from __future__ import annotations
 
+from beliefscope.models.evaluate import evaluate
+
 # (row name, events band, split, question forms, chat template)
 ROWS = (("template 1-8", "1-8", None, "fixed", False), ("template 9-16", "9-16", None, "fixed", False),
         ("template 17-32", "17-32", None, "fixed", False), ("varied 1-8", "1-8", None, "varied", False),
@@ -28,7 +30,6 @@ def question_table(model, tok, n: int = 100, rows=ROWS, progress=None, full: dic
     """``{row: {answer_accuracy, answer_top1, answer_follows_thought, thought_accuracy, ...}}`` for a
     Thinking States model, or the answer columns only for a plain (direct-answer) model. ``full``, when a
     dict, gets each row's whole `evaluate` result."""
-    from beliefscope.models.evaluate import evaluate
 
     out = {}
     for name, band, split, questions, chat in rows:

@@ -8,6 +8,7 @@ hub name is given and the hub answers; folders that are not causal LM checkpoint
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -94,7 +95,8 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
             import gguf  # noqa: F401
         except ImportError as e:
             raise ModelLoadError("model 'smollm2' needs the `gguf` package: pip install gguf") from e
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype)
+        with _gguf_bar_follows_transformers():
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype)
         if place:  # transformers places no GGUF model on disk: dequantise in memory, then dispatch
             model = dispatch(model, place)
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
@@ -123,6 +125,21 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
         require_packable(model)
         pack_linears(model)
     return model, tok
+
+
+@contextlib.contextmanager
+def _gguf_bar_follows_transformers():
+    """transformers draws its GGUF conversion bar with tqdm directly, not through its own logging, so
+    ``transformers.utils.logging.disable_progress_bar()`` (what ``--quiet`` calls) does not reach it.
+    While that switch is off, the conversion writes its stderr to nowhere; nothing is patched, and an
+    error still raises."""
+    from transformers.utils import logging as hf_logging
+
+    if hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
+        yield
 
 
 def dispatch(model, place: dict):

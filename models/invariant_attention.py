@@ -40,6 +40,7 @@ import weakref
 from contextlib import contextmanager
 
 import torch
+from beliefscope.models.packed import pack_linears, require_packable
 
 QUERIES = 64  # queries per block: every score and weighted-value product has the shape [QUERIES, TILE]
 TILE = 64  # keys per tile: the fixed reduction size of the softmax sums and of the weighted values
@@ -136,7 +137,6 @@ def row_invariant_copy(model):
     share one copy; an edited weight gets a fresh copy."""
     import copy
 
-    from beliefscope.models.packed import pack_linears, require_packable
 
     require_packable(model)
     stamp = tuple((p.data_ptr(), p._version) for p in model.parameters())

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from beliefscope.models.bridge import build_bridge
 from beliefscope.models.cards import read_card
 from beliefscope.models.devices import (  # noqa: F401 (re-exported: models.load is where callers find them)
     DTYPES,
@@ -66,7 +67,6 @@ from beliefscope.models.names import (  # noqa: F401 (re-exported)
 def bridge_from_hf(model, tok=None):
     """Wrap an in-memory HF causal LM as a TransformerBridge (the model is modified in place) whose
     attention always writes the KV cache it is given (`models.bridge`)."""
-    from beliefscope.models.bridge import build_bridge
 
     return build_bridge(model, tok=tok)
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+from beliefscope.hooks.names import hf_of  # noqa: F401  (re-exported: models.profile.hf_of)
 from beliefscope.models.cards import read_card
 from beliefscope.models.devices import HOST
-from beliefscope.hooks.names import hf_of  # noqa: F401  (re-exported: models.profile.hf_of)
-
-import torch
+from beliefscope.models.names import SMOLLM2, checkpoint_path
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,6 @@ class ModelProfile:
 
 def model_profile(name: str) -> ModelProfile:
     """Profile of a shipped name, a checkpoint folder or a hub name (hub names: natural English)."""
-    from beliefscope.models.names import SMOLLM2, checkpoint_path
 
     if name == SMOLLM2:
         return ModelProfile(name=name, rendering="natural", thinking=False, pretrained=True)

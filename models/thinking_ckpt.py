@@ -30,9 +30,14 @@ import json
 import os
 
 import torch
-from beliefscope.models.devices import HOST
+from beliefscope.models.cards import read_card
+from beliefscope.models.devices import HOST, default_device, resolve_dtype
 from beliefscope.models.errors import ModelLoadError
+from beliefscope.models.hf_load import load_hf
+from beliefscope.models.names import checkpoint_path
 from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
+
+from beliefscope.base.files import atomic_save, atomic_write_json
 
 PARTS_FILE = "thinking.safetensors"
 PARTS_FILES = {"thinking": PARTS_FILE, "adapters": "adapters.safetensors"}  # card kind -> file of trained parts
@@ -70,7 +75,6 @@ def save_parts(model, out: str, card: dict, backbone: str, backbone_hash: str,
     atomically (the folder may hold other files, e.g. a training state). Returns the card as written."""
     from safetensors.torch import save_file
 
-    from beliefscope.base.files import atomic_save, atomic_write_json
 
     parts = {k: v.detach().to(HOST, parts_dtype).contiguous() for k, v in trained_parts(model).items()}
     parts_hash = tensors_sha256(parts)
@@ -97,7 +101,6 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
     passes it). The backbone is refused by name when its weights do not hash to the card's ``backbone_sha256``."""
     from safetensors.torch import load_file
 
-    from beliefscope.models.hf_load import load_hf
 
     backbone_name = resolve_backbone(card, path)
     backbone, tok = load_hf(backbone_name, device=HOST, dtype=torch.float32)
@@ -146,10 +149,6 @@ def load_thinking(name_or_path: str, device=None, dtype=None):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from beliefscope.models.cards import read_card
-    from beliefscope.models.devices import default_device, resolve_dtype
-    from beliefscope.models.errors import ModelLoadError
-    from beliefscope.models.names import checkpoint_path
 
     path = checkpoint_path(name_or_path)
     card = read_card(path)

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
-from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.models.evaluate import evaluate
 from beliefscope.models.lm_batch import make_batch
+from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.tasks import get_task
 from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -139,7 +140,6 @@ def train(cfg: TrainConfig, out: str | None = None, progress: Callable[[dict], N
 
 def card_eval(model, tok, task: str, n: int, max_events: int = 8) -> dict:
     """Held-out eval for the model card: trained lengths and the longer held-out lengths."""
-    from beliefscope.models.evaluate import evaluate
 
     return {f"{lo}-{hi}": evaluate(model, task, f"{lo}-{hi}", n=n, tokenizer=tok)
             for lo, hi in ((1, max_events), (max_events + 1, 2 * max_events))}

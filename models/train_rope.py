@@ -25,11 +25,15 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
-
-from beliefscope.models.devices import HOST
-from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.models.devices import HOST, default_device
 from beliefscope.models.lm_batch import make_batch as lm_batch
+from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
+from beliefscope.models.thinking_data import make_batch as thinking_batch
+from beliefscope.models.tokenizer import toy_tokenizer
+from beliefscope.models.train_state import load_state, save_state
 from beliefscope.tasks import get_task
+
+from beliefscope.base.files import atomic_write_json, staged_output
 
 ROPE_PRESETS = ("direct-rope", "cot-rope", "thinking")
 # Fields that may differ between a run and its resumption (they do not change the trajectory).
@@ -106,7 +110,6 @@ def build(cfg: RopeTrainConfig):
     """A fresh ``(model, tokenizer)`` for the preset: a LlamaForCausalLM, or ThinkingStates over one."""
     from transformers import LlamaForCausalLM
 
-    from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
 
     if cfg.preset not in ROPE_PRESETS:
         raise ValueError(f"preset {cfg.preset!r} is not a RoPE preset; choose one of {ROPE_PRESETS}")
@@ -165,10 +168,7 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     With `out`, the run is resumable: every ``checkpoint_every`` steps its state goes to
     ``out/train_state.pt`` (`models.train_state`), and a run started again with the same settings
     continues from there; ``progress`` then gets ``{"resumed_from": step}`` first."""
-    from beliefscope.models.thinking_data import make_batch as thinking_batch
-    from beliefscope.models.train_state import load_state, save_state
 
-    from beliefscope.models.devices import default_device
 
     torch.set_num_threads(cfg.threads)
     device = default_device(cfg.device)
@@ -256,7 +256,6 @@ def save_rope(model, tok, card: dict, out: str) -> None:
     """save_pretrained (+ thinking.safetensors for Thinking States) into a folder, atomically."""
     from safetensors.torch import save_file
 
-    from beliefscope.base.files import atomic_write_json, staged_output
 
     with staged_output(out) as tmp:
         backbone = getattr(model, "backbone", model)

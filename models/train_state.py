@@ -13,12 +13,13 @@ from dataclasses import asdict, fields
 import torch
 from beliefscope.models.devices import HOST
 
+from beliefscope.base.files import atomic_save
+
 STATE_FILE = "train_state.pt"
 
 
 def save_state(out: str, step: int, named: dict, opt, history: list, cfg, rng: random.Random | None = None) -> None:
     """Write step ``step``'s state of the parameters ``named`` (name -> tensor) into ``out``."""
-    from beliefscope.base.files import atomic_save
 
     state = {"step": step, "config": asdict(cfg), "history": history, "optimizer": opt.state_dict(),
              "trained": {n: p.detach().cpu() for n, p in named.items()}, "torch_rng": torch.get_rng_state()}

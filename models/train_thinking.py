@@ -33,10 +33,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
-
-from beliefscope.tasks import get_task
-from beliefscope.models.load import HOST
+from beliefscope.models.cards import read_card
+from beliefscope.models.load import HOST, checkpoints_dir, default_device, load_hf
+from beliefscope.models.lora import add_lora
+from beliefscope.models.names import checkpoint_path
+from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
+from beliefscope.models.thinking_ckpt import PARTS_FILES, backbone_sha256, save_parts
+from beliefscope.models.thinking_data import make_batch
 from beliefscope.models.train_state import load_state, save_state
+from beliefscope.tasks import get_task
+from beliefscope.tasks.questions import in_chat
+
+from beliefscope.base.files import check_writable_parent
 
 COST_FILE = "training_cost.json"
 
@@ -135,10 +143,6 @@ class ThinkingTrainConfig:
 def build(cfg: ThinkingTrainConfig, device=None, backbone=None):
     """``(ThinkingStates, tokenizer, backbone_sha256)`` with only the chosen parts requiring grad.
     ``backbone``: an already loaded ``(model, tokenizer)`` pair to reuse (float32, unmodified)."""
-    from beliefscope.models.load import default_device, load_hf
-    from beliefscope.models.lora import add_lora
-    from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
-    from beliefscope.models.thinking_ckpt import backbone_sha256
 
     cfg.check()
     device = default_device(device if device is not None else cfg.device)
@@ -166,7 +170,6 @@ def build(cfg: ThinkingTrainConfig, device=None, backbone=None):
 def batch_examples(cfg: ThinkingTrainConfig, step: int, tok=None) -> list:
     """The stories of optimiser step ``step``: drawn from ``(seed, step)`` alone; a ``cfg.chat`` share of
     them inside ``tok``'s chat template."""
-    from beliefscope.tasks.questions import in_chat
 
     split = {"split": "train", "wordings": cfg.wordings} if cfg.rendering == "natural" else {}
     if cfg.questions != "fixed":
@@ -191,7 +194,6 @@ def _autocast(cfg: ThinkingTrainConfig, device: torch.device):
 
 def train_step(model, tok, cfg: ThinkingTrainConfig, opt, step: int) -> dict:
     """One optimiser step on the batch of `step`; returns its losses and seconds."""
-    from beliefscope.models.thinking_data import make_batch
 
     t0 = time.perf_counter()
     device = next(model.parameters()).device
@@ -219,8 +221,6 @@ def train_step(model, tok, cfg: ThinkingTrainConfig, opt, step: int) -> dict:
 def check_out(out: str, force: bool = False, need_bytes: int = 0) -> str:
     """Refuse, before step 1, to write over a shipped checkpoint without ``force`` or into a
     folder whose disk lacks ``need_bytes`` free. Returns abspath(out)."""
-    from beliefscope.base.files import check_writable_parent
-    from beliefscope.models.load import checkpoints_dir
 
     out = check_writable_parent(out)
     shipped = os.path.realpath(checkpoints_dir())
@@ -246,9 +246,6 @@ def warm_start(model, name_or_path: str, digest: str) -> None:
     whose trained parameters must be exactly those parts; refused by name on another backbone."""
     from safetensors.torch import load_file
 
-    from beliefscope.models.cards import read_card
-    from beliefscope.models.names import checkpoint_path
-    from beliefscope.models.thinking_ckpt import PARTS_FILES
 
     path = checkpoint_path(name_or_path)
     card = read_card(path)
@@ -273,7 +270,6 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
 
     ``progress(event)`` gets ``{"resumed_from": step}`` once, then every step's record.
     Returns ``(model, tokenizer, card)``."""
-    from beliefscope.models.thinking_ckpt import save_parts
 
     cfg.check()
     torch.set_num_threads(cfg.threads)
@@ -310,9 +306,10 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
     card = save_parts(model, out, card, cfg.backbone, digest, getattr(torch, cfg.parts_dtype),
                       kind="thinking" if cfg.method == "thinking" else "adapters")
     if cfg.eval_n:
-        from beliefscope.base.files import atomic_write_json
         from beliefscope.models.evaluate import evaluate_bands
         from beliefscope.models.load import load_model
+
+        from beliefscope.base.files import atomic_write_json
 
         loaded, ltok = load_model(out, device=cfg.device)  # evaluate what ships (parts in parts_dtype)
         card["eval"] = evaluate_bands(loaded, ltok, cfg.task, cfg.eval_n, bands=("1-8", "9-16", "17-32"),
@@ -334,7 +331,6 @@ def measure_costs(cfg: ThinkingTrainConfig, options=COST_OPTIONS, steps: int = 3
     import copy
     import dataclasses
 
-    from beliefscope.models.load import load_hf
 
     torch.set_num_threads(cfg.threads)
     hf, tok = load_hf(cfg.backbone, device=HOST, dtype=torch.float32)

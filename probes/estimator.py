@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from beliefscope.probes.data import load_probe_data
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
@@ -118,7 +119,6 @@ def hook_xy(store, hook: str, label: str, positions: str = "after_first_event"):
             X, y, groups = hook_xy(store, "blocks.3.hook_resid_post", "state")
             cross_val_score(ProbeClassifier(), X, y, groups=groups, cv=GroupKFold(5))
     """
-    from beliefscope.probes.data import load_probe_data
 
     store.check_hook(hook)
     store.check_label(label)

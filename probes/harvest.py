@@ -23,10 +23,24 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
-from beliefscope.hooks import stream
-from beliefscope.probes.harvest_data import check_context, store_dtype
+from beliefscope.hooks import layer_names, stream
+from beliefscope.models.devices import rank_device
+from beliefscope.models.load import load_model
+from beliefscope.models.profile import model_profile, model_shapes
+from beliefscope.probes.harvest_data import (
+    add_data_arguments,
+    check_context,
+    data_examples,
+    fit_to_context,
+    load_for_harvest,
+    store_dtype,
+    store_label_names,
+)
 from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore, plan_shards
 from beliefscope.probes.twin import checkpoint_hash, random_init_like, random_twin  # noqa: F401 (re-exported)
+from beliefscope.tasks import get_task, parse_events_range
+
+from beliefscope.base.files import check_writable_parent
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
 
@@ -52,8 +66,6 @@ class HarvestConfig:
 
 def make_examples(cfg: HarvestConfig) -> list:
     """The examples a config describes, in prompt-id order."""
-    from beliefscope.models.profile import model_profile
-    from beliefscope.tasks import get_task
 
     if cfg.rendering is None:
         cfg = replace(cfg, rendering=model_profile(cfg.model).rendering)
@@ -71,7 +83,6 @@ def make_examples(cfg: HarvestConfig) -> list:
 
 def hook_names_for(model, hooks, layers) -> list[str]:
     """Full hook names for kinds x layers, with the embedding hook first."""
-    from beliefscope.hooks import layer_names
 
     kinds = [h.strip() for h in hooks.split(",")] if isinstance(hooks, str) else list(hooks)
     if isinstance(layers, str) and layers != "all":
@@ -232,7 +243,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-gb", type=float, default=None, help="refuse to write more than this")
     p.add_argument("--pause-after-shard", type=float, default=0.0, help=argparse.SUPPRESS)  # tests only
     p.add_argument("--no-progress", action="store_true")
-    from beliefscope.probes.harvest_data import add_data_arguments
 
     add_data_arguments(p)
     p.add_argument("--truncate", action="store_true", help="with --data: cut texts longer than the model's context")
@@ -242,10 +252,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None, say=None) -> dict:
     """Harvest the model store and (unless ``--no-random-init``) the random-init twin store. ``say(line)``
     hears what is about to be written (sizes) before it is."""
-    from beliefscope.models.load import load_model
-    from beliefscope.tasks import parse_events_range
 
-    from beliefscope.base.files import check_writable_parent
 
     if getattr(args, "data", None):
         return run_data(args, progress_factory, rank, world_size, barrier, say)
@@ -255,7 +262,6 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
     if args.n < 1:
         raise ValueError(f"--n {args.n}: harvest at least 1 prompt")
     check_writable_parent(os.path.join(args.out, "manifest.json"))  # the store folder's place, before any work
-    from beliefscope.models.profile import model_profile
 
     rendering = args.rendering or model_profile(args.model).rendering  # recorded in the store's config
     args.dtype = store_dtype(args.dtype, model_profile(args.model).rendering)
@@ -306,12 +312,7 @@ def harvest_targets(args, model, tok, examples, config: dict, progress_factory=N
 def run_data(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None, say=None) -> dict:
     """`harvest --data`: the records are read and checked before the model loads, long texts are refused
     (or skipped or cut, and counted) before any forward, and every label goes into the store by name."""
-    from beliefscope.base.files import check_writable_parent
-    from beliefscope.models.load import load_model
-    from beliefscope.models.profile import model_shapes
-    from beliefscope.probes.harvest_data import data_examples, fit_to_context, load_for_harvest, store_label_names
 
-    from beliefscope.models.profile import model_profile
 
     check_writable_parent(os.path.join(args.out, "manifest.json"))
     data = load_for_harvest(args)
@@ -359,7 +360,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    from beliefscope.models.devices import rank_device
 
     device = rank_device(args.device, int(os.environ.get("LOCAL_RANK", "0")))
     barrier = None

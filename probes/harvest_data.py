@@ -16,20 +16,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-
+from beliefscope.models.profile import model_shapes
 from beliefscope.probes.store import DTYPES, LABEL_NAMES
+from beliefscope.tasks.base import Example
 from beliefscope.tasks.records import Data, DataConfig, DataSource, Record, Track, load_data
+
+from beliefscope.base.config_flags import add_config_flags, config_from_args
+
 
 def add_data_arguments(p) -> None:
     """The record-mapping flags (`tasks.records.DataSource`'s fields), as every command that reads `--data` has."""
-    from beliefscope.base.config_flags import add_config_flags
 
     add_config_flags(p, DataSource, choices={"format": ["records", "boxes"]})
 
 
 def data_config(args) -> DataConfig:
     """The `DataConfig` the data flags of `args` describe."""
-    from beliefscope.base.config_flags import config_from_args
 
     return config_from_args(DataSource, args).mapping()
 
@@ -57,7 +59,6 @@ def _labeller(data: Data, i: int):
 def _spans_example(data: Data, i: int, label: str):
     """A spans label as the primary label: the example carries no events (its `state` column is taken from the
     spans themselves by the harvest's labeller)."""
-    from beliefscope.tasks.base import Example
 
     r = data.records[i]
     return Example(task="data", rendering="natural", fmt="direct", prompt=r.text, completion="",
@@ -122,7 +123,6 @@ def load_for_harvest(args) -> Data:
 def check_context(model, lengths: list[int]) -> None:
     """Refuse texts longer than the positions the model can address, before any forward (a learned-position
     model would index past its table; a RoPE model would run silently outside the lengths it was built for)."""
-    from beliefscope.models.profile import model_shapes
 
     n_ctx = model_shapes(model).n_ctx
     long = [i for i, n in enumerate(lengths) if n > n_ctx]

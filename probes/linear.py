@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from beliefscope.probes.store import ActivationStore
 from safetensors.torch import load_file, save_file
 
 from beliefscope.base.files import atomic_save, atomic_write_json
@@ -147,7 +148,6 @@ def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int 
     >>> fit_all_layers(X, y, trainer="sklearn").hooks
     ['layer0', 'layer1']
     """
-    from beliefscope.probes.store import ActivationStore
 
     if isinstance(X, ActivationStore):
         from beliefscope.probes.data import load_probe_data

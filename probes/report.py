@@ -27,6 +27,7 @@ from beliefscope.probes.data import _row_selection, load_probe_data
 from beliefscope.probes.harvest import EMBED_HOOK
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers, fit_problems
 from beliefscope.probes.store import ActivationStore
+from beliefscope.tasks import parse_events_range
 
 
 @dataclass
@@ -237,7 +238,6 @@ def resolved(cfg: ReportConfig, store) -> tuple[ReportConfig, int, int]:
     """`cfg` with its "auto" settings decided for `store`, and the main split's (lo, hi) events."""
     from dataclasses import replace
 
-    from beliefscope.tasks import parse_events_range
 
     data = is_data_store(store)
     if cfg.positions == "auto":

@@ -13,7 +13,8 @@ import hashlib
 
 import torch
 from beliefscope.models.devices import HOST
-from beliefscope.models.profile import hf_of
+from beliefscope.models.load import bridge_from_hf
+from beliefscope.models.profile import compute_device, embedding_of, hf_of
 
 
 def checkpoint_hash(model) -> str:
@@ -66,9 +67,7 @@ def random_init_like(model, seed: int = 0):
 
     The weights are drawn on the host (the same twin for a seed on any device), then moved; a model split over
     devices (``--device-map``) gets a twin split the same way."""
-    from beliefscope.models.load import bridge_from_hf
 
-    from beliefscope.models.profile import compute_device, embedding_of
 
     hf = hf_of(model)
     torch.manual_seed(seed)

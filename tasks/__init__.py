@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 
+from beliefscope.tasks import coinflip, cups, variables
 from beliefscope.tasks.base import Event, Example, TokenLabels, label_offsets, parse_events_range
 from beliefscope.tasks.coinflip import CoinFlip
 from beliefscope.tasks.cups import Cups
@@ -29,7 +30,6 @@ def get_task(name: str, **kwargs):
 
 def toy_vocabulary() -> list[str]:
     """The union of every toy grammar's words, in a fixed order (shared toy tokenizer)."""
-    from beliefscope.tasks import coinflip, cups, variables
 
     words: list[str] = []  # new grammars append their words, so the ids of earlier words never move
     for w in coinflip.toy_vocabulary() + cups.toy_vocabulary() + variables.toy_vocabulary():

@@ -171,10 +171,10 @@ def test_unparsable_prompt_fails_clearly_before_loading(tmp_path, capsys):
 
 
 def test_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, monkeypatch):
-    from beliefscope.models import load as models_load
+    from beliefscope.analyses import demo
 
     (tmp_path / "file.txt").write_text("x")
-    monkeypatch.setattr(models_load, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    monkeypatch.setattr(demo, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
     rc = cli(["demo", "--out", str(tmp_path / "file.txt" / "out"), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "file.txt is a file, not a folder" in err
@@ -182,13 +182,13 @@ def test_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, monkey
 
 
 def test_demo_failing_midway_leaves_no_partial_report(tmp_path, monkeypatch):
+    from beliefscope.analyses import demo
     from beliefscope.analyses.demo import DemoConfig, main
-    from beliefscope.models import evaluate as models_evaluate
 
     def broken(*a, **k):
         raise RuntimeError("simulated failure in eval")
 
-    monkeypatch.setattr(models_evaluate, "evaluate", broken)
+    monkeypatch.setattr(demo, "evaluate", broken)  # the name demo calls
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "old.txt").write_text("previous run")
     with pytest.raises(RuntimeError, match="simulated"):

@@ -30,6 +30,8 @@ import tokenize
 import types
 import typing
 
+from beliefscope.base.progress import progress_bar
+
 
 def field_help(cls) -> dict[str, str]:
     """Each field's comment in the class source (a comment's continuation lines joined to it), a base
@@ -165,7 +167,6 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     """Build the config from the flags, run it under a progress bar, print the result."""
     import json
 
-    from beliefscope.base.progress import progress_bar
 
     quiet = getattr(args, "no_progress", False)
     extra = command.from_flags(args) if command.from_flags else {}
