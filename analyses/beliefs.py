@@ -39,7 +39,8 @@ from beliefscope.analyses.common import (
 )
 from beliefscope.analyses.forced import forced_answers
 from beliefscope.analyses.instrument import story_readout
-from beliefscope.analyses.state_strips import strips_figure
+from beliefscope.analyses.state_strips import state_colours, strips_figure
+from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile
 from beliefscope.tasks.parse import parse_prompt
 from beliefscope.tasks.records import DataConfig, load_data
@@ -128,7 +129,6 @@ def figures(traj: BeliefTrajectory, layer: int, forced=None):
     share one diverging scale (P(first class)); more get their own colour, shaded by the probability."""
     labels = ["emb" if x < 0 else f"L{x}" for x in traj.layers]
     if len(traj.state_names) > 2:
-        from beliefscope.analyses.state_strips import state_colours
 
         colours = state_colours(len(traj.state_names))
         return (plots.class_heatmap(traj.p, traj.tokens, traj.true_state, traj.state_names, colours,
@@ -192,7 +192,6 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
         raise ValueError(f"{config.model!r} writes no thoughts, so its beliefs are read with a probe: fit one with "
                          f"`beliefscope harvest` and `beliefscope probe --out DIR`, then pass --probes DIR")
     if config.task and not (config.data or config.events):
-        from beliefscope.tasks.parse import parse_prompt
 
         parse_prompt(config.prompt, config.task)  # a prompt the named task cannot parse fails first
     probe = load_probe(config.probes) if config.probes else None
@@ -202,7 +201,6 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
 
         check_probe_states(probe, ex)
     if bridge is None:
-        from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
     if thinking:

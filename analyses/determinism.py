@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 import torch
 from beliefscope.analyses import plots_decoding
-from beliefscope.analyses.common import check_writable_parent, save_fig
+from beliefscope.analyses.common import check_writable_parent, save_fig, write_json
 from beliefscope.decoding.scheduler import determinism_sweep
+from beliefscope.models.load import load_model
 from beliefscope.models.packed import can_pack
 from beliefscope.models.profile import hf_of, model_profile
 from beliefscope.tasks import get_task
@@ -165,7 +166,6 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
                 if progress:
                     progress(1)
                 if cfg.partial:
-                    from beliefscope.analyses.common import write_json
 
                     write_json(cfg.partial, {"outputs": {n: {i: sorted(v) for i, v in e.items()}
                                                          for n, e in every.items()}})
@@ -232,7 +232,6 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
                          "e.g. 0,1,3,7")
     int_list(config.window, "window"), int_list(config.verify_slots, "verify_slots")  # refused before loading
     if bridge is None:
-        from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
     rendering = model_profile(config.model).rendering

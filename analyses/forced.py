@@ -36,6 +36,7 @@ from beliefscope.analyses.common import (
 from beliefscope.cache import KVCache
 from beliefscope.decoding.thinking import thinking_readouts
 from beliefscope.hooks import hook_name
+from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile
 from beliefscope.models.thinking_data import thought_state, thought_word_id
 from beliefscope.tasks import get_task, parse_events_range
@@ -284,7 +285,6 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     if probe is not None and config.data:
         check_probe_states(probe, examples[0])
     if bridge is None:
-        from beliefscope.models.load import load_model
 
         bridge, tok = load_model(config.model)
     layer = hook = None

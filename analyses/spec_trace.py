@@ -47,6 +47,7 @@ from beliefscope.decoding import (
     speculative_generate,
 )
 from beliefscope.hooks import hook_name
+from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.parse import parse_prompt
@@ -224,7 +225,6 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
     tprobe = load_probe(config.probes) if config.probes else None
     dprobe = load_probe(config.draft_probes) if config.draft_probes else None
     if target is None:
-        from beliefscope.models.load import load_model
 
         target, tok = load_model(config.model)
     if tprobe is not None:

@@ -42,7 +42,7 @@ from beliefscope.analyses.instrument import collect, dev_examples, fit_probes, t
 from beliefscope.analyses.plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
 from beliefscope.analyses.state_strips import state_colours
 from beliefscope.analyses.view_page import render
-from beliefscope.decoding import SpecConfig, speculative_generate
+from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
 from beliefscope.hooks import capture
 from beliefscope.models.cards import read_card
 from beliefscope.models.load import check_model_name, load_model
@@ -298,7 +298,6 @@ def build(cfg: ViewConfig, progress=None) -> dict:
             decode = name
     data["decode"] = None
     if decode and decode != "auto":
-        from beliefscope.decoding import make_drafter
 
         if decode not in loaded:
             raise ValueError(f"--decode {decode!r} is not one of the models shown {names}")

@@ -35,7 +35,9 @@ from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
 from beliefscope.decoding.loop import generate
 from beliefscope.hooks import capture
 from beliefscope.models.devices import HOST, default_device
+from beliefscope.models.hf_load import smollm2_folder
 from beliefscope.models.load import load_model, model_defaults
+from beliefscope.models.names import SMOLLM2_GGUF
 
 
 @dataclass
@@ -193,8 +195,6 @@ def _random_smollm2(work: str, cfg: GpuCheckConfig) -> str:
 
     src, kw = cfg.smollm2_dir, {}
     if not src:
-        from beliefscope.models.hf_load import smollm2_folder
-        from beliefscope.models.names import SMOLLM2_GGUF
 
         src, kw = smollm2_folder(), {"gguf_file": SMOLLM2_GGUF}
     conf = AutoConfig.from_pretrained(src, **kw)

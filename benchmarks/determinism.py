@@ -32,8 +32,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
+from beliefscope.analyses.determinism import open_prompts
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
 from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
+from beliefscope.models.load import load_model
+from beliefscope.tasks import get_task
 
 HEADLINE = "ratio_at_10pct"  # `beliefscope bench` sums the run up by this: throughput with 10% deterministic
 #   requests over none
@@ -149,13 +152,10 @@ def main(quick: bool = False, progress=None, config: DeterminismBenchConfig | No
         if name == "smollm2":
             if quick or not smollm2_available():
                 continue
-            from beliefscope.analyses.determinism import open_prompts
-            from beliefscope.models.load import load_model
 
             bridge, tok = load_model("smollm2")
             prompts, cfg = open_prompts(tok, 32, seed=500), SMOLLM2
         else:
-            from beliefscope.tasks import get_task
 
             bridge, tok, _ = toy_target()
             exs = get_task("coinflip", fmt="cot").examples(32, 7, (1, 8))

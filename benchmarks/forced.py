@@ -27,6 +27,7 @@ from beliefscope.benchmarks.common import (
     write_result,
 )
 from beliefscope.cache import KVCache
+from beliefscope.models.load import load_model
 from beliefscope.tasks import get_task
 
 HEADLINE = "speedup_512"  # `beliefscope bench` sums the run up by this: forced answers on a forked cache vs
@@ -164,7 +165,6 @@ def main(quick: bool = False, progress=None, config: ForcedBenchConfig | None = 
         result["toy_breakdown_longest"] = breakdown(bridge, tok, ex, repeats=cfg.repeats)
     if cfg.smollm2_lengths:
         if smollm2_available():
-            from beliefscope.models.load import load_model
 
             t0 = time.perf_counter()
             smol, stok = load_model("smollm2")

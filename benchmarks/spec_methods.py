@@ -13,6 +13,7 @@ from beliefscope.decoding.config import SpecConfig
 from beliefscope.decoding.drafters import make_drafter
 from beliefscope.decoding.loop import generate
 from beliefscope.decoding.speculative import speculative_generate
+from beliefscope.models.packed import packing_disabled
 
 if TYPE_CHECKING:
     from beliefscope.benchmarks.spec_config import SpecBenchConfig
@@ -82,7 +83,6 @@ def make_runner(m: Method, target, draft, n_new: int, stop_at_eos: bool = False,
     if m.kind in ("plain", "plain-default"):
         cfg = SpecConfig(max_new_tokens=n_new, stop_at_eos=stop_at_eos)
         if m.kind == "plain-default":  # the same model with its packed linears switched back to F.linear
-            from beliefscope.models.packed import packing_disabled
 
             def run_default(ids):
                 with packing_disabled(target):

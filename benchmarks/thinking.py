@@ -18,11 +18,12 @@ from dataclasses import dataclass
 import torch
 from beliefscope.benchmarks.common import header, interleaved, ratio_spread, smollm2_available, spread, write_result
 from beliefscope.decoding import SpecConfig, generate
+from beliefscope.decoding.drafters import make_drafter
 from beliefscope.decoding.speculative import speculative_generate
 from beliefscope.decoding.thinking import run_thinking
 from beliefscope.decoding.thinking_batch import run_thinking_batch
 from beliefscope.decoding.thought_drafter import thought_drafter_factory
-from beliefscope.decoding.tune import choose_prefill_k
+from beliefscope.decoding.tune import choose_drafter, choose_prefill_k
 from beliefscope.models import load_model
 from beliefscope.models.evaluate import greedy_completions
 from beliefscope.models.profile import hf_of
@@ -186,8 +187,6 @@ def _run_bands(cfg: ThinkingBenchConfig, progress) -> dict:
         chosen["thought_drafter_entries"] = len(thought_drafter().table)
     drafter = None
     if cfg.cot_drafters:  # the CoT model's best drafter
-        from beliefscope.decoding.drafters import make_drafter
-        from beliefscope.decoding.tune import choose_drafter
 
         cs = calib("cot", cfg.bands[0])
         max_new = max(len(ctok(c.completion)["input_ids"]) for c in cs) + 2

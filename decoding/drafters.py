@@ -31,6 +31,7 @@ from beliefscope.decoding.model_drafters import (
     first_layers,
 )
 from beliefscope.decoding.ngram import NGramDrafter
+from beliefscope.models.load import load_model, resolve_store
 
 __all__ = ["Drafter", "EarlyExitDrafter", "LowPrecisionDrafter", "ModelDrafter", "NGramDrafter", "StoreDrafter",
            "first_layers", "make_drafter"]
@@ -50,7 +51,6 @@ def make_drafter(spec: str, target, load=None) -> Drafter | None:
     if kind == "bf16":
         return LowPrecisionDrafter(target)
     if kind == "store":
-        from beliefscope.models.load import resolve_store
 
         return StoreDrafter(NGramStore.load(resolve_store(arg)), name=spec)
     if kind in ("early-exit", "early_exit"):
@@ -59,7 +59,6 @@ def make_drafter(spec: str, target, load=None) -> Drafter | None:
         return EarlyExitDrafter(target, int(arg))
     if kind == "draft":
         if load is None:
-            from beliefscope.models.load import load_model
             load = load_model
         return ModelDrafter(load(arg or "draft")[0])
     raise ValueError(f"unknown drafter {spec!r}: use none, draft:PATH, early-exit:K, ngram:N, store:PATH or bf16")

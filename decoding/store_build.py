@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from beliefscope.decoding.core import hf_model, vocab_size
 from beliefscope.decoding.datastore import NGramStore
+from beliefscope.decoding.lists import ListCounter
 
 
 @dataclass
@@ -113,7 +114,6 @@ def build_store(model, prompts: list, out_path: str, config: StoreBuildConfig | 
                                       "max_new_tokens": config.max_new_tokens,
                                       "include_prompts": config.include_prompts})
     if tokenizer is not None:
-        from beliefscope.decoding.lists import ListCounter
 
         store.meta["list_counter"] = ListCounter.from_tokenizer(tokenizer).to_meta()
     for i in sorted(finished):

@@ -12,9 +12,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
+from beliefscope.models.load import load_model
 from beliefscope.models.profile import hf_of
 from beliefscope.models.thinking_data import gold_thought, state_words, thought_state, thought_word_id
 from beliefscope.tasks import get_task, parse_events_range
+from beliefscope.tasks.coinflip_free import free_examples
 from beliefscope.tasks.questions import in_chat
 
 
@@ -77,7 +79,6 @@ def eval_stories(task: str, rendering: str, fmt: str, split: str | None, n: int,
 
     held = story_split(rendering, split)
     if held.get("split") == "free":
-        from beliefscope.tasks.coinflip_free import free_examples
 
         if task != "coinflip" or fmt != "direct":
             raise ValueError(f"split='free' holds direct-answer coin stories: use task coinflip and format direct "
@@ -150,7 +151,6 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     if n < 1:
         raise ValueError(f"n must be at least 1 prompt, got {n}")
     if isinstance(model, str):
-        from beliefscope.models.load import load_model
 
         model, tokenizer = load_model(model)
     if hasattr(model, "thinking_config"):

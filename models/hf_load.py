@@ -23,6 +23,7 @@ from beliefscope.models.names import (
     shipped_names,
     unknown_model,
 )
+from beliefscope.models.packed import pack_linears, require_packable
 
 
 def smollm2_folder() -> str:
@@ -120,7 +121,6 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
     tok.padding_side = "left"
     model = (model if place else model.to(device)).eval()
     if packed:
-        from beliefscope.models.packed import pack_linears, require_packable
 
         require_packable(model)
         pack_linears(model)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from beliefscope.models.adapters import load_adapted
 from beliefscope.models.bridge import build_bridge
 from beliefscope.models.cards import read_card
 from beliefscope.models.devices import (  # noqa: F401 (re-exported: models.load is where callers find them)
@@ -62,6 +63,7 @@ from beliefscope.models.names import (  # noqa: F401 (re-exported)
     resolve_store,
     shipped_names,
 )
+from beliefscope.models.thinking_ckpt import load_thinking
 
 
 def bridge_from_hf(model, tok=None):
@@ -85,11 +87,9 @@ def load_model(name_or_path: str, device=None, dtype=None):
         raise ModelLoadError(f"{name_or_path!r} ({card['kind']}) is composed over its backbone at load time, which "
                              "--device-map does not support yet: load it on one device (--device)")
     if card.get("kind") == "thinking":
-        from beliefscope.models.thinking_ckpt import load_thinking
 
         return load_thinking(name_or_path, device=device, dtype=dtype)
     if card.get("kind") == "adapters":  # adapters composed over their backbone, merged into its weights
-        from beliefscope.models.adapters import load_adapted
 
         model, tok = load_adapted(name_or_path, path, card, device, dtype)
     else:

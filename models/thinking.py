@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
-from torch import nn
 from beliefscope.hooks.capture import hooked
-from beliefscope.models.bridge import cache_kwarg, input_device
+from beliefscope.models.bridge import build_bridge, cache_kwarg, input_device
 from beliefscope.models.profile import decoder_layers
 from beliefscope.models.thinking_config import ThinkingConfig, chunk_spans
+from torch import nn
 
 __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]
 
@@ -84,7 +85,6 @@ class ThinkingStates(nn.Module):
     def bridge(self):
         """The backbone as a TransformerBridge, sharing its weights (built on first use)."""
         if self._bridge is None:
-            from beliefscope.models.bridge import build_bridge
 
             twin = type(self.backbone)(self.backbone.config)
             twin.load_state_dict(self.backbone.state_dict(), assign=True)  # same tensors, no copy

@@ -34,6 +34,7 @@ from beliefscope.models.cards import read_card
 from beliefscope.models.devices import HOST, default_device, resolve_dtype
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.hf_load import load_hf
+from beliefscope.models.lora import add_lora, merge_lora
 from beliefscope.models.names import checkpoint_path
 from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
 
@@ -114,7 +115,6 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
     parts_file = PARTS_FILES[card.get("kind", "thinking")]
     parts = load_file(os.path.join(path, parts_file))
     if card.get("lora_rank"):  # adapters trained on the backbone: wrap it the same way first
-        from beliefscope.models.lora import add_lora
 
         targets = card.get("lora_targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
         add_lora(backbone, int(card["lora_rank"]), targets=tuple(targets.split(",")))
@@ -124,7 +124,6 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
     unexpected = backbone.load_state_dict(trained, strict=False).unexpected_keys
     unexpected += [f"{n} (missing)" for n, _ in backbone.named_parameters() if "lora_" in n and n not in trained]
     if card.get("lora_rank"):
-        from beliefscope.models.lora import merge_lora
 
         merge_lora(backbone)
     model = build(backbone, tok)

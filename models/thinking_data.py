@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from beliefscope.models.thinking import ThinkingConfig, chunk_spans
+from beliefscope.tasks.variables import VARIABLES
 
 
 @dataclass
@@ -87,7 +87,6 @@ def thought_state(ex, thought: list[int], words: list[int]) -> int:
     thought names no state there."""
     k = 0
     if ex.initial_values:
-        from beliefscope.tasks.variables import VARIABLES
 
         k = VARIABLES.index(ex.meta["query"])
     return words.index(thought[k]) if len(thought) > k and thought[k] in words else -1

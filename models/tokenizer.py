@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from beliefscope.tasks import toy_vocabulary
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -16,7 +17,6 @@ SPECIALS = ("<pad>", "<eos>", "<unk>")
 def toy_tokenizer(words: list[str] | None = None) -> PreTrainedTokenizerFast:
     """Build the shared word-level tokenizer; ids 0/1/2 are pad/eos/unk, then the words."""
     if words is None:
-        from beliefscope.tasks import toy_vocabulary
 
         words = toy_vocabulary()
     vocab = {w: i for i, w in enumerate([*SPECIALS, *words])}

@@ -26,6 +26,7 @@ from typing import Callable
 
 import torch
 from beliefscope.models.devices import HOST, default_device
+from beliefscope.models.evaluate import evaluate_bands
 from beliefscope.models.lm_batch import make_batch as lm_batch
 from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
 from beliefscope.models.thinking_data import make_batch as thinking_batch
@@ -33,7 +34,7 @@ from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.models.train_state import load_state, save_state
 from beliefscope.tasks import get_task
 
-from beliefscope.base.files import atomic_write_json, staged_output
+from beliefscope.base.files import atomic_write_json, check_writable_parent, staged_output
 
 ROPE_PRESETS = ("direct-rope", "cot-rope", "thinking")
 # Fields that may differ between a run and its resumption (they do not change the trajectory).
@@ -180,7 +181,6 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     rng = random.Random(cfg.seed)
     start, history = 0, []
     if out:
-        from beliefscope.base.files import check_writable_parent
 
         out = check_writable_parent(out)
         if os.path.isfile(out):
@@ -225,7 +225,6 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     if cfg.preset == "thinking":
         card["thinking_config"] = asdict(model.thinking_config)
     if cfg.eval_n:
-        from beliefscope.models.evaluate import evaluate_bands
 
         card["eval"] = evaluate_bands(model, tok, cfg.task, cfg.eval_n, fmt=fmt)
     if out:

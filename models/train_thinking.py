@@ -33,8 +33,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+from beliefscope.models.adapters import AdaptedLM
 from beliefscope.models.cards import read_card
-from beliefscope.models.load import HOST, checkpoints_dir, default_device, load_hf
+from beliefscope.models.evaluate import evaluate_bands
+from beliefscope.models.load import HOST, checkpoints_dir, default_device, load_hf, load_model
 from beliefscope.models.lora import add_lora
 from beliefscope.models.names import checkpoint_path
 from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
@@ -44,7 +46,7 @@ from beliefscope.models.train_state import load_state, save_state
 from beliefscope.tasks import get_task
 from beliefscope.tasks.questions import in_chat
 
-from beliefscope.base.files import check_writable_parent
+from beliefscope.base.files import atomic_write_json, check_writable_parent
 
 COST_FILE = "training_cost.json"
 
@@ -154,7 +156,6 @@ def build(cfg: ThinkingTrainConfig, device=None, backbone=None):
     if cfg.method == "thinking":
         model = ThinkingStates(hf, tok, tcfg)
     else:
-        from beliefscope.models.adapters import AdaptedLM
 
         model = AdaptedLM(hf, tok)
     for p in hf.parameters():
@@ -306,10 +307,7 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
     card = save_parts(model, out, card, cfg.backbone, digest, getattr(torch, cfg.parts_dtype),
                       kind="thinking" if cfg.method == "thinking" else "adapters")
     if cfg.eval_n:
-        from beliefscope.models.evaluate import evaluate_bands
-        from beliefscope.models.load import load_model
 
-        from beliefscope.base.files import atomic_write_json
 
         loaded, ltok = load_model(out, device=cfg.device)  # evaluate what ships (parts in parts_dtype)
         card["eval"] = evaluate_bands(loaded, ltok, cfg.task, cfg.eval_n, bands=("1-8", "9-16", "17-32"),

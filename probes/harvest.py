@@ -41,6 +41,7 @@ from beliefscope.probes.twin import checkpoint_hash, random_init_like, random_tw
 from beliefscope.tasks import get_task, parse_events_range
 
 from beliefscope.base.files import check_writable_parent
+from beliefscope.base.progress import progress_bar
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
 
@@ -370,7 +371,6 @@ def main(argv=None) -> int:
         barrier = dist.barrier
     factory = None
     if not args.no_progress and rank == 0:
-        from beliefscope.base.progress import progress_bar
 
         factory = lambda out: progress_bar(f"harvest {os.path.basename(out)}", leave=True)
     try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from beliefscope.probes.data import load_probe_data
 from beliefscope.probes.store import ActivationStore
 from safetensors.torch import load_file, save_file
 
@@ -150,7 +151,6 @@ def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int 
     """
 
     if isinstance(X, ActivationStore):
-        from beliefscope.probes.data import load_probe_data
 
         data = load_probe_data(X, "after_first_event", X.hooks)
         X.check_label(y)

@@ -45,7 +45,7 @@ CASES = [
 
 @pytest.mark.parametrize("line,fragment,before_load", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_one_clear_line_and_leaves_nothing(line, fragment, before_load, tmp_path, monkeypatch, capsys):
-    from beliefscope.models import load, thinking_ckpt
+    from beliefscope.models import load
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("a file where a folder is expected")
@@ -54,7 +54,7 @@ def test_bad_input_is_one_clear_line_and_leaves_nothing(line, fragment, before_l
             raise AssertionError(f"{line!r} loaded a model before rejecting its input")
 
         monkeypatch.setattr(load, "load_hf", refuse)
-        monkeypatch.setattr(thinking_ckpt, "load_thinking", refuse)
+        monkeypatch.setattr(load, "load_thinking", refuse)  # the names load_model calls
     argv = shlex.split(line)
     rc = main(argv)
     err = capsys.readouterr().err

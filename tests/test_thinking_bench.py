@@ -23,6 +23,7 @@ def test_cot_with_drafter_matches_plain_greedy():
 @pytest.mark.slow
 def test_quick_bench_reports_the_drafted_baseline(tmp_path, monkeypatch):
     from beliefscope.benchmarks import common
+    from beliefscope.benchmarks import thinking as bench_thinking
     from beliefscope.benchmarks.thinking import QUICK, main
 
     from beliefscope.decoding import tune
@@ -30,7 +31,7 @@ def test_quick_bench_reports_the_drafted_baseline(tmp_path, monkeypatch):
     monkeypatch.setattr(common, "result_path", lambda name, quick: str(tmp_path / f"{name}.json"))
     picked = tune.choose_drafter
     # whichever is faster on this machine, the drafted path must then be timed: pretend ngram:3 won
-    monkeypatch.setattr(tune, "choose_drafter", lambda *a, **kw: ("ngram:3", picked(*a, **kw)[1]))
+    monkeypatch.setattr(bench_thinking, "choose_drafter", lambda *a, **kw: ("ngram:3", picked(*a, **kw)[1]))
     r = main(quick=True, config=replace(QUICK, cot_drafters=("ngram:3",)))
     band = r["bands"]["3-4"]
     assert band["speculative_equals_chunked"] == 1.0
