@@ -202,7 +202,8 @@ COMMANDS = (
             unit="determinism", required=("model",),
             choices={"fast_dtype": ["float32", "bfloat16"],
                      "paths": ["auto", "all", "both", "fast", "invariant", "verified"]},
-            epilog="beliefscope determinism --model smollm2 --prompts 2 --others 0,3 --max-new-tokens 16 --json"),
+            renamed={"--prompts": "--n"},
+            epilog="beliefscope determinism --model smollm2 --n 2 --others 0,3 --max-new-tokens 16 --json"),
     Command(name="demo", help="every analysis on the shipped checkpoints -> report.html", config=DemoConfig,
             run=_demo, lines=_demo_lines, skip=("progress",), bars="progress",
             helps={"model": "target (toy checkpoints) or smollm2 (the real model); a Thinking States model (thinking, "

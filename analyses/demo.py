@@ -266,7 +266,7 @@ def _determinism(run: DemoRun) -> None:
         return
     dk = run.plan["determinism"]
     with run.bars("determinism", 2 * len(dk["others"].split(","))) as bar:
-        d = determinism.main(determinism.DeterminismConfig(model=run.cfg.model, prompts=n,
+        d = determinism.main(determinism.DeterminismConfig(model=run.cfg.model, n=n,
                                                            out=os.path.join(run.figs, "determinism.png"),
                                                            quick=run.cfg.quick, fast_dtype="bfloat16", **dk),
                              bridge=run.model, tok=run.tok, progress=bar.update)

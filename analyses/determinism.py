@@ -15,7 +15,7 @@ requests then run at every verify shape of the grid, every slot of the same capa
 and B together). LLM-42 reports verified outputs that change with the verify window; this is the
 check that ours do not.
 
->>> res = main(DeterminismConfig(model="target", prompts=2, others="0,1", out=None, max_new_tokens=4))
+>>> res = main(DeterminismConfig(model="target", n=2, others="0,1", out=None, max_new_tokens=4))
 >>> res["verified_unique_max"], res["fast_path_dtype"]
 (1, 'float32')
 """
@@ -45,7 +45,7 @@ class DeterminismConfig:
     """`beliefscope determinism`: distinct outputs per prompt as other requests share its batch."""
 
     model: str = "target"  # checkpoint folder or alias
-    prompts: int = 8  # measured prompts (requests)
+    n: int = 8  # measured prompts (requests)
     others: str = "0,1,3,7"  # co-batched requests k (the Scheduler's max_batch = k + 1), comma-separated
     out: str | None = None  # chart PNG (None: numbers only, as the command without --out)
     max_new_tokens: int = 12  # tokens per measured request (open-ended runs: 64 or more)
@@ -126,7 +126,7 @@ def open_prompts(tok, n: int, seed: int = 0) -> list[list[int]]:
              and (inspect.getdoc(getattr(m, a)) or "").strip()]
     names = names[seed % len(names):] + names[: seed % len(names)]
     if n > len(names):
-        raise ValueError(f"{n} prompts asked for but only {len(names)} functions to ask about: use --prompts <= "
+        raise ValueError(f"{n} prompts asked for but only {len(names)} functions to ask about: use --n <= "
                          f"{len(names)}")
     msg = "Explain in detail what the Python function {} does, with an example."
     chat = lambda x: tok.apply_chat_template([{"role": "user", "content": msg.format(x)}], add_generation_prompt=True,
@@ -221,8 +221,8 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     out = check_writable_parent(config.out) if config.out else None
     if config.fast_dtype not in ("float32", "bfloat16"):
         raise ValueError(f"fast-path dtype {config.fast_dtype!r} is unknown: use float32 or bfloat16")
-    if config.prompts < 1:
-        raise ValueError(f"prompts={config.prompts}: the workload is empty, measure at least 1 prompt")
+    if config.n < 1:
+        raise ValueError(f"n={config.n}: the workload is empty, measure at least 1 prompt")
     try:
         ks = [int(k) for k in str(config.others).split(",")]
     except ValueError:
@@ -238,10 +238,10 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
     if rendering == "toy":
         task = get_task("coinflip", rendering=rendering, fmt="cot")
         enc = lambda exs: [tok(e.prompt)["input_ids"] for e in exs]
-        prompts = enc(task.examples(config.prompts, config.seed + 1, (3, 8)))
+        prompts = enc(task.examples(config.n, config.seed + 1, (3, 8)))
         pool = enc(task.examples(32, config.seed + 2, (1, 12)))
     else:  # open-ended questions: long answers with near-ties somewhere
-        prompts = open_prompts(tok, config.prompts, config.seed)
+        prompts = open_prompts(tok, config.n, config.seed)
         pool = open_prompts(tok, 24, config.seed + 500)
     res = {"model": config.model, "fast_path_dtype": config.fast_dtype, "window": config.window,
            "verify_slots": config.verify_slots, "n_others": config.n_others,

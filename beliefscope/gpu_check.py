@@ -84,7 +84,7 @@ def _commands(dev: str, work: str) -> dict:
     d = ("--device", dev, "--quiet")
     acts, probes = os.path.join(work, "acts"), os.path.join(work, "probes")
     runs = {
-        "train": ("train", "--preset", "direct-rope", "--steps", "3", "--eval-n", "4", "--out", f"{work}/rope",
+        "train": ("train", "--preset", "direct-rope", "--steps", "3", "--n-eval", "4", "--out", f"{work}/rope",
                   "--json",
                   "--device", dev, "--quiet"),
         "eval": ("eval", "--model", "target", "--n", "20", "--json", *d),
@@ -104,7 +104,7 @@ def _commands(dev: str, work: str) -> dict:
                   "--out", f"{work}/trace.png", "--json", *d),
         "instrument": ("instrument", "--models", "target", "--n-train", "30", "--n-test", "8", "--causal-n", "2",
                        "--out", f"{work}/instrument", "--json", *d),
-        "determinism": ("determinism", "--model", "target", "--prompts", "2", "--quick", "--out",
+        "determinism": ("determinism", "--model", "target", "--n", "2", "--quick", "--out",
                         f"{work}/determinism.png", "--json", *d),
         "view": ("view", "--model", "target", "--events", "2-3", "--n", "1", "--n-train", "30", "--out",
                  f"{work}/view.html", *d),
@@ -174,11 +174,11 @@ def _smollm2_checks(dev: str, work: str, cfg: GpuCheckConfig) -> dict:
     return {
         "greedy_float32": lambda: _greedy_agreement(folder, dev, "float32", cfg),
         "greedy_bfloat16": lambda: _greedy_agreement(folder, dev, "bfloat16", cfg),
-        "determinism_sweep": lambda: _cli("determinism", "--model", folder, "--prompts", n_prompts,
+        "determinism_sweep": lambda: _cli("determinism", "--model", folder, "--n", n_prompts,
                                           "--max-new-tokens", tokens, "--others", others, "--fast-dtype", "bfloat16",
                                           "--paths", "both", "--out", f"{work}/det_smol.png", "--json",
                                           "--device", dev, "--quiet"),
-        "datastore_smollm2": lambda: _cli("datastore", "--model", folder, "--workload", "stdlib", "--prompts", "2",
+        "datastore_smollm2": lambda: _cli("datastore", "--model", folder, "--workload", "stdlib", "--n", "2",
                                           "--max-new-tokens", "6", "--out", f"{work}/store.json", "--device", dev,
                                           "--quiet"),
         "harvest_probe_smollm2": lambda: (

@@ -229,7 +229,7 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
             "workload no one tuned for: requests to rewrite / explain / continue paragraphs of the Python standard "
             "library's docstrings (decoding.general_prompts, 'bench' half of the modules; tree sizes calibrated on the "
             "'store' half). store:smollm2-stdlib is built from SmolLM2's greedy outputs on the 'store' half "
-            "(beliefscope datastore --workload stdlib --prompts 192); store:smollm2 is the coin-flip store")
+            "(beliefscope datastore --workload stdlib --n 192); store:smollm2 is the coin-flip store")
         result["best_speedup_smollm2_general"] = result["general"]["best_speedup"]
     result.setdefault("best_speedup_smollm2", None)
     result.setdefault("best_speedup_smollm2_general", None)

@@ -160,7 +160,7 @@ def register_datastore(subparsers) -> None:
                                "greedy outputs on training prompts", config=DatastoreConfig,
         run=_datastore, lines=lambda res: [f"wrote {res['out']}: {res['n_tokens']:,} tokens, "
                                            f"{res['ngrams']:,} n-grams"],
-        total=lambda cfg: cfg.prompts, unit="greedy outputs", required=("out",),
+        total=lambda cfg: cfg.n, renamed={"--prompts": "--n"}, unit="greedy outputs", required=("out",),
         choices={"workload": ["coinflip", "stdlib"], "split": ["train", "heldout", "all"]},
         epilog="beliefscope datastore --model smollm2 --out my-store.json"))
 
@@ -176,12 +176,12 @@ def _datastore(cfg, progress) -> dict:
     if cfg.workload == "stdlib":
         from beliefscope.decoding.general_prompts import general_chat_prompts
 
-        texts = general_chat_prompts(tok, cfg.prompts, cfg.seed, split="store")
-        meta = {"model": cfg.model, "workload": "stdlib docstrings, store split", "prompts": cfg.prompts,
+        texts = general_chat_prompts(tok, cfg.n, cfg.seed, split="store")
+        meta = {"model": cfg.model, "workload": "stdlib docstrings, store split", "prompts": cfg.n,
                 "seed": cfg.seed}
     else:
-        texts = chat_prompts(tok, cfg.prompts, cfg.seed, events, cfg.split)
-        meta = {"model": cfg.model, "prompts": cfg.prompts, "seed": cfg.seed, "events": list(events),
+        texts = chat_prompts(tok, cfg.n, cfg.seed, events, cfg.split)
+        meta = {"model": cfg.model, "prompts": cfg.n, "seed": cfg.seed, "events": list(events),
                 "split": cfg.split, "instruction": "tasks.instruct.REWRITE_INSTRUCTION"}
     prompts = [tok(t)["input_ids"] for t in texts]
     build = StoreBuildConfig(max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, max_n=cfg.max_n)

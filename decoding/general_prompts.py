@@ -10,7 +10,7 @@ no passage and no module. Each prompt asks SmolLM2 to rewrite, explain or contin
 
 Build the store of this workload (resumable; about 8 minutes on 2 cores)::
 
-    beliefscope datastore --model smollm2 --workload stdlib --prompts 192 --out checkpoints/smollm2-stdlib-store.json
+    beliefscope datastore --model smollm2 --workload stdlib --n 192 --out checkpoints/smollm2-stdlib-store.json
 
 >>> ps = stdlib_passages("bench")
 >>> len(ps) > 100 and all(150 <= len(p.text) <= 700 for p in ps)

@@ -42,7 +42,7 @@ class DatastoreConfig:
     workload: str = "coinflip"  # the requests: coin-flip story rewrites (tasks.instruct), or requests about the
     #   Python standard library's docstrings (decoding.general_prompts, its 'store' half; --events and --split
     #   do not apply)
-    prompts: int = 320  # training prompts to generate from
+    n: int = 320  # training prompts to generate from
     seed: int = 1  # prompt seed
     events: str = "5-9"  # events per story, e.g. 5-9
     split: str = "train"  # story templates and names to use (benchmarks run on heldout)

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from beliefscope.base.config_flags import Command, register_command
+from beliefscope.base.config_flags import Command, add_renamed_flags, register_command
 from beliefscope.base.files import atomic_write_json, atomic_write_text, check_writable_parent
 from beliefscope.models.evaluate import EvalConfig
 from beliefscope.models.profile import model_profile
@@ -33,9 +33,10 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto",
                    help="RoPE and smollm2 presets: where the steps run (cpu, cuda, cuda:N or mps); auto is cuda "
                         "when available, else cpu. The GPT-2 presets (target, draft, tiny) train on the cpu")
-    p.add_argument("--eval-n", type=int, default=None,
+    p.add_argument("--n-eval", dest="eval_n", type=int, default=None,
                    help="RoPE presets: held-out prompts per length band evaluated into the model card "
                         "(default: the preset's 200; 0 skips the evaluation)")
+    add_renamed_flags(p, {"--eval-n": "--n-eval"})
     p.add_argument("--empty-thoughts", action="store_true",
                    help="thinking presets: a bare <eos> thought where the state does not change; S carries over "
                         "(speculative prefill accepts such chunks without a C call)")

@@ -37,3 +37,19 @@ def test_help_ends_with_an_example_that_parses(name):
 def test_every_command_takes_the_shared_output_flags(name):
     flags = {s for a in COMMANDS[name]._actions for s in a.option_strings}
     assert {"--quiet", "--no-progress"} <= flags, name
+
+
+@pytest.mark.parametrize("argv,new", [
+    (["determinism", "--model", "target", "--prompts", "2"], "--n"),
+    (["datastore", "--out", "store.json", "--prompts", "2"], "--n"),
+    (["train", "--preset", "thinking", "--eval-n", "3", "--out", "run"], "--n-eval"),
+])
+def test_renamed_flags_refuse_naming_the_new_spelling(argv, new, capsys, tmp_path, monkeypatch):
+    """One spelling per count of prompts: an old flag stops before any work and names the new one."""
+    from beliefscope.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and f"renamed: use {new} " in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

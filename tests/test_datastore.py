@@ -206,7 +206,7 @@ def test_datastore_command_builds_the_stdlib_workload_store(smollm2, tmp_path, m
 
     monkeypatch.setattr(load_mod, "load_model", lambda name, **kw: smollm2)  # the session's SmolLM2, no reload
     out = tmp_path / "stdlib.json"
-    assert main(["datastore", "--workload", "stdlib", "--prompts", "2", "--max-new-tokens", "6", "--out", str(out),
+    assert main(["datastore", "--workload", "stdlib", "--n", "2", "--max-new-tokens", "6", "--out", str(out),
                  "--no-progress", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     store = NGramStore.load(str(out))

@@ -112,10 +112,10 @@ def test_empty_workload_and_bad_values_are_refused():
         determinism_sweep(model, [], [[3, 4]])
     with pytest.raises(ValueError, match="max_batch=0"):
         Scheduler(model, SchedulerConfig(max_batch=0))
-    with pytest.raises(ValueError, match="prompts=0"):
-        main(DeterminismConfig(prompts=0, out=None))
+    with pytest.raises(ValueError, match="n=0"):
+        main(DeterminismConfig(n=0, out=None))
     with pytest.raises(ValueError, match="others='1,-2'"):
-        main(DeterminismConfig(prompts=1, others="1,-2", out=None))
+        main(DeterminismConfig(n=1, others="1,-2", out=None))
 
 
 @pytest.mark.slow
@@ -127,7 +127,7 @@ def test_verified_outputs_equal_across_the_verify_shape_grid():
     from beliefscope.models.load import load_model
 
     model, tok = load_model("target", device="cpu")
-    res = main(DeterminismConfig(model="target", prompts=3, others="0,1,3,7", out=None, max_new_tokens=6,
+    res = main(DeterminismConfig(model="target", n=3, others="0,1,3,7", out=None, max_new_tokens=6,
                                  quick=True, window="1,2,4,8", verify_slots="2,4,8", paths="verified"),
                bridge=model, tok=tok)
     assert res["verified_unique_max"] == 1
@@ -140,9 +140,9 @@ def test_verified_outputs_equal_across_the_verify_shape_grid():
     assert [(c["window"], c["verify_slots"]) for c in res["verified_by_shape"]] == \
         [(w, b) for w in (1, 2, 4, 8) for b in (2, 4, 8)]
     with pytest.raises(ValueError, match="window='4,x' must be comma-separated integers >= 1"):
-        main(DeterminismConfig(model="no-such-model", prompts=1, window="4,x", out=None))
+        main(DeterminismConfig(model="no-such-model", n=1, window="4,x", out=None))
     with pytest.raises(ValueError, match="verify_slots='0' must be"):
-        main(DeterminismConfig(model="no-such-model", prompts=1, verify_slots="0", out=None))
+        main(DeterminismConfig(model="no-such-model", n=1, verify_slots="0", out=None))
 
 
 def test_fast_path_request_too_long_names_slot_capacity():

@@ -119,6 +119,25 @@ def add_config_flags(parser: argparse.ArgumentParser, cls, *, skip=(), required=
         parser.add_argument(flag, type=_listed(kind) if listed else kind, **kw)
 
 
+class _Renamed(argparse.Action):
+    """A flag that was renamed: using it is an error that names the new spelling."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise argparse.ArgumentError(self, f"renamed: use {self.new} (one spelling per concept: --n counts the "
+                                           "prompts a command runs, --n-<role> a count with a role)")
+
+
+def add_renamed_flags(parser: argparse.ArgumentParser, renamed: dict) -> None:
+    """Hidden flags ``{old: new}`` that refuse with the new spelling (``--prompts 4`` -> "use --n")."""
+    for old, new in renamed.items():
+        parser.add_argument(old, action=_Renamed, new=new, dest=f"_renamed_{old.lstrip('-')}", nargs="?",
+                            help=argparse.SUPPRESS)
+
+
 def config_from_args(cls, args: argparse.Namespace, **overrides):
     """The config whose fields are the parsed flags of the same names (``overrides`` win)."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
@@ -147,6 +166,7 @@ class Command:
     flags: typing.Callable | None = None  # flags(parser): flags added by hand for `skip`ped fields
     from_flags: typing.Callable | None = None  # from_flags(args) -> {field: value} of those hand-made flags
     bars: str = ""  # a bool field that --no-progress sets to False (a command that draws its own bars)
+    renamed: dict = dataclasses.field(default_factory=dict)  # old flag -> its new spelling (the old one refuses)
 
 
 def register_command(subparsers, command: Command) -> argparse.ArgumentParser:
@@ -158,6 +178,7 @@ def register_command(subparsers, command: Command) -> argparse.ArgumentParser:
                      helps=command.helps)
     if command.flags:
         command.flags(p)
+    add_renamed_flags(p, command.renamed)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress stays on stderr)")
     p.set_defaults(func=lambda args: run_command(command, args))
     return p
@@ -166,7 +187,6 @@ def register_command(subparsers, command: Command) -> argparse.ArgumentParser:
 def run_command(command: Command, args: argparse.Namespace) -> int:
     """Build the config from the flags, run it under a progress bar, print the result."""
     import json
-
 
     quiet = getattr(args, "no_progress", False)
     extra = command.from_flags(args) if command.from_flags else {}
