@@ -10,7 +10,6 @@ True
 
 from beliefscope.decoding.config import SpecConfig, TreeConfig
 from beliefscope.decoding.core import Generation
-from beliefscope.decoding.loop import generate
 from beliefscope.decoding.drafters import (
                                Drafter,
                                EarlyExitDrafter,
@@ -19,6 +18,7 @@ from beliefscope.decoding.drafters import (
                                NGramDrafter,
                                make_drafter,
 )
+from beliefscope.decoding.loop import generate
 from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig, determinism_sweep
 from beliefscope.decoding.speculative import accept_greedy, accept_sampled, speculative_generate
 from beliefscope.decoding.trace import Step, Trace

@@ -1,6 +1,6 @@
-"""The decoding loop, shared by plain decoding, chains and token trees: each step is propose -> verify
--> accept -> commit, around one setup (prompt, budget, cache, prefill), one clock and one trace. EOS and
-the token budget are applied once, here (`decoding.core.clip_new`).
+"""One row through the engine (`decoding.engine`): plain decoding, chains and token trees. Each step is
+propose -> verify -> accept -> commit, around one setup (prompt, budget, cache, prefill), one clock and
+one trace (`SpeculativeRun`). EOS and the token budget are applied by `decoding.core.clip_new`.
 
 What differs between them is a *step kind* (`PlainStep` below, ``decoding.speculative.ChainStep``,
 ``decoding.tree_generate.TreeStep``), an object with two attributes and six methods:
@@ -49,6 +49,7 @@ from beliefscope.decoding.core import (
     token_budget,
 )
 from beliefscope.decoding.drafter import Drafter
+from beliefscope.decoding.engine import run
 from beliefscope.decoding.trace import Step, Trace, close_step, record_counts
 from beliefscope.decoding.tree import TokenTree
 
@@ -68,65 +69,95 @@ class Proposal:
 
 @torch.no_grad()
 def speculative_loop(model, drafter, prompt_ids, cfg: SpecConfig, kind, *, tokenizer=None) -> Generation:
-    """Decode ``prompt_ids`` with ``drafter`` and the step ``kind`` (see the module docstring)."""
-    t_start = time.perf_counter()
-    ids0 = check_prompt(model, prompt_ids)
-    n_prompt = ids0.numel()
-    eos = eos_id(model, cfg, tokenizer)
-    room = kind.room  # the widest verify forward (padding included)
-    budget = token_budget(model, n_prompt, cfg.max_new_tokens, room)
-    buf = torch.zeros(n_prompt + budget + room, dtype=torch.long)  # [n_prompt + budget + room] committed, prompt first
-    buf[:n_prompt] = ids0
-    cache = new_cache(model, n_prompt + budget + room, cfg.keep_rejected)
-    trace = Trace(n_prompt) if cfg.trace else None
-    res = Generation([], n_prompt, 0, 0, 0.0, trace=trace, cache=cache)
+    """Decode ``prompt_ids`` with ``drafter`` and the step ``kind`` (see the module docstring): the
+    engine (`decoding.engine.run`) stepping a `SpeculativeRun`."""
     with ExitStack() as stack:
-        caps = _capture_target(stack, model, cache, trace, cfg)
+        policy = run(SpeculativeRun(model, drafter, prompt_ids, cfg, kind, tokenizer, stack))
+    return policy.finish()
+
+
+class SpeculativeRun:
+    """One row decoded by a step kind, as a policy of the engine: the prompt is prefilled when it is
+    built; each step drafts, verifies the pending token and the drafts in one forward, and keeps the
+    accepted path (``clip_new``: the budget and EOS)."""
+
+    def __init__(self, model, drafter, prompt_ids, cfg: SpecConfig, kind, tokenizer, stack: ExitStack):
+        self.t_start = time.perf_counter()
+        ids0 = check_prompt(model, prompt_ids)
+        self.model, self.drafter, self.cfg, self.kind = model, drafter, cfg, kind
+        self.n_prompt = n_prompt = ids0.numel()
+        self.eos = eos_id(model, cfg, tokenizer)
+        room = kind.room  # the widest verify forward (padding included)
+        self.budget = budget = token_budget(model, n_prompt, cfg.max_new_tokens, room)
+        self.buf = torch.zeros(n_prompt + budget + room, dtype=torch.long)  # [n_prompt + budget + room] committed
+        self.buf[:n_prompt] = ids0
+        self.cache = cache = new_cache(model, n_prompt + budget + room, cfg.keep_rejected)
+        self.trace = trace = Trace(n_prompt) if cfg.trace else None
+        self.res = res = Generation([], n_prompt, 0, 0, 0.0, trace=trace, cache=cache)
+        self.caps = _capture_target(stack, model, cache, trace, cfg)
         t = time.perf_counter()
         logits = forward(model, ids0, cache)[-1]  # [vocab]; prefill: cache = prompt (PREFILL)
         res.target_seconds += time.perf_counter() - t
         res.target_forwards = 1
-        buf[n_prompt] = pick(logits, cfg, n_prompt)
-        length = n_prompt + 1  # committed tokens; buf[length - 1] is pending, the cache holds length - 1
+        self.buf[n_prompt] = pick(logits, cfg, n_prompt)
+        self.length = n_prompt + 1  # committed tokens; buf[length - 1] is pending, the cache holds length - 1
         t = time.perf_counter()
-        drafter.start(model, buf[:length], cache, cfg)
+        drafter.start(model, self.buf[: self.length], cache, cfg)
         res.draft_seconds += time.perf_counter() - t
-        _capture_draft_model(stack, caps, drafter, cfg)
-        while length - n_prompt < budget and int(buf[length - 1]) != eos:
-            counts, n_events = record_counts(caps), len(cache.events)
-            pos = length - 1  # absolute position of the pending token
-            _set_pass(caps, "draft")
-            t = time.perf_counter()
-            # drafts past the budget are wasted
-            prop = kind.propose(drafter, buf[:length], budget - (length - n_prompt) - 1)
-            t_draft = time.perf_counter() - t
-            _set_pass(caps, "verify")
-            t = time.perf_counter()
-            width = kind.width(1 + len(prop.tokens))
-            cache.next_provenance = kind.provenance
-            logits = kind.verify(model, cache, buf[pos:length], prop, width)  # [1 + n, vocab]; row j -> pos + 1 + j
-            path, nxt = kind.accept(logits, prop, pos + 1)
-            new = clip_new([*(prop.tokens[i] for i in path), nxt], budget - (length - n_prompt), eos)
-            keep = pos + len(new)  # the pending token and the accepted drafts stay; the last new token is pending
-            kind.commit(cache, pos, prop, path, keep)
-            buf[length:length + len(new)] = torch.tensor(new)
-            length += len(new)
-            t_verify = time.perf_counter() - t
-            t = time.perf_counter()
-            drafter.sync(length)
-            t_draft += time.perf_counter() - t
-            res.record_step(drafted=len(prop.tokens), accepted=len(path), gamma=prop.gamma, n_new=len(new),
-                            draft_s=t_draft, verify_s=t_verify)
-            fields = kind.after(res, prop, path, len(new) - 1, width)
-            if trace is not None:
-                trace.steps.append(Step(res.steps - 1, pos, prop.tokens, len(path), new, gamma=prop.gamma,
-                                        draft_seconds=t_draft, verify_seconds=t_verify,
-                                        events=[tuple(e) for e in cache.events[n_events:]], **fields))
-                close_step(caps, counts, res.steps - 1, keep)
-    res.tokens = buf[n_prompt:length].tolist()
-    res.draft_forwards = getattr(drafter, "forwards", 0)
-    res.seconds = time.perf_counter() - t_start
-    return res
+        _capture_draft_model(stack, self.caps, drafter, cfg)
+
+    def done(self) -> bool:
+        return self.length - self.n_prompt >= self.budget or int(self.buf[self.length - 1]) == self.eos
+
+    def propose(self) -> Proposal:
+        self.counts, self.n_events = record_counts(self.caps), len(self.cache.events)
+        self.pos = self.length - 1  # absolute position of the pending token
+        _set_pass(self.caps, "draft")
+        t = time.perf_counter()
+        # drafts past the budget are wasted
+        prop = self.kind.propose(self.drafter, self.buf[: self.length], self.budget - (self.length - self.n_prompt) - 1)
+        self.t_draft = time.perf_counter() - t
+        return prop
+
+    def verify(self, prop: Proposal) -> torch.Tensor:
+        _set_pass(self.caps, "verify")
+        self.t_verify = time.perf_counter()
+        self.width = self.kind.width(1 + len(prop.tokens))
+        self.cache.next_provenance = self.kind.provenance
+        # [1 + n, vocab]; row j -> pos + 1 + j
+        return self.kind.verify(self.model, self.cache, self.buf[self.pos: self.length], prop, self.width)
+
+    def accept(self, prop: Proposal, logits: torch.Tensor) -> tuple[list[int], list[int]]:
+        """(accepted path, new tokens): the path's drafts and the verifier's next token, clipped."""
+        path, nxt = self.kind.accept(logits, prop, self.pos + 1)
+        return path, clip_new([*(prop.tokens[i] for i in path), nxt], self.budget - (self.length - self.n_prompt),
+                              self.eos)
+
+    def commit(self, prop: Proposal, accepted: tuple[list[int], list[int]]) -> None:
+        path, new = accepted
+        keep = self.pos + len(new)  # the pending token and the accepted drafts stay; the last new token is pending
+        self.kind.commit(self.cache, self.pos, prop, path, keep)
+        self.buf[self.length: self.length + len(new)] = torch.tensor(new)
+        self.length += len(new)
+        t_verify = time.perf_counter() - self.t_verify
+        t = time.perf_counter()
+        self.drafter.sync(self.length)
+        t_draft = self.t_draft + time.perf_counter() - t
+        res = self.res
+        res.record_step(drafted=len(prop.tokens), accepted=len(path), gamma=prop.gamma, n_new=len(new),
+                        draft_s=t_draft, verify_s=t_verify)
+        fields = self.kind.after(res, prop, path, len(new) - 1, self.width)
+        if self.trace is not None:
+            self.trace.steps.append(Step(res.steps - 1, self.pos, prop.tokens, len(path), new, gamma=prop.gamma,
+                                         draft_seconds=t_draft, verify_seconds=t_verify,
+                                         events=[tuple(e) for e in self.cache.events[self.n_events:]], **fields))
+            close_step(self.caps, self.counts, res.steps - 1, keep)
+
+    def finish(self) -> Generation:
+        self.res.tokens = self.buf[self.n_prompt: self.length].tolist()
+        self.res.draft_forwards = getattr(self.drafter, "forwards", 0)
+        self.res.seconds = time.perf_counter() - self.t_start
+        return self.res
 
 
 class NoDrafter(Drafter):

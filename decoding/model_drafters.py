@@ -20,7 +20,6 @@ from contextlib import contextmanager
 import torch
 from beliefscope.cache import Provenance
 from beliefscope.decoding.config import SpecConfig, TreeConfig
-from beliefscope.models.bare import runnable
 from beliefscope.decoding.core import (
     forward,
     hf_model,
@@ -32,6 +31,7 @@ from beliefscope.decoding.core import (
 )
 from beliefscope.decoding.drafter import Drafter
 from beliefscope.decoding.tree import TokenTree, layout
+from beliefscope.models.bare import runnable
 from torch import nn
 
 

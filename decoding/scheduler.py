@@ -36,6 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+from beliefscope.decoding import engine
 from beliefscope.decoding.core import check_prompt, clip_new, hf_model, pad_window, token_budget
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.decoding.speculative import accept_greedy
@@ -163,46 +164,61 @@ class Scheduler:
 
     @torch.no_grad()
     def run(self, requests: list[Request]) -> list[list[int]]:
+        """Every request to completion (the engine stepping this scheduler, one round per step); their new
+        tokens in input order."""
         cfg = self.cfg
         self._check(requests)
-        waiting = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, i))
-        active: list[Request] = []
+        self._requests = requests
+        self._waiting = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, i))
+        self._active: list[Request] = []
+        self._free = list(range(cfg.verify_slots))
         self.rounds, self.batch_sizes, self.verify_forwards, self.min_margin = 0, Counter(), 0, float("inf")
         self.verify_rows = 0
         self.slots = SlotCache.for_model(self.target, cfg.verify_slots, cfg.slot_capacity)
         self.pool = SlotCache.for_model(self.fast, cfg.max_batch, cfg.slot_capacity)  # fast-path KV, row per request
         self.rows: list[Request] = []  # rows[i] owns pool row i (compacted as requests finish)
-        free = list(range(cfg.verify_slots))
-        while waiting or active:
-            for i in [i for i in waiting if requests[i].arrival <= self.rounds]:  # FIFO among arrivals
-                r = requests[i]
-                if len(active) >= cfg.max_batch:
-                    break
-                if self._checked(r):
-                    if not free:  # every verify slot is taken: wait for one (later requests may pass)
-                        continue
-                    r.slot = free.pop(0)
-                    self._prefill(r)
-                if not (self._checked(r) and cfg.window == 1):
-                    self._fast_prefill(r)
-                waiting.remove(i)
-                active.append(r)
-            if not active:  # nothing has arrived yet: time passes
-                self.rounds += 1
-                continue
-            active = self._retire(active, free)
-            if self.rows:
-                self._fast_round()
-            det = [r for r in active if self._checked(r)]
-            if any(len(r.drafts) >= min(cfg.window - 1, r.max_new_tokens - len(r.tokens) - 1)
-                   or self._stopped(r.drafts) for r in det):
-                # grouped verification: when one is due, every deterministic request with drafts rides
-                # along, so they fall into step and share one forward per window
-                self._verify([r for r in det if r.drafts or r.row is None
-                              or len(r.tokens) + 1 >= r.max_new_tokens], cfg.window)
-            active = self._retire(active, free)
-            self.rounds += 1
+        engine.run(self)
         return [r.tokens for r in requests]
+
+    def done(self) -> bool:
+        return not (self._waiting or self._active)
+
+    def propose(self) -> list[Request] | None:
+        """A round up to its verify: admit the requests that arrived, retire finished ones, one fast-path
+        token for every pooled request. Returns the deterministic requests due for a verify, or None
+        when none is (the round then ends here)."""
+        cfg, requests = self.cfg, self._requests
+        for i in [i for i in self._waiting if requests[i].arrival <= self.rounds]:  # FIFO among arrivals
+            r = requests[i]
+            if len(self._active) >= cfg.max_batch:
+                break
+            if self._checked(r):
+                if not self._free:  # every verify slot is taken: wait for one (later requests may pass)
+                    continue
+                r.slot = self._free.pop(0)
+                self._prefill(r)
+            if not (self._checked(r) and cfg.window == 1):
+                self._fast_prefill(r)
+            self._waiting.remove(i)
+            self._active.append(r)
+        if not self._active:  # nothing has arrived yet: time passes
+            self.rounds += 1
+            return None
+        self._active = self._retire(self._active, self._free)
+        if self.rows:
+            self._fast_round()
+        det = [r for r in self._active if self._checked(r)]
+        if any(len(r.drafts) >= min(cfg.window - 1, r.max_new_tokens - len(r.tokens) - 1)
+               or self._stopped(r.drafts) for r in det):
+            # grouped verification: when one is due, every deterministic request with drafts rides
+            # along, so they fall into step and share one forward per window
+            return [r for r in det if r.drafts or r.row is None or len(r.tokens) + 1 >= r.max_new_tokens]
+        self._end_round()
+        return None
+
+    def _end_round(self) -> None:
+        self._active = self._retire(self._active, self._free)
+        self.rounds += 1
 
     def _retire(self, active: list[Request], free: list[int]) -> list[Request]:
         """Drop finished requests: free their verify slot, compact the fast pool's rows."""
@@ -261,12 +277,11 @@ class Scheduler:
         for r, t in zip(self.rows, logits[:, -1].argmax(-1).tolist()):
             (r.drafts if self._checked(r) else r.tokens).append(t)
 
-    def _verify(self, due: list[Request], window: int) -> None:
-        """One fixed-shape ``[verify_slots, window]`` reference forward; each due row holds
-        ``[pending, drafts..., padding]``, every other row is a dummy. Then accept and roll back per row
-        (the verify slot keeps the pending token and the accepted drafts; the fast pool row is cut back
-        to the committed tokens)."""
-        pad = self.cfg.pad_token_id
+    def verify(self, due: list[Request]) -> tuple[list, torch.Tensor]:
+        """One reference forward; each due row holds ``[pending, drafts..., padding]`` (``window`` wide).
+        Fixed-shape: ``[verify_slots, window]``, every other row a dummy; row-invariant: the due rows only,
+        over their own keys. Returns ``([(request, drafts, budget, logits row)], logits)``."""
+        pad, window = self.cfg.pad_token_id, self.cfg.window
         invariant = self.verifier is not None
         x = torch.full((len(due) if invariant else self.cfg.verify_slots, window), pad, dtype=torch.long)  # [B, W]
         rows = []
@@ -282,6 +297,12 @@ class Scheduler:
             logits = self.slots.verify(self.target, x)  # [B, W, vocab]
         self.verify_forwards += 1
         self.verify_rows += len(due)
+        return rows, logits
+
+    def accept(self, due: list[Request], out: tuple[list, torch.Tensor]) -> list[tuple]:
+        """Per due row: ``(request, drafts, accepted drafts, new tokens)``, greedy, clipped (`clip_new`)."""
+        rows, logits = out
+        kept = []
         for r, drafts, budget, row in rows:
             accepted, nxt = accept_greedy(logits[row, : drafts.numel() + 1], drafts)
             new = clip_new([*drafts[:accepted].tolist(), nxt], budget, self.cfg.eos_token_id)
@@ -290,7 +311,14 @@ class Scheduler:
                 # every fast token accepted: the pool lacks the last draft's K/V, so the reference's
                 # extra token waits for the next window (the output is the same greedy sequence)
                 new = new[:-1]
-            self.slots.lengths[r.slot] += len(new)  # keep the pending token and the accepted drafts: O(1) rollback
+            kept.append((r, drafts, accepted, new))
+        return kept
+
+    def commit(self, due: list[Request], kept: list[tuple]) -> None:
+        """Keep each row's accepted tokens: the verify slot keeps the pending token and the accepted
+        drafts (an O(1) rollback), the fast pool row is cut back to the committed tokens; the round ends."""
+        for r, drafts, accepted, new in kept:
+            self.slots.lengths[r.slot] += len(new)
             r.tokens += new
             r.drafts = []
             if r.row is not None:
@@ -298,6 +326,7 @@ class Scheduler:
             r.verifies += 1
             r.accepted += accepted
             r.drafted += drafts.numel()
+        self._end_round()
 
 
 def sweep_workload(prompts, others_prompts, k: int, order: int, max_new_tokens: int, deterministic: bool,

@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-
 from beliefscope.cache import KVCache, Provenance
 from beliefscope.decoding.thought_drafter import ThoughtDrafter
 

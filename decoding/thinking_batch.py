@@ -32,7 +32,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from beliefscope.cache import KVCache
 from beliefscope.decoding.thinking import _check_room
 from beliefscope.decoding.thought_drafter import ThoughtDrafter

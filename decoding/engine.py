@@ -1,0 +1,60 @@
+"""The one decode -> verify -> rollback loop. Every way this package decodes is a *policy* of it:
+
+- ``decoding.loop.SpeculativeRun``: one row; plain decoding (no drafts), chains and token trees;
+- ``decoding.scheduler.Scheduler``: deterministic requests among others (the fast path drafts, a
+  fixed-shape or row-invariant forward verifies the rows that are due);
+- ``decoding.thinking_prefill.SpeculativePrefill``: Thinking States' speculative prefill, one story
+  or a batch (drafted chunks and thoughts, verified by T).
+
+A step asks the policy for a proposal, runs one verify forward over it, asks which part is accepted
+and lets the policy commit it (the cache is rolled back to what stays). A step whose proposal is
+None verifies nothing (a scheduler round where no request is due). EOS and the token budget are
+applied by ``decoding.core.clip_new``, traces and events by the policy that keeps them.
+
+>>> class Count:                      # a policy that proposes 0, 1, 2 and accepts every other one
+...     def __init__(self): self.seen, self.kept = [], []
+...     def done(self): return len(self.seen) == 3
+...     def propose(self): return len(self.seen)
+...     def verify(self, proposal): self.seen.append(proposal); return proposal
+...     def accept(self, proposal, out): return out % 2 == 0
+...     def commit(self, proposal, accepted): self.kept += [proposal] if accepted else []
+>>> run(Count()).kept
+[0, 2]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeVar
+
+
+class Policy(Protocol):
+    """What one decoding method decides; the loop in `run` decides nothing."""
+
+    def done(self) -> bool:
+        """No row has work left."""
+
+    def propose(self) -> Any:
+        """This step's drafts (and whatever verify needs), or None: nothing is verified this step."""
+
+    def verify(self, proposal) -> Any:
+        """One target forward over the proposal (the cache grows by its width)."""
+
+    def accept(self, proposal, out) -> Any:
+        """What the verifier keeps of the proposal, from the forward's output ``out``."""
+
+    def commit(self, proposal, accepted) -> None:
+        """Keep ``accepted``, roll the cache back past it, and record the step."""
+
+
+P = TypeVar("P", bound=Policy)
+
+
+def run(policy: P) -> P:
+    """Step ``policy`` until it is done; returns it (its results are its own attributes)."""
+    while not policy.done():
+        proposal = policy.propose()
+        if proposal is None:
+            continue
+        out = policy.verify(proposal)
+        policy.commit(proposal, policy.accept(proposal, out))
+    return policy
