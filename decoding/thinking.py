@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 from beliefscope.cache import KVCache, Provenance
+from beliefscope.decoding import engine
+from beliefscope.decoding.thinking_prefill import SpeculativePrefill
 from beliefscope.decoding.thought_drafter import ThoughtDrafter
 
 
@@ -135,9 +137,21 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
     spans = model.spans(ids)
     if prefill == "speculative":
         drafter = thought_drafter if thought_drafter is not None else ThoughtDrafter(model.eos_id)
-        done = _speculative_prefill(model, ids, [(a, e) for a, e, c in spans if c], k, cache, lambda: S,
-                                    after_chunk, run, logits_all, drafter)
-        spans = [sp for sp in spans if sp[0] >= done]
+
+        def after(draft, out, last):  # one drafting forward kept up to chunk last[0] of its group
+            g, m = draft.groups[0], last[0]
+            a0, e1, end = g[0][0], g[-1][1], g[m][1]
+            logits_all.append(out.logits[0, : end - a0])
+            run.spec_steps.append((a0, e1, end))
+            run.spec_thoughts.append([(e, z) for (_, e), z in zip(g, out.written[0], strict=True)])
+            run.spec_drafts.append(draft.thoughts[0])
+            run.chunk_steps.append((a0, end))
+            for (a, e), z in zip(g[: m + 1], out.written[0][: m + 1], strict=True):
+                after_chunk(out.h[0, a - a0: e - a0], e, z)
+
+        policy = engine.run(SpeculativePrefill(model, [ids], [[(a, e) for a, e, c in spans if c]], k, cache,
+                                               drafter, lambda b: S, after))
+        spans = [sp for sp in spans if sp[0] >= policy.end()]
     cur_h: list[torch.Tensor] = []  # L_out states of the chunk in progress
     for a, e, complete in spans:
         logits, h = _chunk_forward(model, ids[a:e], cache, S)
@@ -164,50 +178,6 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
             cur_start, cur_h = len(seq), []
     run.logits = torch.cat(logits_all)
     return run
-
-
-def _speculative_prefill(model, ids, chunks, k, cache, current_S, after_chunk, run, logits_all, drafter) -> int:
-    """Draft, check and keep the complete chunks ``[(start, end)]`` (see `run_thinking`); returns the
-    end of the last kept chunk."""
-    i, end, state = 0, 0, None  # state: the last non-empty thought (the drafter's key)
-    while i < len(chunks):
-        group = chunks[i: i + k]
-        a0, e1 = group[0][0], group[-1][1]
-        drafts, spans, s, st = [], [], current_S(), state
-        for a, e in group:  # each drafted chunk gets the S its predecessors' drafted thoughts give
-            spans.append((s, e - a))
-            z = drafter.predict(st, ids[a:e])
-            drafts.append(z)
-            s = s if model.carries(z) else model.state_from_thoughts([z])[0]
-            st = drafter.next_state(st, z, model.carries(z))
-        with cache.tagging(Provenance.DRAFT):
-            logits, h = _chunk_forward(model, ids[a0:e1], cache, _per_token_states(model, spans))  # [n, V], [n, d]
-        zs = model.think([h[a - a0: e - a0] for a, e in group])  # T once for every drafted chunk
-        m = next((n for n, (z, dz) in enumerate(zip(zs, drafts)) if list(z) != dz), len(group) - 1)
-        end = group[m][1]  # chunks after the first mis-drafted thought saw a wrong S: roll them back
-        cache.mark(a0, end, Provenance.VERIFIED)
-        if end < e1:
-            cache.rollback(end)
-        logits_all.append(logits[: end - a0])
-        run.spec_steps.append((a0, e1, end))
-        run.spec_thoughts.append([(e, z) for (_, e), z in zip(group, zs, strict=True)])
-        run.spec_drafts.append(drafts)
-        run.chunk_steps.append((a0, end))
-        for (a, e), z in zip(group[: m + 1], zs[: m + 1], strict=True):
-            drafter.record(state, ids[a:e], z)
-            state = drafter.next_state(state, z, model.carries(z))
-            after_chunk(h[a - a0: e - a0], e, z)
-        i += m + 1
-    return end
-
-
-def _per_token_states(model, spans: list) -> torch.Tensor | None:
-    """``[n, d]`` S per drafted token from ``[(S or None, chunk length)]``; None when no chunk has one
-    (before the first state nothing is added; adding zeros is the same)."""
-    if all(s is None for s, _ in spans):
-        return None
-    d = model.out_proj.weight.shape[0]
-    return torch.cat([(s if s is not None else model.out_proj.weight.new_zeros(d)).expand(n, -1) for s, n in spans])
 
 
 @dataclass

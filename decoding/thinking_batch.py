@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 import torch
 from beliefscope.cache import KVCache
+from beliefscope.decoding import engine
 from beliefscope.decoding.thinking import _check_room
+from beliefscope.decoding.thinking_prefill import SpeculativePrefill, forward_rows, pad_id
 from beliefscope.decoding.thought_drafter import ThoughtDrafter
 
 
@@ -80,11 +82,24 @@ def run_thinking_batch(model, prompts, max_new_tokens: int = 1, stop_at_eos: boo
     forwards = 0
     if prefill == "speculative":
         drafter = thought_drafter if thought_drafter is not None else ThoughtDrafter(model.eos_id)
-        forwards = _speculative_prefill(model, prompts, spans, k, cache, state, last, drafter)
+
+        def keep(draft):  # logits at the last drafted token of every story whose prompt it ends
+            return sorted({draft.lens[b] - 1 for b, g in enumerate(draft.groups) if g and g[-1][1] == len(prompts[b])})
+
+        def after(draft, out, kept):  # thoughts and states of every kept chunk (C once), prompt ends' logits
+            done = [(b, g[i][1], out.written[b][i]) for b, g in enumerate(draft.groups) for i in range(kept[b] + 1)]
+            for b, g in enumerate(draft.groups):
+                if g and g[-1][1] == len(prompts[b]) and kept[b] == len(g) - 1:
+                    last[b] = out.logits_at(b, draft.lens[b] - 1)
+            state.think_written([z for _, _, z in done], [b for b, _, _ in done], [e for _, e, _ in done])
+
+        policy = engine.run(SpeculativePrefill(model, prompts, [[(a, e) for a, e, c in s if c] for s in spans], k,
+                                               cache, drafter, lambda b: state.S[b], after, keep=keep))
+        forwards = state.calls = policy.forwards  # one T call per drafting forward
         spans = [[sp for sp in s if not sp[2]] for s in spans]  # what is left: each story's incomplete chunk
     steps = max(len(s) for s in spans)
     widths = [max((s[j][1] - s[j][0] for s in spans if j < len(s)), default=0) for j in range(steps)]
-    pad = _pad_id(model)
+    pad = pad_id(model)
     cur_h: list[list[torch.Tensor]] = [[] for _ in range(n)]  # L_out states of an incomplete last chunk
     for j in range(steps):
         lens = [s[j][1] - s[j][0] if j < len(s) else 0 for s in spans]
@@ -93,7 +108,7 @@ def run_thinking_batch(model, prompts, max_new_tokens: int = 1, stop_at_eos: boo
             if lens[b]:
                 x[b, : lens[b]] = torch.tensor(prompts[b][s[j][0]: s[j][1]])
         ends = [b for b, s in enumerate(spans) if j == len(s) - 1]  # stories whose prompt ends at this step
-        logits, h = _step(model, cache, x.to(dev), state.S, lens, keep=sorted({lens[b] - 1 for b in ends}))
+        logits, h = forward_rows(model, cache, x.to(dev), state.S, lens, keep=sorted({lens[b] - 1 for b in ends}))
         forwards += 1
         for b in ends:
             last[b] = logits[b, sorted({lens[c] - 1 for c in ends}).index(lens[b] - 1)]
@@ -116,7 +131,7 @@ def run_thinking_batch(model, prompts, max_new_tokens: int = 1, stop_at_eos: boo
             break  # the last token is returned, not fed back
         lens = [1 if b in active else 0 for b in range(n)]
         x = torch.tensor([[seqs[b][-1] if lens[b] else (pad or 0)] for b in range(n)])
-        logits, h = _step(model, cache, x.to(dev), state.S, lens, keep=[0])
+        logits, h = forward_rows(model, cache, x.to(dev), state.S, lens, keep=[0])
         forwards += 1
         done = []
         for b in active:
@@ -154,77 +169,3 @@ class _States:
                 self.S[rows[i]] = S[k]
         for b, e, z in zip(rows, ends, zs, strict=True):
             self.thoughts[b].append((e, z))
-
-
-def _step(model, cache: KVCache, x: torch.Tensor, S: torch.Tensor, lens: list[int], keep: list[int]):
-    """One ``[B, w]`` forward of ``x`` with each row's S ``[B, d]`` (or each token's, ``[B, w, d]``)
-    added at L_in; every row is then rolled back
-    to its own ``lens[b]`` new tokens. Returns (logits ``[B, len(keep), V]``, h_out ``[B, w, d]``)."""
-    before = cache.lengths
-    w = x.shape[1]
-    kw = cache.forward_kwargs(w)
-    add = S[:, None, :].expand(-1, w, -1) if S.dim() == 2 else S  # [B, w, d]: one S per row, or per token
-    logits, h = model.backbone_forward(x, kw["attention_mask"], add, kw["position_ids"],
-                                       keep_logits=torch.tensor(keep or [0]), past_key_values=cache)
-    cache.rollback([a + k for a, k in zip(before, lens, strict=True)])
-    return logits, h
-
-
-def _pad_id(model) -> int:
-    tok = getattr(model, "tokenizer", None)
-    return (tok.pad_token_id if tok is not None else 0) or 0
-
-
-def _speculative_prefill(model, prompts, spans, k, cache, state, last, drafter) -> int:
-    """Every story's complete chunks, up to ``k`` drafted per story and forward (see `run_thinking_batch`);
-    fills ``state`` (thoughts and S) and ``last`` (for a story whose prompt ends a chunk). Returns the
-    number of forwards."""
-    n = len(prompts)
-    chunks = [[(a, e) for a, e, c in s if c] for s in spans]
-    nxt = [0] * n  # each story's next undrafted complete chunk
-    key = [None] * n  # each story's drafter state: its last non-empty thought
-    forwards = 0
-    while any(nxt[b] < len(chunks[b]) for b in range(n)):
-        groups = [chunks[b][nxt[b]: nxt[b] + k] for b in range(n)]
-        lens = [g[-1][1] - g[0][0] if g else 0 for g in groups]
-        x = torch.full((n, max(lens)), _pad_id(model), dtype=torch.long)
-        add = torch.zeros(n, max(lens), state.S.shape[1], device=state.S.device)  # [B, w, d] S per token
-        drafts: list[list[list[int]]] = []
-        for b, g in enumerate(groups):
-            drafts.append([])
-            s, st = state.S[b], key[b]
-            for a, e in g:  # each drafted chunk gets the S its predecessors' drafted thoughts give
-                x[b, a - g[0][0]: e - g[0][0]] = torch.tensor(prompts[b][a:e])
-                add[b, a - g[0][0]: e - g[0][0]] = s
-                z = drafter.predict(st, prompts[b][a:e])
-                drafts[b].append(z)
-                s = s if model.carries(z) else model.state_from_thoughts([z])[0]
-                st = drafter.next_state(st, z, model.carries(z))
-        ends = [b for b, g in enumerate(groups) if g and g[-1][1] == len(prompts[b])]  # may keep the prompt's end
-        keep = sorted({lens[b] - 1 for b in ends})
-        before = cache.lengths
-        logits, h = _step(model, cache, x.to(add.device), add, lens, keep=keep)
-        forwards += 1
-        rows = [(b, i) for b, g in enumerate(groups) for i in range(len(g))]
-        zs = model.think([h[b, groups[b][i][0] - groups[b][0][0]: groups[b][i][1] - groups[b][0][0]]
-                          for b, i in rows]) if rows else []  # T once for every drafted chunk of every story
-        written = {r: list(z) for r, z in zip(rows, zs, strict=True)}
-        kept, done = list(before), []
-        state.calls += 1
-        for b, g in enumerate(groups):
-            if not g:
-                continue
-            m = next((i for i in range(len(g)) if written[(b, i)] != drafts[b][i]), len(g) - 1)
-            kept[b] = before[b] + g[m][1] - g[0][0]  # later chunks saw a wrong S: rolled back below
-            for i in range(m + 1):
-                a, e = g[i]
-                z = written[(b, i)]
-                drafter.record(key[b], prompts[b][a:e], z)
-                key[b] = drafter.next_state(key[b], z, model.carries(z))
-                done.append((b, e, z))
-            if b in ends and m == len(g) - 1:
-                last[b] = logits[b, keep.index(lens[b] - 1)]
-            nxt[b] += m + 1
-        state.think_written([z for _, _, z in done], [b for b, _, _ in done], [e for _, e, _ in done])  # C once
-        cache.rollback(kept)
-    return forwards
