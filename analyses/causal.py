@@ -56,7 +56,6 @@ def causal_check(model, tok, n: int, seed: int, task=None) -> dict:
     thoughts name the replayed states? Random vectors of equal norm are the control."""
     import random
 
-
     task = task or get_task("coinflip", fmt="direct")
     exs = task.examples(n, seed, (3, 8))
     answers = [thought_word_id(tok, s) for s in exs[0].state_names]

@@ -360,8 +360,6 @@ def write(res: dict, folder: str) -> list[str]:
     by band for each model) and ``trajectory.png`` (one story, token by token) into `folder`, atomically."""
     import os
 
-
-
     os.makedirs(folder, exist_ok=True)
     names = ("instrument.json", "instrument.md", "instrument.png", "trajectory.png")
     paths = [os.path.join(folder, f) for f in names]

@@ -50,7 +50,6 @@ def main_data(config, progress=None) -> dict:
     `analyses.instrument.main`'s, with one band ("all") per model."""
     import torch
 
-
     data = config.load()  # every record checked before any model loads
     label = data.check_label(config.label or data.label_names[0])
     if data.kinds[label] == "spans":

@@ -216,7 +216,6 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
     """Run the trace, write three figures (timeline, acceptance, draft vs target beliefs)."""
     from dataclasses import asdict
 
-
     out = check_writable_parent(config.out)
     if drafter is None and config.drafter.strip() == "none":
         raise ValueError("--drafter none drafts nothing: use draft:PATH, early-exit:K or ngram:N")

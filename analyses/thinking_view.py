@@ -117,7 +117,6 @@ def demo_step(target, target_tok, target_probes: str, thinking_probes: str, prom
     timeline of that request. Returns the summary numbers and the files written."""
     import os
 
-
     ex = parse_prompt(prompt, "coinflip")
     model, tok = load_model("thinking")
     panels, summary = [], {"prompt": prompt}

@@ -314,7 +314,6 @@ def build(cfg: ViewConfig, progress=None) -> dict:
 def main(cfg: ViewConfig, progress=None) -> dict:
     """Build the data, write the page (and the JSON with `json_out`); returns sizes and timings."""
 
-
     out = check_writable_parent(cfg.out)
     if cfg.json_out:
         check_writable_parent(cfg.json_out)

@@ -52,7 +52,6 @@ def tiny_bridge():
     """A random Llama of the size the issue names (3 layers, d 64) as a bridge, and its description."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)

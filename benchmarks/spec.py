@@ -50,7 +50,6 @@ HEADLINE = "best_speedup_smollm2"  # `beliefscope bench` sums the run up by this
 def toy_models():
     """(target HF model, tokenizer, draft HF model or None, description) for the toy target."""
 
-
     if checkpoint_path("target", must_exist=False):
         target, tok = load_hf("target")
         draft = load_hf("draft")[0] if checkpoint_path("draft", must_exist=False) else None
@@ -168,7 +167,6 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
     """
     import json
     import os
-
 
     cfg = config or (QUICK if quick else SpecBenchConfig())
     result = header("spec", quick, config={k: v for k, v in cfg.__dict__.items()})

@@ -169,7 +169,6 @@ def _run_bands(cfg: ThinkingBenchConfig, progress) -> dict:
     drafter chosen on calibration stories the benchmark does not time (seed 4040); the paired timings."""
     from dataclasses import replace
 
-
     torch.set_num_threads(cfg.threads)
     thinking, tok = load_model(cfg.model)
     cot, ctok = load_model(cfg.cot_model)

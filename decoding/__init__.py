@@ -11,12 +11,12 @@ True
 from beliefscope.decoding.config import SpecConfig, TreeConfig
 from beliefscope.decoding.core import Generation
 from beliefscope.decoding.drafters import (
-                               Drafter,
-                               EarlyExitDrafter,
-                               LowPrecisionDrafter,
-                               ModelDrafter,
-                               NGramDrafter,
-                               make_drafter,
+    Drafter,
+    EarlyExitDrafter,
+    LowPrecisionDrafter,
+    ModelDrafter,
+    NGramDrafter,
+    make_drafter,
 )
 from beliefscope.decoding.loop import generate
 from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig, determinism_sweep
@@ -25,24 +25,24 @@ from beliefscope.decoding.trace import Step, Trace
 from beliefscope.decoding.tree import TokenTree
 
 __all__ = [
-                               "Drafter",
-                               "EarlyExitDrafter",
-                               "Generation",
-                               "LowPrecisionDrafter",
-                               "ModelDrafter",
-                               "NGramDrafter",
-                               "Request",
-                               "Scheduler",
-                               "SchedulerConfig",
-                               "SpecConfig",
-                               "Step",
-                               "TokenTree",
-                               "Trace",
-                               "TreeConfig",
-                               "accept_greedy",
-                               "accept_sampled",
-                               "determinism_sweep",
-                               "generate",
-                               "make_drafter",
-                               "speculative_generate",
+    "Drafter",
+    "EarlyExitDrafter",
+    "Generation",
+    "LowPrecisionDrafter",
+    "ModelDrafter",
+    "NGramDrafter",
+    "Request",
+    "Scheduler",
+    "SchedulerConfig",
+    "SpecConfig",
+    "Step",
+    "TokenTree",
+    "Trace",
+    "TreeConfig",
+    "accept_greedy",
+    "accept_sampled",
+    "determinism_sweep",
+    "generate",
+    "make_drafter",
+    "speculative_generate",
 ]

@@ -137,7 +137,6 @@ def row_invariant_copy(model):
     share one copy; an edited weight gets a fresh copy."""
     import copy
 
-
     require_packable(model)
     stamp = tuple((p.data_ptr(), p._version) for p in model.parameters())
     cached = _COPIES.get(id(model))

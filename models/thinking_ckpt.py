@@ -76,7 +76,6 @@ def save_parts(model, out: str, card: dict, backbone: str, backbone_hash: str,
     atomically (the folder may hold other files, e.g. a training state). Returns the card as written."""
     from safetensors.torch import save_file
 
-
     parts = {k: v.detach().to(HOST, parts_dtype).contiguous() for k, v in trained_parts(model).items()}
     parts_hash = tensors_sha256(parts)
     os.makedirs(out, exist_ok=True)
@@ -101,7 +100,6 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
     ``build(backbone, tokenizer)`` makes the model around the loaded backbone (`load_thinking`
     passes it). The backbone is refused by name when its weights do not hash to the card's ``backbone_sha256``."""
     from safetensors.torch import load_file
-
 
     backbone_name = resolve_backbone(card, path)
     backbone, tok = load_hf(backbone_name, device=HOST, dtype=torch.float32)
@@ -147,7 +145,6 @@ def load_thinking(name_or_path: str, device=None, dtype=None):
 
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
 
     path = checkpoint_path(name_or_path)
     card = read_card(path)

@@ -111,7 +111,6 @@ def build(cfg: RopeTrainConfig):
     """A fresh ``(model, tokenizer)`` for the preset: a LlamaForCausalLM, or ThinkingStates over one."""
     from transformers import LlamaForCausalLM
 
-
     if cfg.preset not in ROPE_PRESETS:
         raise ValueError(f"preset {cfg.preset!r} is not a RoPE preset; choose one of {ROPE_PRESETS}")
     torch.manual_seed(cfg.seed)
@@ -169,7 +168,6 @@ def train_rope(cfg: RopeTrainConfig, out: str | None = None, progress: Callable[
     With `out`, the run is resumable: every ``checkpoint_every`` steps its state goes to
     ``out/train_state.pt`` (`models.train_state`), and a run started again with the same settings
     continues from there; ``progress`` then gets ``{"resumed_from": step}`` first."""
-
 
     torch.set_num_threads(cfg.threads)
     device = default_device(cfg.device)
@@ -254,7 +252,6 @@ def _device_name(device: torch.device) -> str:
 def save_rope(model, tok, card: dict, out: str) -> None:
     """save_pretrained (+ thinking.safetensors for Thinking States) into a folder, atomically."""
     from safetensors.torch import save_file
-
 
     with staged_output(out) as tmp:
         backbone = getattr(model, "backbone", model)

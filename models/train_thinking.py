@@ -247,7 +247,6 @@ def warm_start(model, name_or_path: str, digest: str) -> None:
     whose trained parameters must be exactly those parts; refused by name on another backbone."""
     from safetensors.torch import load_file
 
-
     path = checkpoint_path(name_or_path)
     card = read_card(path)
     if card.get("backbone_sha256") != digest:
@@ -308,7 +307,6 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
                       kind="thinking" if cfg.method == "thinking" else "adapters")
     if cfg.eval_n:
 
-
         loaded, ltok = load_model(out, device=cfg.device)  # evaluate what ships (parts in parts_dtype)
         card["eval"] = evaluate_bands(loaded, ltok, cfg.task, cfg.eval_n, bands=("1-8", "9-16", "17-32"),
                                       fmt="cot" if cfg.method == "cot" else "direct",
@@ -328,7 +326,6 @@ def measure_costs(cfg: ThinkingTrainConfig, options=COST_OPTIONS, steps: int = 3
     ``events`` events), the backbone loaded once. ``{label: {"seconds": [...], "trained_params": n}}``."""
     import copy
     import dataclasses
-
 
     torch.set_num_threads(cfg.threads)
     hf, tok = load_hf(cfg.backbone, device=HOST, dtype=torch.float32)

@@ -254,7 +254,6 @@ def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier
     """Harvest the model store and (unless ``--no-random-init``) the random-init twin store. ``say(line)``
     hears what is about to be written (sizes) before it is."""
 
-
     if getattr(args, "data", None):
         return run_data(args, progress_factory, rank, world_size, barrier, say)
     if args.n is None:
@@ -313,7 +312,6 @@ def harvest_targets(args, model, tok, examples, config: dict, progress_factory=N
 def run_data(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None, say=None) -> dict:
     """`harvest --data`: the records are read and checked before the model loads, long texts are refused
     (or skipped or cut, and counted) before any forward, and every label goes into the store by name."""
-
 
     check_writable_parent(os.path.join(args.out, "manifest.json"))
     data = load_for_harvest(args)

@@ -238,7 +238,6 @@ def resolved(cfg: ReportConfig, store) -> tuple[ReportConfig, int, int]:
     """`cfg` with its "auto" settings decided for `store`, and the main split's (lo, hi) events."""
     from dataclasses import replace
 
-
     data = is_data_store(store)
     if cfg.positions == "auto":
         cfg = replace(cfg, positions="labelled" if data else "after_first_event")

@@ -68,7 +68,6 @@ def random_init_like(model, seed: int = 0):
     The weights are drawn on the host (the same twin for a seed on any device), then moved; a model split over
     devices (``--device-map``) gets a twin split the same way."""
 
-
     hf = hf_of(model)
     torch.manual_seed(seed)
     twin = type(hf)(hf.config).to(dtype=next(hf.parameters()).dtype).eval()
