@@ -17,7 +17,14 @@ See probes/README.md for the controls (and why a per-type control alone says not
 
 from beliefscope.probes.controls import control_labels, position_mask, prompt_folds
 from beliefscope.probes.estimator import ProbeClassifier, hook_xy
-from beliefscope.probes.harvest import EMBED_HOOK, HarvestConfig, harvest, random_init_like
+from beliefscope.probes.harvest import (
+    EMBED_HOOK,
+    HarvestConfig,
+    HarvestRunConfig,
+    harvest,
+    random_init_like,
+)
+from beliefscope.probes.harvest import run as run_harvest
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
 from beliefscope.probes.report import ProbeReport, ReportConfig, probe_report
 from beliefscope.probes.steering import SteerConfig, steer_experiment
@@ -25,6 +32,8 @@ from beliefscope.probes.store import LABEL_NAMES, ActivationStore, from_hf_datas
 
 __all__ = [
            "EMBED_HOOK",
+           "HarvestRunConfig",
+           "run_harvest",
            "from_hf_dataset",
            "to_hf_dataset",
            "LABEL_NAMES",

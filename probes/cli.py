@@ -20,12 +20,14 @@ def _tqdm(desc: str, total: int | None = None, disable: bool = False):
 
 
 def cmd_harvest(args) -> int:
-    from beliefscope.probes.harvest import run
-
     import sys
 
+    from beliefscope.base.config_flags import config_from_args
+    from beliefscope.probes.harvest import HarvestRunConfig, run
+
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    result = run(args, None if args.no_progress else (lambda out: _tqdm(f"harvest {out}")), say=say)
+    bars = None if args.no_progress else (lambda out: _tqdm(f"harvest {out}"))
+    result = run(config_from_args(HarvestRunConfig, args), bars, say=say)
     if args.json:
         print(json.dumps(result, indent=1))
     else:

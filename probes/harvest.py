@@ -19,7 +19,7 @@ import hashlib
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -28,18 +28,18 @@ from beliefscope.models.devices import rank_device
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile, model_shapes
 from beliefscope.probes.harvest_data import (
-    add_data_arguments,
     check_context,
     data_examples,
     fit_to_context,
-    load_for_harvest,
     store_dtype,
     store_label_names,
 )
 from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore, plan_shards
 from beliefscope.probes.twin import checkpoint_hash, random_init_like, random_twin  # noqa: F401 (re-exported)
 from beliefscope.tasks import get_task, parse_events_range
+from beliefscope.tasks.records import DataSource
 
+from beliefscope.base.config_flags import add_config_flags, config_from_args
 from beliefscope.base.files import check_writable_parent
 from beliefscope.base.progress import progress_bar
 
@@ -63,6 +63,25 @@ class HarvestConfig:
     dtype: str = "auto"  # stored dtype: float32 / float16 / bfloat16, or "auto": float16 for pretrained (natural
     #   English) models, whose probe accuracies it leaves unchanged (README), float32 for the toy models
     random_init_seed: int = 0  # seed of the random-init twin model (harvested into OUT/random_init)
+
+
+@dataclass
+class HarvestRunConfig(HarvestConfig, DataSource):
+    """Everything one harvest runs: what is harvested (`HarvestConfig`, hashed into the store), your records
+    and their mapping when there are some (`tasks.records.DataSource`), where it goes and how fast."""
+
+    out: str = ""  # store folder (resumed if it exists with the same config)
+    random_init: bool = True  # also harvest the random-init twin of the model into OUT/random_init
+    batch_size: int = 16  # prompts per forward (each batch holds prompts of one token length)
+    shard_rows: int = 8192  # tokens per shard (whole prompts)
+    max_gb: float | None = None  # refuse to write more than this many GB
+    pause_after_shard: float = 0.0  # seconds to wait after each shard (tests interrupt a run there)
+    truncate: bool = False  # with --data: cut texts longer than the model's context
+    skip_long: bool = False  # with --data: drop texts longer than the model's context
+
+    def hashed(self, **resolved) -> HarvestConfig:
+        """The part of this run the store's hash covers, with ``resolved`` values (defaults filled)."""
+        return HarvestConfig(**{**{f.name: getattr(self, f.name) for f in fields(HarvestConfig)}, **resolved})
 
 
 def make_examples(cfg: HarvestConfig) -> list:
@@ -217,70 +236,51 @@ def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | No
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Harvest options shared by `beliefscope harvest` and `python -m beliefscope.probes.harvest`."""
-    d = HarvestConfig()
-    p.add_argument("--model", default=d.model, help="checkpoint folder or alias (target, smollm2)")
-    p.add_argument("--task", default=d.task)
-    p.add_argument("--rendering", default=None, choices=["toy", "natural"],
-                   help="prompt rendering (default: the model's own: natural for pretrained models and folders "
-                        "without a model card, the card's for checkpoints trained here)")
-    p.add_argument("--fmt", default=d.fmt, choices=["direct", "cot"])
-    p.add_argument("--split", default=d.split, choices=["train", "heldout", "all", "train+heldout"])
+    """Harvest options shared by `beliefscope harvest` and `python -m beliefscope.probes.harvest`: one flag per
+    `HarvestRunConfig` field, with its default and comment (``--n`` and ``--store-dtype`` by hand, below)."""
+    add_config_flags(p, HarvestRunConfig, skip=("n", "dtype", "pause_after_shard"), required=("out",),
+                     choices={"rendering": ["toy", "natural"], "fmt": ["direct", "cot"],
+                              "split": ["train", "heldout", "all", "train+heldout"], "format": ["records", "boxes"]},
+                     helps={"rendering": "prompt rendering (default: the model's own: natural for pretrained models "
+                                         "and folders without a model card, the card's for checkpoints trained here)",
+                            "events": "events per prompt, LO-HI (use 1-16 for held-out lengths)"})
     p.add_argument("--n", "--n-prompts", dest="n", type=int, default=None,
-                   help=f"number of prompts (default {d.n}; with --data, every record; under torchrun spell it "
+                   help="number of prompts (default 1000; with --data, every record; under torchrun spell it "
                         "--n-prompts: torchrun takes --n as its own)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--events", default=d.events, help="events per prompt, LO-HI (use 1-16 for held-out lengths)")
-    p.add_argument("--hooks", default=d.hooks, help="comma-separated hook kinds (resid_post, ...)")
-    p.add_argument("--layers", default=d.layers, help="'all' or comma-separated layer indices")
-    p.add_argument("--store-dtype", dest="dtype", default=d.dtype, choices=["auto", *sorted(DTYPES)],
+    p.add_argument("--store-dtype", dest="dtype", default=HarvestRunConfig.dtype, choices=["auto", *sorted(DTYPES)],
                    help="dtype the activations are stored in (auto: float16 for pretrained models, float32 for the "
                         "toy ones; the model's own dtype is --dtype)")
-    p.add_argument("--random-init-seed", type=int, default=d.random_init_seed)
-    p.add_argument("--no-random-init", action="store_true", help="skip the random-init twin store")
-    p.add_argument("--out", required=True, help="store folder (resumed if it exists with the same config)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--shard-rows", type=int, default=8192, help="tokens per shard (whole prompts)")
-    p.add_argument("--max-gb", type=float, default=None, help="refuse to write more than this")
     p.add_argument("--pause-after-shard", type=float, default=0.0, help=argparse.SUPPRESS)  # tests only
-    p.add_argument("--no-progress", action="store_true")
-
-    add_data_arguments(p)
-    p.add_argument("--truncate", action="store_true", help="with --data: cut texts longer than the model's context")
-    p.add_argument("--skip-long", action="store_true", help="with --data: drop texts longer than the model's context")
 
 
-def run(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None, say=None) -> dict:
-    """Harvest the model store and (unless ``--no-random-init``) the random-init twin store. ``say(line)``
+def run(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None,
+        say=None) -> dict:
+    """Harvest the model store and (unless ``random_init=False``) the random-init twin store. ``say(line)``
     hears what is about to be written (sizes) before it is."""
+    if cfg.data:
+        return run_data(cfg, progress_factory, rank, world_size, barrier, say)
+    n = 1000 if cfg.n is None else cfg.n
+    lo, hi = parse_events_range(cfg.events)
+    if n < 1:
+        raise ValueError(f"--n {n}: harvest at least 1 prompt")
+    check_writable_parent(os.path.join(cfg.out, "manifest.json"))  # the store folder's place, before any work
 
-    if getattr(args, "data", None):
-        return run_data(args, progress_factory, rank, world_size, barrier, say)
-    if args.n is None:
-        args.n = 1000
-    lo, hi = parse_events_range(args.events)
-    if args.n < 1:
-        raise ValueError(f"--n {args.n}: harvest at least 1 prompt")
-    check_writable_parent(os.path.join(args.out, "manifest.json"))  # the store folder's place, before any work
-
-    rendering = args.rendering or model_profile(args.model).rendering  # recorded in the store's config
-    args.dtype = store_dtype(args.dtype, model_profile(args.model).rendering)
-    cfg = HarvestConfig(model=args.model, task=args.task, rendering=rendering, fmt=args.fmt, split=args.split,
-                        n=args.n, seed=args.seed, events=f"{lo}-{hi}", hooks=args.hooks, layers=args.layers,
-                        dtype=args.dtype, random_init_seed=args.random_init_seed)
-    examples = make_examples(cfg)
-    model, tok = load_model(cfg.model)
-    return harvest_targets(args, model, tok, examples, asdict(cfg), progress_factory, rank, world_size, barrier, say)
+    rendering = cfg.rendering or model_profile(cfg.model).rendering  # recorded in the store's config
+    hashed = cfg.hashed(rendering=rendering, n=n, events=f"{lo}-{hi}",
+                        dtype=store_dtype(cfg.dtype, model_profile(cfg.model).rendering))
+    examples = make_examples(hashed)
+    model, tok = load_model(hashed.model)
+    return harvest_targets(cfg, model, tok, examples, asdict(hashed), progress_factory, rank, world_size, barrier, say)
 
 
-def harvest_targets(args, model, tok, examples, config: dict, progress_factory=None, rank=0, world_size=1,
-                    barrier=None, say=None, extra_header: dict | None = None) -> dict:
-    """Harvest `examples` through the model into ``args.out`` and (unless ``--no-random-init``) through its
-    random-init twin into ``args.out/random_init``; the twin's seed is recorded (requested and used)."""
-    targets = [(model, args.out, "model", {})]
-    if not args.no_random_init:
+def harvest_targets(cfg: HarvestRunConfig, model, tok, examples, config: dict, progress_factory=None, rank=0,
+                    world_size=1, barrier=None, say=None, extra_header: dict | None = None) -> dict:
+    """Harvest `examples` through the model into ``cfg.out`` and (unless ``random_init=False``) through its
+    random-init twin into ``cfg.out/random_init``; the twin's seed is recorded (requested and used)."""
+    targets = [(model, cfg.out, "model", {})]
+    if cfg.random_init:
         twin, used = random_twin(model, config["random_init_seed"])
-        targets.append((twin, os.path.join(args.out, "random_init"), "random_init",
+        targets.append((twin, os.path.join(cfg.out, "random_init"), "random_init",
                         {"random_init_seed_used": used}))
         if used != config["random_init_seed"] and say:
             say(f"the random-init twin of seed {config['random_init_seed']} has the model's own weights; "
@@ -295,9 +295,9 @@ def harvest_targets(args, model, tok, examples, config: dict, progress_factory=N
             say(f"{out}: about {gb:.2f} GB ({int(n_rows):,} tokens x {len(names)} hooks x {m.cfg.d_model} x "
                 f"{config['dtype']})")
         bar = progress_factory(out) if progress_factory else None
-        kw = {"batch_size": args.batch_size, "shard_rows": args.shard_rows, "dtype": config["dtype"],
-              "max_gb": args.max_gb, "rank": rank, "world_size": world_size, "barrier": barrier,
-              "pause_after_shard": args.pause_after_shard, "extra_header": extra_header}
+        kw = {"batch_size": cfg.batch_size, "shard_rows": cfg.shard_rows, "dtype": config["dtype"],
+              "max_gb": cfg.max_gb, "rank": rank, "world_size": world_size, "barrier": barrier,
+              "pause_after_shard": cfg.pause_after_shard, "extra_header": extra_header}
         store = harvest(m, tok, examples, config["hooks"], config["layers"], out,
                         config={**config, "role": role, **more},
                         progress=None if bar is None else lambda n, t, b=bar: _advance(b, n, t), **kw)
@@ -309,30 +309,29 @@ def harvest_targets(args, model, tok, examples, config: dict, progress_factory=N
     return result
 
 
-def run_data(args, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None, say=None) -> dict:
+def run_data(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None,
+             say=None) -> dict:
     """`harvest --data`: the records are read and checked before the model loads, long texts are refused
     (or skipped or cut, and counted) before any forward, and every label goes into the store by name."""
-
-    check_writable_parent(os.path.join(args.out, "manifest.json"))
-    data = load_for_harvest(args)
-    args.dtype = store_dtype(args.dtype, model_profile(args.model).rendering)
-    if args.n is not None:
-        if args.n < 1:
-            raise ValueError(f"--n {args.n}: harvest at least 1 record")
-        data.records = data.records[:args.n]
-    model, tok = load_model(args.model)
-    data, fitted = fit_to_context(data, tok, model_shapes(model).n_ctx, truncate=args.truncate,
-                                  skip_long=args.skip_long)
+    check_writable_parent(os.path.join(cfg.out, "manifest.json"))
+    data = cfg.load()
+    dtype = store_dtype(cfg.dtype, model_profile(cfg.model).rendering)
+    if cfg.n is not None:
+        if cfg.n < 1:
+            raise ValueError(f"--n {cfg.n}: harvest at least 1 record")
+        data.records = data.records[:cfg.n]
+    model, tok = load_model(cfg.model)
+    data, fitted = fit_to_context(data, tok, model_shapes(model).n_ctx, truncate=cfg.truncate, skip_long=cfg.skip_long)
     if say and (fitted["skipped"] or fitted["truncated"]):
         say(f"{len(fitted['skipped'])} record(s) skipped and {len(fitted['truncated'])} cut to the model's context")
     examples = data_examples(data)
-    config = {"model": args.model, "data_config": asdict(data.config), "n": len(examples), "hooks": args.hooks,
-              "layers": args.layers, "dtype": args.dtype, "random_init_seed": args.random_init_seed,
-              "truncate": bool(args.truncate), "skip_long": bool(args.skip_long)}
+    config = {"model": cfg.model, "data_config": asdict(data.config), "n": len(examples), "hooks": cfg.hooks,
+              "layers": cfg.layers, "dtype": dtype, "random_init_seed": cfg.random_init_seed,
+              "truncate": bool(cfg.truncate), "skip_long": bool(cfg.skip_long)}
     extra = {"source": "data", "data_source": data.source, "label_names": store_label_names(data),
              "label_classes": data.classes, "label_kinds": data.kinds, "primary_label": data.label_names[0],
              "record_ids": [r.id for r in data.records], "context_fit": fitted}
-    result = harvest_targets(args, model, tok, examples, config, progress_factory, rank, world_size, barrier, say,
+    result = harvest_targets(cfg, model, tok, examples, config, progress_factory, rank, world_size, barrier, say,
                              extra)
     for r in result.values():
         r.update(records=len(examples), labels={n: data.classes[n] for n in data.label_names},
@@ -353,6 +352,7 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(prog="beliefscope.probes.harvest", description=__doc__.split("\n")[0])
     add_arguments(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--device", default="auto", help="auto: this process's GPU (cuda:LOCAL_RANK) when there are GPUs, "
                                                     "else the CPU; or cpu, cuda, cuda:N")
     p.add_argument("--dtype", dest="model_dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -369,13 +369,12 @@ def main(argv=None) -> int:
         barrier = dist.barrier
     factory = None
     if not args.no_progress and rank == 0:
-
         factory = lambda out: progress_bar(f"harvest {os.path.basename(out)}", leave=True)
     try:
         from beliefscope.models.devices import model_defaults
 
         with model_defaults(device=device, dtype=args.model_dtype):
-            result = run(args, factory, rank, world, barrier)
+            result = run(config_from_args(HarvestRunConfig, args), factory, rank, world, barrier)
     finally:
         if world > 1:
             import torch.distributed as dist

@@ -19,21 +19,8 @@ import numpy as np
 from beliefscope.models.profile import model_shapes
 from beliefscope.probes.store import DTYPES, LABEL_NAMES
 from beliefscope.tasks.base import Example
-from beliefscope.tasks.records import Data, DataConfig, DataSource, Record, Track, load_data
+from beliefscope.tasks.records import Data, Record, Track
 
-from beliefscope.base.config_flags import add_config_flags, config_from_args
-
-
-def add_data_arguments(p) -> None:
-    """The record-mapping flags (`tasks.records.DataSource`'s fields), as every command that reads `--data` has."""
-
-    add_config_flags(p, DataSource, choices={"format": ["records", "boxes"]})
-
-
-def data_config(args) -> DataConfig:
-    """The `DataConfig` the data flags of `args` describe."""
-
-    return config_from_args(DataSource, args).mapping()
 
 
 def data_examples(data: Data, label: str | None = None) -> list:
@@ -113,11 +100,6 @@ def estimate_bytes(n_rows: int, n_hooks: int, width: int, dtype: str, n_labels: 
     import torch
 
     return n_rows * (n_hooks * width * torch.finfo(DTYPES[dtype]).bits // 8 + 4 * n_labels)
-
-
-def load_for_harvest(args) -> Data:
-    """The records `args.data` names, checked, before any model is loaded."""
-    return load_data(args.data, data_config(args))
 
 
 def check_context(model, lengths: list[int]) -> None:
