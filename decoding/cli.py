@@ -33,7 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--prefill", default="chunked", choices=("chunked", "speculative"),
                    help="Thinking States models: read the prompt chunk by chunk, or draft k chunks per forward with "
                         "drafted thoughts and keep what T confirms (the same thoughts and answer, fewer forwards)")
-    p.add_argument("--k", type=int, default=8, help="chunks drafted per forward with --prefill speculative")
+    from beliefscope.decoding.thinking_prefill import PREFILL_K
+
+    p.add_argument("--k", type=int, default=PREFILL_K, help="chunks drafted per forward with --prefill speculative")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_generate)
     register_datastore(subparsers)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from beliefscope.cache import KVCache, Provenance
 from beliefscope.decoding import engine
-from beliefscope.decoding.thinking_prefill import SpeculativePrefill
+from beliefscope.decoding.thinking_prefill import PREFILL_K, SpeculativePrefill
 from beliefscope.decoding.thought_drafter import ThoughtDrafter
 
 
@@ -89,7 +89,7 @@ def think_cached(model, h: torch.Tensor, tcache: KVCache) -> list[int]:
 
 @torch.no_grad()
 def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, keep_thoughts: bool = True,
-                 stop_at_eos: bool = True, prefill: str = "chunked", k: int = 4,
+                 stop_at_eos: bool = True, prefill: str = "chunked", k: int = PREFILL_K,
                  thought_drafter: ThoughtDrafter | None = None) -> ThinkingRun:
     """Run a Thinking States model chunk by chunk on KV caches and decode greedily.
 

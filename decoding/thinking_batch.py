@@ -35,7 +35,7 @@ import torch
 from beliefscope.cache import KVCache
 from beliefscope.decoding import engine
 from beliefscope.decoding.thinking import _check_room
-from beliefscope.decoding.thinking_prefill import SpeculativePrefill, forward_rows, pad_id
+from beliefscope.decoding.thinking_prefill import PREFILL_K, SpeculativePrefill, forward_rows, pad_id
 from beliefscope.decoding.thought_drafter import ThoughtDrafter
 
 
@@ -52,7 +52,7 @@ class BatchThinkingRun:
 
 @torch.no_grad()
 def run_thinking_batch(model, prompts, max_new_tokens: int = 1, stop_at_eos: bool = True, prefill: str = "chunked",
-                       k: int = 4, thought_drafter: ThoughtDrafter | None = None) -> BatchThinkingRun:
+                       k: int = PREFILL_K, thought_drafter: ThoughtDrafter | None = None) -> BatchThinkingRun:
     """Run Thinking States over every prompt (lists of token ids) together; see the module doc.
 
     ``prefill="speculative"``: each forward drafts up to ``k`` complete chunks of every story, each

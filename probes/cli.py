@@ -9,6 +9,7 @@ Shell::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -96,9 +97,8 @@ def steer_run(cfg, progress) -> dict:
     examples = make_examples(HarvestConfig(**fields))
     model, tok = load_model(cfg.model)
     results = [steer_experiment(model, tok, probe, examples,
-                                SteerConfig(layer=cfg.layer, alpha=alpha, n_random=cfg.n_random,
-                                            random_seed=cfg.random_seed, include_boundary=cfg.boundary,
-                                            batch_size=cfg.batch_size), progress=progress)
+                                SteerConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(SteerConfig)
+                                               if f.name != "alpha"}, alpha=alpha), progress=progress)
                for alpha in cfg.alpha]
     return results[0] if len(results) == 1 else {"sweep": results}
 

@@ -31,7 +31,7 @@ class SteerConfig:
     alpha: float = 1.0  # added norm, in units of the mean residual norm at that layer
     n_random: int = 10  # random directions of equal norm (baseline)
     random_seed: int = 0  # seed of the random directions
-    include_boundary: bool = True  # also steer the token that completes the last event
+    boundary: bool = True  # also steer the token that completes the last event
     batch_size: int = 32  # prompts per forward (prompts are batched by equal token length)
 
 
@@ -110,7 +110,7 @@ def steer_experiment(model, tokenizer, probe, examples, cfg: SteerConfig, progre
         mask = torch.zeros(len(batch), T, 1)  # [b, pos, 1] where to steer
         for r, j in enumerate(batch):
             b_idx = np.nonzero(labs[j].is_event_boundary)[0]
-            first = int(b_idx[-1]) + (0 if cfg.include_boundary else 1) if len(b_idx) else 0
+            first = int(b_idx[-1]) + (0 if cfg.boundary else 1) if len(b_idx) else 0
             mask[r, first:] = 1.0
         logits, act = _run(model, ids, hook, capture_hook=True)
         answer = logits[:, ans].argmax(1)  # [b]
