@@ -31,7 +31,7 @@ True
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
@@ -42,7 +42,6 @@ from beliefscope.decoding.core import (
     clip_new,
     eos_id,
     forward,
-    hf_model,
     new_cache,
     pad_window,
     pick,
@@ -227,7 +226,6 @@ def _capture_target(stack: ExitStack, model, cache, trace: Trace | None, cfg: Sp
         return []
 
     cap = stack.enter_context(hooks.capture(model, list(cfg.capture), cache=cache))
-    stack.enter_context(_positions_from_cache(model, cap))
     trace.captures = [cap]
     _set_pass(trace.captures, "verify")
     return trace.captures
@@ -242,21 +240,5 @@ def _capture_draft_model(stack: ExitStack, caps: list, drafter, cfg: SpecConfig)
     names = [n for n in cfg.capture if n in model.hook_dict]
     if names:
         cap = stack.enter_context(hooks.capture(model, names, cache=drafter.cache))
-        stack.enter_context(_positions_from_cache(model, cap))
         cap.tags["pass"] = "draft"
         caps.append(cap)
-
-
-@contextmanager
-def _positions_from_cache(model, cap):
-    """We call the HF model under the bridge directly (faster); the bridge's own pre-hook that tells
-    the capture where a forward starts does not fire then, so do it on the HF model."""
-    def pre(module, args, kwargs):
-        tokens = args[0] if args else kwargs.get("input_ids")
-        cap.begin_forward(int(tokens.shape[-1]))
-
-    handle = hf_model(model).register_forward_pre_hook(pre, with_kwargs=True)
-    try:
-        yield
-    finally:
-        handle.remove()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 from beliefscope.hooks.activation_cache import to_activation_cache
-from beliefscope.hooks.names import check_computed, hook_name, resolve_hook
+from beliefscope.hooks.names import check_computed, hf_of, hook_name, resolve_hook
 from beliefscope.hooks.points import attach, index_owners
 from torch.utils.hooks import RemovableHandle
 
@@ -65,8 +65,8 @@ class Capture:
         self._seek = position
 
     def begin_forward(self, n_new: int) -> None:
-        """Mark the start of a forward over `n_new` tokens (called by the model pre-hook; call it
-        yourself when driving the wrapped HF model directly, whose calls skip the bridge pre-hook)."""
+        """Mark the start of a forward over `n_new` tokens (called by a pre-hook on the HF model, which
+        every path runs: the bridge, its bare tree and direct calls of the HF model)."""
         if self._seek is not None:
             self._start, self._seek = self._seek, None
         elif self.cache is not None:
@@ -163,8 +163,12 @@ def capture(model, names, cache=None, device=None):
     def post(module, args, output):
         cap.forwards += 1
 
-    handle = model.register_forward_pre_hook(pre, with_kwargs=True)
-    done = model.register_forward_hook(post)
+    # On the HF model under a bridge: every forward runs it (the bridge's own, the bare tree of
+    # `models.bare`, which shares its hook dictionaries, and the decoding loops' direct calls), so a
+    # capture sees the same forwards whichever path ran.
+    runs = hf_of(model)
+    handle = runs.register_forward_pre_hook(pre, with_kwargs=True)
+    done = runs.register_forward_hook(post)
     try:
         with hooked(model, [(n, make(n)) for n in names], hook_dict):
             yield cap

@@ -98,3 +98,27 @@ def test_unknown_hook_name_lists_closest():
         hook_name("resid_psot", 0)
     with pytest.raises(ValueError, match=r"layers 0\.\.1"):
         layer_names(bridge, "resid_post", [5])
+
+
+def test_a_capture_sees_direct_calls_of_the_hf_model_as_it_sees_the_bridge():
+    """The decoding loops call the HF model under the bridge (or its bare tree), not the bridge: a capture
+    records those forwards at the same absolute positions, with the same activations, as the bridge's own."""
+    from beliefscope.cache import KVCache
+    from beliefscope.cache.testing import tiny_gpt2
+    from beliefscope.models.bare import runnable
+
+    model = tiny_gpt2()
+    name, x = "blocks.1.hook_resid_post", torch.tensor([[5, 6, 7, 8, 9]])
+    seen = {}
+    for path in ("bridge", "hf model", "bare tree"):
+        cache = KVCache.for_model(model, capacity=16)
+        with torch.no_grad(), capture(model, [name], cache=cache) as cap:
+            run = {"bridge": model, "hf model": model.original_model, "bare tree": runnable(model)}[path]
+            for a, b in ((0, 3), (3, 5)):  # a prefill of 3 tokens, then 2 more on the cache
+                run(x[:, a:b], past_key_values=cache, use_cache=True)
+        recs = cap.records[name]
+        seen[path] = ([r.positions.tolist() for r in recs], torch.cat([r.act for r in recs], dim=1), cap.forwards)
+    assert seen["bridge"][0] == [[0, 1, 2], [3, 4]] and seen["bridge"][2] == 2
+    for path in ("hf model", "bare tree"):
+        assert seen[path][0] == seen["bridge"][0] and seen[path][2] == 2, path
+        torch.testing.assert_close(seen[path][1], seen["bridge"][1])
