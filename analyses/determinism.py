@@ -1,6 +1,6 @@
 """Determinism among other requests: distinct outputs per prompt vs the number of co-batched requests.
 
-A thin layer over ``decoding.scheduler.determinism_sweep`` (the `Scheduler` of deterministic
+A thin layer over ``decoding.sweep.determinism_sweep`` (the `Scheduler` of deterministic
 requests). For every k in `others` the measured prompts run with continuous batching
 (``max_batch = k + 1``, arrivals over time, other requests of different lengths, so the decode
 batch size changes from round to round) in several arrival orders, once flagged deterministic
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from beliefscope.analyses import plots_decoding
 from beliefscope.analyses.common import check_writable_parent, save_fig, write_json
-from beliefscope.decoding.scheduler import determinism_sweep
+from beliefscope.decoding.sweep import determinism_sweep
 from beliefscope.models.load import load_model
 from beliefscope.models.packed import can_pack
 from beliefscope.models.profile import hf_of, model_profile
@@ -245,7 +245,7 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
         pool = open_prompts(tok, 24, config.seed + 500)
     res = {"model": config.model, "fast_path_dtype": config.fast_dtype, "window": config.window,
            "verify_slots": config.verify_slots, "n_others": config.n_others,
-           "max_new_tokens": config.max_new_tokens, "engine": "decoding.scheduler.determinism_sweep",
+           "max_new_tokens": config.max_new_tokens, "engine": "decoding.sweep.determinism_sweep",
            **measure(bridge, prompts, pool, config, progress), "files": [out] if out else []}
     if out:
         save_fig(chart(res, config.costs), out)

@@ -19,7 +19,8 @@ from beliefscope.decoding.drafters import (
     make_drafter,
 )
 from beliefscope.decoding.loop import generate
-from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig, determinism_sweep
+from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
+from beliefscope.decoding.sweep import determinism_sweep
 from beliefscope.decoding.speculative import accept_greedy, accept_sampled, speculative_generate
 from beliefscope.decoding.trace import Step, Trace
 from beliefscope.decoding.tree import TokenTree

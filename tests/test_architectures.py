@@ -69,7 +69,7 @@ def test_falcon_new_architecture_refused_by_name():
 def test_scheduler_slots_keep_the_window(arch):
     """Deterministic requests among others on a sliding-window model: one output per prompt across
     batch compositions, equal to recompute greedy (the slots' fixed-shape masks slide too)."""
-    from beliefscope.decoding.scheduler import determinism_sweep
+    from beliefscope.decoding.sweep import determinism_sweep
 
     from .architectures import recompute_greedy
 

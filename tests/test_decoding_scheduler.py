@@ -2,7 +2,7 @@
 
 import pytest
 from beliefscope.decoding import SpecConfig, generate
-from beliefscope.decoding.scheduler import determinism_sweep
+from beliefscope.decoding.sweep import determinism_sweep
 
 from .helpers import TARGET, toy_hf
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 from beliefscope.cache.testing import tiny_gpt2, tiny_llama
 from beliefscope.decoding import SpecConfig, generate
-from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig, determinism_sweep
+from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
+from beliefscope.decoding.sweep import determinism_sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
