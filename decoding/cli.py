@@ -7,38 +7,35 @@
 
 from __future__ import annotations
 
-import json
-import sys
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("generate", help="generate with speculative decoding (verify + rollback)")
-    p.add_argument("--model", default="target", help="checkpoint folder, alias (target, draft, smollm2)")
-    p.add_argument("--drafter", default="none",
-                   help="none | draft:PATH | early-exit:K | ngram:N | store:PATH | bf16 (none = plain cached decoding)")
-    p.add_argument("--gamma", default="4", help="tokens drafted per step (an integer >= 1) or 'auto'")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; > 0 = sampling")
-    p.add_argument("--seed", type=int, default=0, help="request seed (sampling is seeded per position)")
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--prompt", required=True, help="prompt text")
-    p.add_argument("--chat", action="store_true",
-                   help="give the prompt as a user turn of the model's chat template (SmolLM2-Instruct's ChatML)")
-    p.add_argument("--verify-widths", dest="widths", default="fixed",
-                   help="fixed: every verify is gamma+1 wide (exact vs the fixed-shape reference); auto: each verify "
-                        "as wide as its draft, padded to widths measured fastest here; or a list such as 1,5,8")
-    p.add_argument("--packed", action="store_true",
-                   help="pre-pack the linear weights for oneDNN (CPU, float32 only): a verify forward of a few tokens "
-                        "then costs about one decode step (models.packed)")
-    p.add_argument("--trace", dest="trace_file", default=None, help="write the per-step Trace as JSON to this file")
-    p.add_argument("--prefill", default="chunked", choices=("chunked", "speculative"),
-                   help="Thinking States models: read the prompt chunk by chunk, or draft k chunks per forward with "
-                        "drafted thoughts and keep what T confirms (the same thoughts and answer, fewer forwards)")
-    from beliefscope.decoding.thinking_prefill import PREFILL_K
+    from beliefscope.base.config_flags import Command, register_command
+    from beliefscope.decoding.config import GenerateConfig
 
-    p.add_argument("--k", type=int, default=PREFILL_K, help="chunks drafted per forward with --prefill speculative")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run_generate)
+    register_command(subparsers, Command(
+        name="generate", help="generate with speculative decoding (verify + rollback)", config=GenerateConfig,
+        run=lambda cfg, progress: run_generate(cfg), lines=_generate_lines, notes=_generate_notes, json_indent=None,
+        required=("prompt",), choices={"prefill": ["chunked", "speculative"]},
+        epilog="beliefscope generate --model target --drafter draft:draft --prompt 'A coin is heads . Alice flips . "
+               "State ?'"))
     register_datastore(subparsers)
+
+
+def _generate_lines(res: dict) -> list[str]:
+    """The answer (a Thinking States model's thoughts first, one per chunk)."""
+    if "thoughts" not in res:
+        return [res["text"]]
+    lines = [f"  after {t['after']!s:<28} thinks: {t['thought']}" + ("  (empty: no change)" if t["empty"] else "")
+             for t in res["thoughts"]]  # an empty thought leaves S as it was: the state is unchanged
+    return [*lines, f"answer: {res['text']}"]
+
+
+def _generate_notes(res: dict) -> list[str]:
+    if "thoughts" in res:
+        return []
+    return [f"[{res['drafter']}] {len(res['tokens'])} tokens in {res['steps']} steps, alpha={res['alpha']}, "
+            f"{res['seconds']:.2f}s"]
 
 
 def _gamma(text: str):
@@ -70,38 +67,31 @@ def _verify_widths(text: str, model, ids):
     return widths
 
 
-def _generate_thinking(args) -> int:
-    """A Thinking States model: chunk-by-chunk greedy decoding, its thoughts printed beside the answer."""
-    from beliefscope.models import load_model
+def _generate_thinking(cfg) -> dict:
+    """A Thinking States model: chunk-by-chunk greedy decoding, its thoughts beside the answer."""
     from beliefscope.decoding.thinking import run_thinking
+    from beliefscope.models import load_model
 
-    if args.drafter != "none" or args.temperature:
+    if cfg.drafter != "none" or cfg.temperature:
         raise ValueError("a Thinking States model decodes greedily and without a drafter: drop --drafter and "
                          "--temperature")
-    model, tok = load_model(args.model)
-    ids = tok(_prompt_text(args, tok))["input_ids"]
-    run = run_thinking(model, ids, max_new_tokens=args.max_new_tokens, prefill=args.prefill, k=args.k)
+    model, tok = load_model(cfg.model)
+    ids = tok(_prompt_text(cfg, tok))["input_ids"]
+    run = run_thinking(model, ids, max_new_tokens=cfg.max_new_tokens, prefill=cfg.prefill, k=cfg.k)
     starts = {e: a for a, e, complete in model.spans(ids) if complete}
     thoughts = [{"after": tok.decode(ids[starts[e]: e]) if e in starts else "(generated)", "position": e,
                  "thought": tok.decode(z), "empty": model.carries(z)} for e, z in run.thoughts]
-    text = tok.decode(run.tokens, skip_special_tokens=True)
-    if args.json:
-        print(json.dumps({"model": args.model, "text": text, "tokens": run.tokens, "thoughts": thoughts,
-                          "context_length": run.cache.seq_len,
-                          "thought_tokens_dropped": sum(s.end - s.start for s in run.thought_cache.rejected),
-                          "prefill": args.prefill, "backbone_forwards_prefill": len(run.chunk_steps)}))
-    else:
-        for t in thoughts:  # an empty thought leaves S as it was: the state is unchanged
-            print(f"  after {t['after']!s:<28} thinks: {t['thought']}" + ("  (empty: no change)" if t["empty"] else ""))
-        print(f"answer: {text}")
-    return 0
+    return {"model": cfg.model, "text": tok.decode(run.tokens, skip_special_tokens=True), "tokens": run.tokens,
+            "thoughts": thoughts, "context_length": run.cache.seq_len,
+            "thought_tokens_dropped": sum(s.end - s.start for s in run.thought_cache.rejected),
+            "prefill": cfg.prefill, "backbone_forwards_prefill": len(run.chunk_steps)}
 
 
-def _prompt_text(args, tok) -> str:
+def _prompt_text(cfg, tok) -> str:
     """The prompt as given, or inside the tokenizer's chat template with ``--chat``."""
     from beliefscope.tasks.questions import chat_text
 
-    return chat_text(tok, args.prompt) if getattr(args, "chat", False) else args.prompt
+    return chat_text(tok, cfg.prompt) if cfg.chat else cfg.prompt
 
 
 def _pack(model) -> None:
@@ -112,45 +102,38 @@ def _pack(model) -> None:
     pack_linears(hf_model(model))
 
 
-def run_generate(args) -> int:
+def run_generate(cfg) -> dict:
+    """`beliefscope generate` (a `GenerateConfig`): the text and every number of the run."""
     from beliefscope.models.profile import model_profile
 
-    if model_profile(args.model).thinking:
-        return _generate_thinking(args)
+    if model_profile(cfg.model).thinking:
+        return _generate_thinking(cfg)
     from beliefscope.decoding.config import SpecConfig
     from beliefscope.decoding.drafters import make_drafter
     from beliefscope.decoding.speculative import equals, speculative_generate
     from beliefscope.models.load import load_model
 
-    gamma = _gamma(args.gamma)  # arguments first, then the model
-    if args.packed:
+    gamma = _gamma(cfg.gamma)  # arguments first, then the model
+    if cfg.packed:
         from beliefscope.models.packed import packing_available
 
         if not packing_available():
             raise ValueError("--packed: this torch build has no oneDNN weight packing; drop --packed")
-    model, tok = load_model(args.model)
-    if args.packed:
+    model, tok = load_model(cfg.model)
+    if cfg.packed:
         _pack(model)
-    drafter = make_drafter(args.drafter, model)
-    ids = tok(_prompt_text(args, tok))["input_ids"]
-    widths = _verify_widths(args.widths, model, ids)
-    cfg = SpecConfig(gamma=gamma, temperature=args.temperature, seed=args.seed,
-                     max_new_tokens=args.max_new_tokens, trace=bool(args.trace_file), fixed_window=widths is None,
-                     verify_widths=widths or None)
-    out = speculative_generate(model, drafter, ids, cfg, tokenizer=tok)
-    if args.trace_file and out.trace is not None:
-        out.trace.save(args.trace_file)
-    result = {"model": args.model, "drafter": args.drafter, "gamma": cfg.gamma,
-              "verify_widths": "fixed" if widths is None else list(widths), "equals": equals(model, drafter, cfg),
-              "text": tok.decode(out.tokens),
-              **out.summary()}
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(result["text"])
-        print(f"[{args.drafter}] {len(out.tokens)} tokens in {out.steps} steps, alpha={result['alpha']}, "
-              f"{out.seconds:.2f}s", file=sys.stderr)
-    return 0
+    drafter = make_drafter(cfg.drafter, model)
+    ids = tok(_prompt_text(cfg, tok))["input_ids"]
+    widths = _verify_widths(cfg.verify_widths, model, ids)
+    spec = SpecConfig(gamma=gamma, temperature=cfg.temperature, seed=cfg.seed,
+                      max_new_tokens=cfg.max_new_tokens, trace=bool(cfg.trace), fixed_window=widths is None,
+                      verify_widths=widths or None)
+    out = speculative_generate(model, drafter, ids, spec, tokenizer=tok)
+    if cfg.trace and out.trace is not None:
+        out.trace.save(cfg.trace)
+    return {"model": cfg.model, "drafter": cfg.drafter, "gamma": spec.gamma,
+            "verify_widths": "fixed" if widths is None else list(widths), "equals": equals(model, drafter, spec),
+            "text": tok.decode(out.tokens), **out.summary()}
 
 
 def register_datastore(subparsers) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PREFILL_K = 8  # Thinking States' speculative prefill: complete chunks drafted per forward by default
+
 
 @dataclass
 class TreeConfig:
@@ -100,3 +102,27 @@ class SpecConfig:
         if not self.adaptive:
             return int(self.gamma)
         return min(self.gamma_max, gamma + 2) if accepted == gamma else max(1, gamma - 1)
+
+
+@dataclass
+class GenerateConfig:
+    """`beliefscope generate`: one prompt, decoded plainly or speculatively (chunk by chunk, with its
+    thoughts, for a Thinking States model). Decoding defaults are `SpecConfig`'s."""
+
+    prompt: str = ""  # prompt text
+    model: str = "target"  # checkpoint folder, alias (target, draft, smollm2)
+    drafter: str = "none"  # none | draft:PATH | early-exit:K | ngram:N | store:PATH | bf16 (none = plain cached
+    #   decoding)
+    gamma: str = str(SpecConfig.gamma)  # tokens drafted per step (an integer >= 1) or 'auto'
+    temperature: float = SpecConfig.temperature  # 0 = greedy; > 0 = sampling
+    seed: int = SpecConfig.seed  # request seed (sampling is seeded per position)
+    max_new_tokens: int = SpecConfig.max_new_tokens  # stop after this many generated tokens
+    chat: bool = False  # give the prompt as a user turn of the model's chat template (SmolLM2-Instruct's ChatML)
+    verify_widths: str = "fixed"  # fixed: every verify is gamma+1 wide (exact vs the fixed-shape reference); auto:
+    #   each verify as wide as its draft, padded to widths measured fastest here; or a list such as 1,5,8
+    packed: bool = False  # pre-pack the linear weights for oneDNN (CPU, float32 only): a verify forward of a few
+    #   tokens then costs about one decode step (models.packed)
+    trace: str | None = None  # write the per-step Trace as JSON to this file
+    prefill: str = "chunked"  # Thinking States models: read the prompt chunk by chunk, or draft k chunks per forward
+    #   with drafted thoughts and keep what T confirms (the same thoughts and answer, fewer forwards)
+    k: int = PREFILL_K  # chunks drafted per forward with --prefill speculative

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import torch
 from beliefscope.cache import KVCache, Provenance
 from beliefscope.decoding import engine
-from beliefscope.decoding.thinking_prefill import PREFILL_K, SpeculativePrefill
+from beliefscope.decoding.config import PREFILL_K
+from beliefscope.decoding.thinking_prefill import SpeculativePrefill
 from beliefscope.decoding.thought_drafter import ThoughtDrafter
 
 

@@ -35,7 +35,8 @@ import torch
 from beliefscope.cache import KVCache
 from beliefscope.decoding import engine
 from beliefscope.decoding.thinking import _check_room
-from beliefscope.decoding.thinking_prefill import PREFILL_K, SpeculativePrefill, forward_rows, pad_id
+from beliefscope.decoding.config import PREFILL_K
+from beliefscope.decoding.thinking_prefill import SpeculativePrefill, forward_rows, pad_id
 from beliefscope.decoding.thought_drafter import ThoughtDrafter
 
 

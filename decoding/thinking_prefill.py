@@ -19,8 +19,6 @@ import torch
 from beliefscope.cache import KVCache, Provenance
 from beliefscope.decoding.thought_drafter import ThoughtDrafter
 
-PREFILL_K = 8  # complete chunks drafted per forward by default (the library's and `generate --k`'s)
-
 
 @dataclass
 class DraftedChunks:

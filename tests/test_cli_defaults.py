@@ -12,10 +12,10 @@ from beliefscope.analyses.determinism import DeterminismConfig
 from beliefscope.analyses.forced import ForcedConfig
 from beliefscope.analyses.instrument import InstrumentConfig
 from beliefscope.analyses.spec_trace import TraceConfig
-from beliefscope.decoding.config import SpecConfig
+from beliefscope.decoding.config import GenerateConfig
 from beliefscope.decoding.store_build import DatastoreConfig
 from beliefscope.models.evaluate import EvalConfig
-from beliefscope.probes.harvest import HarvestConfig
+from beliefscope.probes.harvest import HarvestRunConfig
 from beliefscope.probes.report import ProbeCommandConfig
 from beliefscope.probes.steering import SteerCommandConfig
 
@@ -23,8 +23,8 @@ from beliefscope.cli import build_parser
 
 CONFIGS = {"beliefs": BeliefsConfig, "forced": ForcedConfig, "instrument": InstrumentConfig,
            "determinism": DeterminismConfig, "demo": DemoConfig, "trace": TraceConfig, "steer": SteerCommandConfig,
-           "harvest": HarvestConfig, "probe": ProbeCommandConfig, "datastore": DatastoreConfig,
-           "generate": SpecConfig,  # (--trace FILE and --verify-widths fixed|auto|LIST are not SpecConfig's fields)
+           "harvest": HarvestRunConfig, "probe": ProbeCommandConfig, "datastore": DatastoreConfig,
+           "generate": GenerateConfig,
            "eval": EvalConfig}
 
 

@@ -25,6 +25,7 @@ import ast
 import dataclasses
 import inspect
 import io
+import sys
 import textwrap
 import tokenize
 import types
@@ -167,6 +168,8 @@ class Command:
     from_flags: typing.Callable | None = None  # from_flags(args) -> {field: value} of those hand-made flags
     bars: str = ""  # a bool field that --no-progress sets to False (a command that draws its own bars)
     renamed: dict = dataclasses.field(default_factory=dict)  # old flag -> its new spelling (the old one refuses)
+    notes: typing.Callable | None = None  # notes(result) -> lines for stderr after the result (not with --json)
+    json_indent: int | None = 1  # --json's indent (None: the object on one line, as `generate` prints it)
 
 
 def register_command(subparsers, command: Command) -> argparse.ArgumentParser:
@@ -197,7 +200,9 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     with progress_bar(command.unit or command.name, total, disable=quiet or command.total is None) as bar:
         result = command.run(cfg, bar.update)
     if getattr(args, "json", False):
-        print(json.dumps(result, indent=1, default=float))
+        print(json.dumps(result, indent=command.json_indent, default=float))
     else:
         print("\n".join(command.lines(result)))
+        for line in command.notes(result) if command.notes else ():
+            print(line, file=sys.stderr)
     return 0
