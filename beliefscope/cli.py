@@ -94,8 +94,6 @@ FLAG_HELP = {
 }
 EXAMPLES = {  # one working example per hand-wired command, shown at the end of its help (a Command has its own)
     "train": "beliefscope train --preset thinking --steps 20 --n-eval 20 --out my-thinking",
-    "generate": 'beliefscope generate --model target --drafter ngram:3 --prompt "A coin is heads . Alice flips . '
-                'Think :"',
     "harvest": "beliefscope harvest --model target --n 300 --events 1-8 --out acts/target",
     "bench": "beliefscope bench determinism --quick",
 }

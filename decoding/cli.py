@@ -17,8 +17,8 @@ def register(subparsers) -> None:
         name="generate", help="generate with speculative decoding (verify + rollback)", config=GenerateConfig,
         run=lambda cfg, progress: run_generate(cfg), lines=_generate_lines, notes=_generate_notes, json_indent=None,
         required=("prompt",), choices={"prefill": ["chunked", "speculative"]},
-        epilog="beliefscope generate --model target --drafter draft:draft --prompt 'A coin is heads . Alice flips . "
-               "State ?'"))
+        epilog='beliefscope generate --model target --drafter ngram:3 --prompt "A coin is heads . Alice flips . '
+               'Think :"'))
     register_datastore(subparsers)
 
 
