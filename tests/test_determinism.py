@@ -44,15 +44,15 @@ def _prompts(n, seed=0, vocab=48):
 
 
 def _sweep(model, fast, prompts, pool, deterministic, window=4):
-    import beliefscope.decoding.scheduler as sch
+    import beliefscope.decoding.sweep as sweep  # the module whose Scheduler the sweep builds
 
-    real = sch.Scheduler
-    sch.Scheduler = lambda target, cfg: real(target, cfg, fast=fast)
+    real = sweep.Scheduler
+    sweep.Scheduler = lambda target, cfg: real(target, cfg, fast=fast)
     try:
         return determinism_sweep(model, prompts, pool, others=(0, 1, 3, 7), orders=3, window=window,
                                  max_new_tokens=16, deterministic=deterministic)
     finally:
-        sch.Scheduler = real
+        sweep.Scheduler = real
 
 
 @pytest.mark.slow

@@ -61,10 +61,9 @@ def test_shipped_thinking_is_unchanged_by_speculative_prefill():
 @pytest.mark.parametrize("kw, match", [({"k": 0}, "k >= 1"), ({"intervene": lambda j, s: s}, "intervene"),
                                        ({"prefill": "eager"}, "prefill='eager' is unknown")])
 def test_bad_prefill_arguments_fail_before_any_forward(mixed_thinking, monkeypatch, kw, match):
-    import beliefscope.decoding.thinking as th
-
     model, tok = mixed_thinking
-    monkeypatch.setattr(th, "_chunk_forward", lambda *a, **k: pytest.fail("a forward ran"))
+    # every backbone forward, chunked or speculative, goes through this method
+    monkeypatch.setattr(model, "backbone_forward", lambda *a, **k: pytest.fail("a forward ran"))
     kw = {"prefill": "speculative", **kw}
     with pytest.raises(ValueError, match=match):
         run_thinking(model, tok("A coin is heads . Alice flips . State ?")["input_ids"], **kw)

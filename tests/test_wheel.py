@@ -66,7 +66,7 @@ def test_wheel_holds_only_the_package_and_its_checkpoints(wheel):
     dist_info = {t for t in tops if t.endswith(".dist-info")}
     assert tops == {"beliefscope"} | dist_info and len(dist_info) == 1, tops
     subpackages = {n.split("/")[1] for n in names if n.startswith("beliefscope/") and n.count("/") >= 2}
-    assert subpackages == {"tasks", "models", "hooks", "cache", "decoding", "probes", "analyses", "checkpoints"}
+    assert subpackages == {"base", "tasks", "models", "hooks", "cache", "decoding", "probes", "analyses", "checkpoints"}
     assert not any(n.startswith(("beliefscope/benchmarks", "beliefscope/tests")) for n in names)
     for folder in ("coinflip-target", "coinflip-draft"):
         for f in ("config.json", "model.safetensors", "tokenizer.json"):
