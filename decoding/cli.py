@@ -156,6 +156,8 @@ def _datastore(cfg, progress) -> dict:
     from beliefscope.tasks.base import parse_events_range
     from beliefscope.tasks.instruct import chat_prompts
 
+    if cfg.n < 1:
+        raise ValueError(f"--n {cfg.n}: build the store from at least 1 prompt")
     events = parse_events_range(cfg.events)
     model, tok = load_model(cfg.model)
     if cfg.workload == "stdlib":

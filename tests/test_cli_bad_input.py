@@ -35,6 +35,7 @@ CASES = [
     ("forced --model target --probes missing-probes --n 0", "n must be at least 1", True),
     ("determinism --model target --others 1,-2", "others='1,-2'", True),
     ("determinism --model target --n 0", "the workload is empty", True),
+    ("datastore --model target --n 0 --out store.json", "build the store from at least 1 prompt", True),
     ("determinism --model target --out afile/d.png", "afile is a file, not a folder", True),
     ("train --preset nope --out m", "preset 'nope' is unknown", True),
     ("train --preset thinking --out afile/m", "afile is a file, not a folder", True),
