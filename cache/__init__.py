@@ -11,10 +11,12 @@ per layer (layer.py), which writes through the layout's plan after ``validate.py
 dtype and device. masks.py turns the layout into attention masks and position ids for ragged rows
 and holes; hf.py is the HF ``Cache`` protocol (``crop``, ``get_seq_length``, beam search's
 row gathers, and the ``generate`` wrapper that refuses a decoding mode not tested against HF's
-cache). The read side is inspect.py (per-layer K/V, ``provenance.py``
-labels and the event log, write hooks), snapshot.py (cheap snapshots and diffs) and copying.py
-(``deepcopy`` and pickle give a compacted, independent cache). testing.py builds tiny models for
-tests and doctests.
+cache). inspect.py reads per-layer K/V and patches it (``overwrite``, write hooks); copying.py makes
+``deepcopy`` and pickle give a compacted, independent cache. That is the core. What happened is the
+``Recorder``'s (recorder.py), attached unless ``CacheConfig(record=False)``: ``provenance.py``
+labels per position, the event log, rejected spans, and snapshot.py's snapshots and diffs. The core
+tells it once per forward, rollback, fork or move; its names are read through the cache too
+(``cache.events`` is ``cache.recorder.events``). testing.py builds tiny models for tests and doctests.
 
 Example::
 
@@ -34,6 +36,7 @@ from .config import CacheConfig
 from .kv import KVCache
 from .layer import KVLayer
 from .provenance import CacheEvent, Provenance, RejectedSpan
+from .recorder import Recorder
 from .snapshot import CacheDiff, RowDiff, Snapshot
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
            "KVCache",
            "KVLayer",
            "Provenance",
+           "Recorder",
            "RejectedSpan",
            "RowDiff",
            "Snapshot",

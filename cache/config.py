@@ -30,6 +30,8 @@ class CacheConfig:
     #   mismatch raises)
     layer_devices: tuple | None = None  # per layer, the device its keys/values live on (a model split over
     #   devices: each layer's buffers sit where the layer computes); None: every layer on `device`
+    record: bool = True  # attach a Recorder (cache.recorder): provenance per position, the event log, snapshots;
+    #   False: keep none of it (no bookkeeping per forward beyond the layout)
     keep_rejected: bool = False  # copy rolled-back entries (keys, values, provenance) into `cache.rejected`
     #   before moving the pointer
     strict_masks: bool = True  # raise if a forward needs a mask (ragged rows, holes) but the caller did not ask

@@ -1,6 +1,6 @@
 """Copies of a :class:`cache.KVCache`: ``copy.deepcopy`` and pickling give an independent cache.
 
-A deep copy owns its buffers, lengths, provenance, events, rejected spans and layers. Only the
+A deep copy owns its buffers, lengths, layers and recorder (provenance, events, rejected spans). Only the
 filled part is copied: every row is left-aligned into a buffer as long as the longest row (holes
 and other forks' slots are not copied), so the copy of a cache that had holes is compacted, with a
 ``relocate`` event per row, exactly as :meth:`KVCache.compact` would leave it. Write hooks are
@@ -59,24 +59,27 @@ class CopyMixin:
         lens = list(self.layout.lengths)
         clean = self.layout.is_clean
         st = None if self.storage is None else compacted_storage(self, max(lens, default=0))
-        events = list(self.events)
-        if st is not None and not clean:
-            events += [CacheEvent("relocate", r, 0, n, self._step) for r, n in enumerate(lens) if n]
+        rec = self.recorder
+        if rec is not None:  # the copy's own recorder: its event list (plus the compaction's moves) and tags
+            rec = copy.copy(rec)
+            rec.events, rec._tags = list(rec.events), list(rec._tags)
+            if st is not None and not clean:
+                rec.events += [CacheEvent("relocate", r, 0, n, self._step) for r, n in enumerate(lens) if n]
         return {"config": self.config, "storage": st, "lens": lens, "step": self._step, "closed": self._closed,
-                "events": events, "rejected": self.rejected, "next_provenance": self.next_provenance,
-                "tags": list(self._tags), "hooks": list(self._hooks)}
+                "recorder": rec, "hooks": list(self._hooks)}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["config"], _storage=state["storage"])
         lens = state["lens"]
         self.layout = Layout.left_aligned(lens)
         self._step, self._closed = state["step"], state["closed"]
-        self.events, self.rejected = list(state["events"]), state["rejected"]
-        self.next_provenance, self._tags, self._hooks = state["next_provenance"], state["tags"], state["hooks"]
+        self.recorder = None if state["recorder"] is None else state["recorder"].bind(self)
+        self._hooks = state["hooks"]
 
     def __deepcopy__(self, memo):
         state = self.__getstate__()
-        state["rejected"] = copy.deepcopy(state["rejected"], memo)
+        if state["recorder"] is not None:
+            state["recorder"].rejected = copy.deepcopy(state["recorder"].rejected, memo)
         state["config"] = copy.copy(state["config"])
         new = type(self).__new__(type(self))
         memo[id(self)] = new

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import torch
 
-from .provenance import CacheEvent
-
 # Decoding modes of ``GenerationMixin.generate`` (``GenerationMode`` values) tested equal to HF's own
 # cache (tests/test_cache_generate.py). Any other mode is refused before the first forward.
 GENERATE_MODES = ("greedy_search", "sample", "assisted_generation", "beam_search", "beam_sample")
@@ -116,9 +114,8 @@ class HFProtocolMixin:
             old.holders.discard(self)
             self.storage.holders.add(self)
         self.layout = self.layout.gather(idx.tolist())
-        for r, src in enumerate(idx.tolist()):
-            if src != r:
-                self.events.append(CacheEvent("relocate", r, 0, self.layout.lengths[r], self._step))
+        if self.recorder is not None:
+            self.recorder.moved([(r, self.layout.lengths[r]) for r, src in enumerate(idx.tolist()) if src != r])
 
     # ------------------------------------------------------------------ HF generate adopting this cache
     _is_user_defined = False  # set by HF generate when it adopts a cache the caller passed

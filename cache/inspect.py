@@ -1,14 +1,14 @@
-"""Read-side of KVCache: per-layer K/V, provenance, snapshots/diffs, overwrite and write hooks."""
+"""Read and patch side of the KVCache core: per-layer K/V, lengths, ``overwrite`` and write hooks.
+
+Provenance, events and snapshots are the recorder's (recorder.py)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 
 import torch
 
-from .provenance import CacheEvent, Provenance, RejectedSpan
-from .snapshot import CacheDiff, RowDiff, Snapshot, tick
+from .provenance import Provenance
 
 
 class _HookHandle:
@@ -21,7 +21,7 @@ class _HookHandle:
 
 
 class InspectMixin:
-    """Inspection and patching methods of :class:`cache.KVCache` (mixed in; not used alone).
+    """Reading and patching methods of :class:`cache.KVCache` (mixed in; not used alone).
 
     Example::
 
@@ -104,76 +104,6 @@ class InspectMixin:
         """Bytes of the buffers this cache holds (shared with its forks, counted once here)."""
         return 0 if self.storage is None else self.storage.nbytes
 
-    # ------------------------------------------------------------------ provenance
-    def provenance_of(self, row: int = 0) -> torch.Tensor:
-        """Provenance codes ``[length]`` (int8, compare with :class:`Provenance`) of ``row``.
-
-        Example::
-
-            >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache().provenance_of(0).shape
-            torch.Size([0])
-        """
-        if self.storage is None:
-            return torch.zeros(0, dtype=torch.int8)
-        return self.storage.prov[row, self._phys(row)]
-
-    @property
-    def provenance(self):
-        """Row 0's provenance ``[length]`` for batch 1; a list of them for a batch."""
-        rows = [self.provenance_of(r) for r in range(max(1, len(self.layout.lengths)))]
-        return rows[0] if len(rows) == 1 else rows
-
-    def mark(self, start: int, end: int, prov: Provenance, row: int | None = None) -> None:
-        """Relabel logical positions ``[start, end)`` with ``prov`` (e.g. DRAFT -> VERIFIED).
-
-        Example::
-
-            >>> from beliefscope.cache import Provenance
-            >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache().mark(0, 0, Provenance.VERIFIED)
-        """
-        for r in range(len(self.layout.lengths)) if row is None else [row]:
-            if not 0 <= start <= end <= self.layout.lengths[r]:
-                raise ValueError(f"mark({start}, {end}) for row {r}: "
-                                 f"need 0 <= start <= end <= {self.layout.lengths[r]}.")
-            if end > start:
-                self.storage.prov[r, self._phys(r, range(start, end))] = int(Provenance(prov))
-
-    # ------------------------------------------------------------------ snapshots
-    def snapshot(self) -> Snapshot:
-        """Record lengths and the write clock: O(batch), no tensors.
-
-        Example::
-
-            >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache().snapshot().lengths
-            (0,)
-        """
-        return Snapshot(cache_id=self.id, lengths=tuple(self.lengths), clock=tick(), step=self._step)
-
-    def diff(self, snap: Snapshot) -> CacheDiff:
-        """Positions added, removed or overwritten (incl. rolled back and rewritten) since ``snap``.
-
-        Example::
-
-            >>> from beliefscope.cache.testing import tiny_cache
-            >>> c = tiny_cache()
-            >>> c.diff(c.snapshot()).changed
-            False
-        """
-        rows = []
-        for r, old in enumerate(snap.lengths):
-            new = self.lengths[r]
-            common = min(old, new)
-            over: tuple[int, ...] = ()
-            if common and self.storage is not None:
-                stamps = self.storage.stamp[r, self._phys(r, range(common))]
-                over = tuple((stamps > snap.clock).nonzero().flatten().tolist())
-            rows.append(RowDiff(row=r, added=range(old, max(old, new)), removed=range(new, max(new, old)),
-                                overwritten=over))
-        return CacheDiff(tuple(rows))
-
     # ------------------------------------------------------------------ overwrite and write hooks
     def overwrite(self, layer: int, positions, k: torch.Tensor, v: torch.Tensor, row: int | None = None,
                   provenance: Provenance | None = None) -> None:
@@ -192,6 +122,9 @@ class InspectMixin:
             [1.0, 0.0, 1.0]
         """
         rows = list(range(len(self.layout.lengths))) if row is None else [row]
+        if provenance is not None and self.recorder is None:
+            raise ValueError(f"overwrite(provenance={Provenance(provenance).name}) on a cache built with record=False "
+                             "keeps no provenance; build it with record=True or leave provenance out.")
         if k.dim() == 3:
             k, v = k.unsqueeze(0), v.unsqueeze(0)
         self._check(k.expand(self.config.batch, *k.shape[1:]), v.expand(self.config.batch, *v.shape[1:]), layer)
@@ -203,11 +136,8 @@ class InspectMixin:
             dev = self.storage.k[layer].device
             self.storage.k[layer][r, :, idx.to(dev)] = k[min(i, k.shape[0] - 1)]
             self.storage.v[layer][r, :, idx.to(dev)] = v[min(i, v.shape[0] - 1)]
-            self.storage.stamp[r, idx] = tick()
-            if provenance is not None:
-                self.storage.prov[r, idx] = int(Provenance(provenance))
-            pos = torch.as_tensor(positions).reshape(-1)
-            self.events.append(CacheEvent("overwrite", r, int(pos.min()), int(pos.max()) + 1, self._step))
+            if self.recorder is not None:
+                self.recorder.overwrote(r, idx, positions, provenance)
 
     def add_write_hook(self, fn) -> _HookHandle:
         """Call ``fn(k, v, *, layer, positions) -> (k, v) | None`` on every write before storing it.
@@ -238,40 +168,3 @@ class InspectMixin:
             yield self
         finally:
             handle.remove()
-
-    def _copy_span(self, row: int, start: int, end: int) -> RejectedSpan:
-        idx = self._phys(row, range(start, end))
-        st = self.storage
-        return RejectedSpan(
-            row=row, start=start, end=end, step=self._step, provenance=st.prov[row, idx].clone(),
-            # keys and values: per layer [kv_heads, n, d_head], each on its layer's device
-            keys=[st.k[l][row].index_select(1, idx.to(st.k[l].device)) for l in range(self.config.n_layers)],
-            values=[st.v[l][row].index_select(1, idx.to(st.v[l].device)) for l in range(self.config.n_layers)],
-        )
-
-    # ------------------------------------------------------------------ summary
-    def summary(self, last_events: int = 8) -> str:
-        """A readable table of rows, provenance counts, memory and the latest events (never printed).
-
-        Example::
-
-            >>> from beliefscope.cache.testing import tiny_cache
-            >>> "row" in tiny_cache().summary()
-            True
-        """
-        c = self.config
-        lines = [f"KVCache #{self.id} model={c.model_name} layers={c.n_layers} kv_heads={c.kv_heads} "
-                 f"d_head={c.d_head} capacity={self.capacity} physical_end={self.layout.end} "
-                 f"nbytes={self.nbytes:,} forks_sharing={0 if self.storage is None else len(self.storage.holders) - 1}",
-                 f"{'row':>4} {'length':>7} {'segments':>9} " + " ".join(f"{p.name:>9}" for p in Provenance)]
-        for r in range(len(self.layout.lengths)):
-            counts = Counter(self.provenance_of(r).tolist())
-            rej = sum(s.end - s.start for s in self.rejected if s.row == r)
-            # live positions by provenance; REJECTED counts the rolled-back entries kept in `rejected`
-            cells = [rej if p == Provenance.REJECTED else counts.get(int(p), 0) for p in Provenance]
-            lines.append(f"{r:>4} {self.layout.lengths[r]:>7} {len(self.layout.segments[r]):>9} "
-                         + " ".join(f"{x:>9}" for x in cells))
-        lines.append(f"events: {len(self.events)} total" + (", latest:" if self.events else ""))
-        for e in self.events[-last_events:]:
-            lines.append(f"  step {e.step:>4}  {e.kind:<9} row {e.row}  [{e.start}, {e.end})")
-        return "\n".join(lines)

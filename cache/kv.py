@@ -11,7 +11,6 @@ logical positions. A *clean* cache (each row is one segment ``[0, p)``) needs ne
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 from collections.abc import Sequence
@@ -28,8 +27,8 @@ from .inspect import InspectMixin
 from .layer import KVLayer
 from .layout import Layout
 from .masks import MaskMixin
-from .provenance import CacheEvent, Provenance, RejectedSpan
-from .snapshot import tick
+from .provenance import Provenance
+from .recorder import READ_THROUGH, Recorder
 from .storage import Storage
 from .validate import ValidateMixin
 
@@ -56,6 +55,9 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
     growth_mark: int | None = None  # forward_count before the guarded forward in progress
 
     def __init__(self, config: CacheConfig, *, _storage: Storage | None = None):
+        if config.keep_rejected and not config.record:
+            raise ValueError("CacheConfig(keep_rejected=True, record=False): rejected spans are recorded; "
+                             "set record=True or keep_rejected=False.")
         self.config = config
         super().__init__(layers=[KVLayer(self, i) for i in range(config.n_layers)])
         self.id = next(_IDS)
@@ -65,11 +67,9 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         self._cur_pos: torch.Tensor | None = None  # [batch, n] logical positions being written (lazy)
         self._step = 0
         self._closed = False
-        self.events: list[CacheEvent] = []
-        self.rejected: list[RejectedSpan] = []
-        self.next_provenance: Provenance | None = None  # one-shot: provenance of the next forward's writes
-        self._tags: list[Provenance] = []
         self._hooks: list = []
+        # provenance, events, rejected spans and snapshots (cache.recorder); None: this cache records nothing
+        self.recorder: Recorder | None = Recorder(self) if config.record else None
         if _storage is not None:
             _storage.holders.add(self)
 
@@ -153,7 +153,7 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         return self._cur_pos
 
     def _begin(self, k: torch.Tensor, n: int) -> None:
-        """Layer 0 of a forward: choose slots, grow, record lengths/provenance/events."""
+        """Layer 0 of a forward: choose slots, grow, append to the layout, tell the recorder."""
         st, lay = self.storage, self.layout
         if st is None:
             c = self.config
@@ -188,33 +188,12 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
             p = lay.end
         if p + n > st.capacity:
             st.ensure(p + n)
-        step, events = self._step, self.events
-        lens = lay.lengths
-        prov = self._explicit_provenance() if (self.next_provenance is not None or self._tags) else None
-        if prov is not None:  # next_provenance / tagging: same label for every row
-            code: int | list[int] = int(prov)
-            kind = {Provenance.PREFILL: "prefill", Provenance.DRAFT: "decode",
-                    Provenance.THOUGHT: "thought"}.get(prov, "verify")
-        elif 0 not in lens:  # default, decoding: the model's own tokens
-            code, kind = int(Provenance.VERIFIED), "decode"
-        else:  # default: a row's first write is its prompt (PREFILL), later writes the model's own (VERIFIED)
-            code = [int(Provenance.VERIFIED) if t else int(Provenance.PREFILL) for t in lens]
-            if len(set(code)) == 1:
-                code = code[0]
-            kind = None
-        st.note_write(p, n, tick(), code)
-        for r, start in enumerate(lay.append(p, n)):
-            events.append(CacheEvent(kind or ("decode" if start else "prefill"), r, start, start + n, step))
+        starts = lay.append(p, n)
+        if self.recorder is not None:
+            self.recorder.wrote(p, n, starts, self._step)
         self._cur = (p, n)
         self._cur_pos = None  # built on demand by _positions_being_written (write hooks only)
-        self._step = step + 1
-
-    def _explicit_provenance(self) -> Provenance | None:
-        """The provenance a caller asked for (one-shot ``next_provenance``, then ``tagging``), else None."""
-        if self.next_provenance is not None:
-            prov, self.next_provenance = Provenance(self.next_provenance), None
-            return prov
-        return self._tags[-1] if self._tags else None
+        self._step += 1
 
     # ------------------------------------------------------------------ rollback / fork / relocate
     def rollback(self, to: int | Sequence[int], row: int | None = None) -> None:
@@ -243,10 +222,9 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
                     "positions; a cache cannot roll forward."
                 )
         moved = [(r, t) for r, t in zip(rows, tos) if t != lens[r]]
-        for r, t in moved:
-            if self.config.keep_rejected:
-                self.rejected.append(self._copy_span(r, t, lens[r]))
-            self.events.append(CacheEvent("rollback", r, t, lens[r], self._step))
+        if self.recorder is not None:
+            for r, t in moved:
+                self.recorder.rolled_back(r, t, lens[r])
         self.layout.rollback([t for _, t in moved], [r for r, _ in moved])
 
     def fork(self, at: int | Sequence[int] | None = None) -> KVCache:
@@ -273,20 +251,16 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         child._step = self._step
         child._hooks = list(self._hooks)
         child.rollback(ats)
-        child.events = []
-        for r, t in enumerate(ats):
-            ev = CacheEvent("fork", r, 0, t, self._step)
-            self.events.append(ev)
-            child.events.append(ev)
+        if self.recorder is not None:
+            self.recorder.forked(child.recorder, ats)
         return child
 
     def _relocate(self) -> None:
         """Move this holder's live entries to a private storage, rows left-aligned (O(length) copy)."""
         old = self.storage
         new = compacted_storage(self, max(old.capacity, self.config.capacity))
-        for r, n in enumerate(self.layout.lengths):
-            if n:
-                self.events.append(CacheEvent("relocate", r, 0, n, self._step))
+        if self.recorder is not None:
+            self.recorder.moved([(r, n) for r, n in enumerate(self.layout.lengths) if n])
         old.holders.discard(self)
         new.holders.add(self)
         self.storage = new
@@ -309,19 +283,27 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @contextlib.contextmanager
-    def tagging(self, provenance: Provenance):
-        """Tag every write inside the block with ``provenance``.
+    # ------------------------------------------------------------------ the recorder's names, read through
+    @property
+    def next_provenance(self) -> Provenance | None:
+        """One-shot provenance of the next forward's writes (``cache.recorder.next_provenance``)."""
+        return self._recorded("next_provenance").next_provenance
 
-        Example::
+    @next_provenance.setter
+    def next_provenance(self, prov: Provenance | None) -> None:
+        self._recorded("next_provenance").next_provenance = prov
 
-            >>> from beliefscope.cache import Provenance
-            >>> from beliefscope.cache.testing import tiny_cache
-            >>> with tiny_cache().tagging(Provenance.DRAFT):
-            ...     pass
-        """
-        self._tags.append(Provenance(provenance))
-        try:
-            yield self
-        finally:
-            self._tags.pop()
+    def __getattr__(self, name: str):
+        """``cache.events``, ``cache.summary()``...: the recorder's names (recorder.READ_THROUGH)."""
+        if name in ("events", "rejected", "next_provenance"):  # (the property's refusal arrives here)
+            return getattr(self._recorded(name), name)
+        if name in READ_THROUGH:  # methods and properties: through a view that keeps this cache alive
+            return getattr(self._recorded(name).held_by(self), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _recorded(self, name: str) -> Recorder:
+        rec = self.__dict__.get("recorder")
+        if rec is None:
+            raise AttributeError(f"cache.{name}: this KVCache was built with record=False and keeps no provenance, "
+                                 "events or snapshots; build it with record=True (the default) to read them.")
+        return rec

@@ -359,3 +359,46 @@ def test_config_and_hf_protocol():
     assert c.lengths == [3, 3] and c.get_mask_sizes(2, 0) == (5, 0)
     c.reset()
     assert c.lengths == [0, 0]
+
+
+def test_a_cache_that_records_nothing_computes_the_same_and_refuses_to_report(bridge):
+    """record=False drops the recorder (provenance, events, snapshots): a ragged decode with a rollback and
+    a fork still equals uncached forwards, and every recorder name refuses, naming record=True."""
+    toks = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(5))
+    cache = KVCache.for_model(bridge, capacity=4, record=False)
+    assert cache.recorder is None
+    out = torch.cat([fwd(bridge, toks[:, :5], past_key_values=cache), decode(bridge, cache, toks[:, 5:9])], 1)
+    cache.rollback(7)
+    with cache.fork() as branch:
+        again = decode(bridge, branch, toks[:, 7:12])
+    assert (out - ref(bridge, toks[:, :9])).abs().max() <= TOL
+    assert (again - ref(bridge, toks)[:, 7:12]).abs().max() <= TOL
+    for name in ("events", "rejected", "summary", "snapshot", "provenance", "next_provenance"):
+        with pytest.raises(AttributeError, match="record=True"):
+            getattr(cache, name)
+    with pytest.raises(ValueError, match="record=True"):
+        cache.overwrite(0, [0], cache.keys(0)[:, :1], cache.values(0)[:, :1], provenance=Provenance.VERIFIED)
+    with pytest.raises(ValueError, match="keep_rejected"):
+        KVCache.for_model(bridge, record=False, keep_rejected=True)
+
+
+def test_the_recorder_frees_its_cache_without_the_garbage_collector(bridge):
+    """The recorder holds its cache weakly, so a cache's buffers go when its last reference does (a cycle
+    would keep GPU memory until gc ran); a temporary's recorder names still work through the cache."""
+    import gc
+    import weakref
+
+    assert "row" in KVCache.for_model(bridge).summary()  # a temporary stays alive through the call
+    gc.disable()
+    try:
+        cache = KVCache.for_model(bridge)
+        fwd(bridge, torch.tensor([[1, 2, 3]]), past_key_values=cache)
+        with cache.tagging(Provenance.DRAFT):
+            fwd(bridge, torch.tensor([[4]]), past_key_values=cache)
+        assert cache.provenance.tolist() == [int(Provenance.PREFILL)] * 3 + [int(Provenance.DRAFT)]
+        assert cache.recorder.events == cache.events and len(cache.events) == 2
+        gone = weakref.ref(cache)
+        del cache
+        assert gone() is None
+    finally:
+        gc.enable()
