@@ -60,58 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# One sentence for the flags many commands share (a command's own help= wins).
-FLAG_HELP = {
-    "model": "model: a shipped name (target, draft, thinking, direct-rope, cot-rope, smollm2-thinking, smollm2), "
-             "a checkpoint folder or an org/name hub model",
-    "probes": "probe folder written by `beliefscope probe --out` (fitted on the same model)",
-    "task": "task family: coinflip, cups or variables",
-    "seed": "seed of the sampled prompts (a probe's own prompts use another seed)",
-    "events": "events per prompt, an inclusive range LO-HI (e.g. 1-8)",
-    "rendering": "prompt rendering: toy (word grammar) or natural (English; default for smollm2)",
-    "fmt": "prompt format: direct (answer at once) or cot (chain of thought first)",
-    "split": "templates and names: train, heldout, all or train+heldout",
-    "n": "number of prompts",
-    "layer": "layer index L of the residual stream (blocks.L.hook_resid_post)",
-    "gamma": "draft tokens per verify step: an integer >= 1 or auto",
-    "max_new_tokens": "new tokens to generate per prompt",
-    "batch_size": "prompts per forward",
-    "random_init_seed": "seed of the random-init twin model (the control)",
-    "n_random": "random directions of the same norm (the baseline flip rate)",
-    "random_seed": "seed of the random directions",
-    "prompts": "measured prompts (requests)",
-    "positions": "token rows the probe is fitted on: after_first_event (every token once the story has begun), "
-                 "boundary (the token completing each event), last (the final token, where the answer is "
-                 "computed) or all",
-    "folds": "cross-validation folds, split by prompt",
-    "trainer": "torch (batched, all layers at once) or sklearn (LogisticRegression, the reference)",
-    "max_iter": "optimiser iterations per probe",
-    "control_seed": "seed of the control task's random labels",
-    "layers_per_fit": "layers fitted together by the torch trainer (memory vs speed)",
-    "no_random_init": "skip the random-init control",
-    "json": "print one JSON object on stdout (progress stays on stderr)",
-    "no_progress": "no progress bar",
-}
-EXAMPLES = {  # one working example per hand-wired command, shown at the end of its help (a Command has its own)
-    "train": "beliefscope train --preset thinking --steps 20 --n-eval 20 --out my-thinking",
-    "harvest": "beliefscope harvest --model target --n 300 --events 1-8 --out acts/target",
-    "bench": "beliefscope bench determinism --quick",
-}
+NO_PROGRESS_HELP = "no progress bar"
 
 
 def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
     """`--quiet` and `--no-progress` on every command; `--device` and `--dtype` on every command that loads a
-    model; a sentence for every shared flag without one; the command's example at the end of its help."""
+    model. Every other flag's help, and the example that ends it, is the command's own: its config's field
+    comments (``base.config_flags``)."""
     for a in p._actions:
-        if not a.help and a.dest in FLAG_HELP:
-            a.help = FLAG_HELP[a.dest]
-        if a.help and a.default is None and "%(default)" not in a.help:
+        if a.help and a.help != argparse.SUPPRESS and a.default is None and "%(default)" not in a.help:
             a.help += "%(default).0s"  # required, or the help says what None means: no "(default: None)"
-    if name in EXAMPLES and not p.epilog:
-        p.epilog = f"example: {EXAMPLES[name]}"
     dests = {a.dest for a in p._actions}
     if "no_progress" not in dests:  # every command takes it, long-running or not, so scripts can pass it blindly
-        p.add_argument("--no-progress", action="store_true", help=FLAG_HELP["no_progress"])
+        p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     if "quiet" not in dests:
         p.add_argument("--quiet", action="store_true",
                        help="no progress bars or loading messages on stderr (errors still print)")

@@ -8,26 +8,25 @@ prints the headline figures as JSON instead.
 from __future__ import annotations
 
 import importlib
-import json
 import os
-import sys
 import time
+from dataclasses import dataclass
+
+from beliefscope.base.config_flags import Command, register_command
 
 # order of `all` (cheap first)
 BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking", "overhead")
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("bench", help="speed benchmarks (ratios against a baseline, measured in one run)",
-                              description=__doc__.split("\n")[0])
-    p.add_argument("which", choices=[*BENCHMARKS, "all"], help="benchmark to run, or all of them")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny smoke run (< 3 min for all); checks outputs only, writes benchmarks/results/quick/")
-    p.add_argument("--json", action="store_true", help="print the headline figures as JSON")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (0 = torch's default). Default: all cores for spec (decoding speed is "
-                        "what a user gets with every core), 1 for the others (stable ratios on a shared machine)")
-    p.set_defaults(func=run)
+@dataclass
+class BenchConfig:
+    """What `beliefscope bench` runs."""
+
+    which: str = "all"  # benchmark to run, or all of them (a positional argument on the command line)
+    quick: bool = False  # tiny smoke run (< 3 min for all); checks outputs only, writes benchmarks/results/quick/
+    threads: int | None = None  # torch threads (0 = torch's default). Default: all cores for spec (decoding speed
+    #   is what a user gets with every core), 1 for the others (stable ratios on a shared machine)
+    progress: bool = True  # a progress bar per benchmark (--no-progress: none)
 
 
 def headline(name: str) -> str:
@@ -51,38 +50,54 @@ def _progress(name: str, disable: bool = False):
     return lambda: bar.update(1)
 
 
-def run(args) -> int:
+def run_benchmarks(cfg: BenchConfig) -> dict:
+    """Run ``cfg.which`` (or every benchmark) and return ``{"summary": {name: headline figures},
+    "results": {name: its full result}}``; prints nothing."""
     import torch
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    names = BENCHMARKS if args.which == "all" else (args.which,)
-    summary, failed = {}, []
+    names = BENCHMARKS if cfg.which == "all" else (cfg.which,)
+    summary, results = {}, {}
     for name in names:
-        threads = args.threads if args.threads is not None else ((os.cpu_count() or 1) if name == "spec" else 1)
+        threads = cfg.threads if cfg.threads is not None else ((os.cpu_count() or 1) if name == "spec" else 1)
         if threads > 0:
             torch.set_num_threads(threads)
         t0 = time.perf_counter()
         try:
-            result = run_one(name, args.quick, args.no_progress)
-        except ImportError as e:  # an area whose API has not landed yet
+            result = run_one(name, cfg.quick, not cfg.progress)
+        except ImportError as e:  # an area whose optional dependency is not installed
             summary[name] = {"skipped": f"{type(e).__name__}: {e}"}
-            failed.append(name)
             continue
         key = headline(name)
         summary[name] = {key: result.get(key), "seconds": round(time.perf_counter() - t0, 1),
                          "outputs_ok": outputs_ok(name, result)}
-        if not args.json:
-            print_result(name, result)
-    if args.json:
-        print(json.dumps(summary, indent=1))
-    else:
-        print_table([["benchmark", "headline", "value", "outputs ok", "seconds"]]
-                    + [[n, headline(n), s.get(headline(n), s.get("skipped")), s.get("outputs_ok"), s.get("seconds")]
-                       for n, s in summary.items()])
+        results[name] = result
+    return {"summary": summary, "results": results}
+
+
+def result_lines(out: dict) -> list[str]:
+    """Each benchmark's table and headline, then one row per benchmark."""
+    lines = []
+    for name, result in out["results"].items():
+        lines += result_table(name, result)
+    summary = out["summary"]
+    return lines + table_lines(
+        [["benchmark", "headline", "value", "outputs ok", "seconds"]]
+        + [[n, headline(n), s.get(headline(n), s.get("skipped")), s.get("outputs_ok"), s.get("seconds")]
+           for n, s in summary.items()])
+
+
+def failure(out: dict) -> str | None:
+    """Why `bench` exits with 1: outputs that differ from their baseline, or a benchmark that could not run."""
+    summary = out["summary"]
     bad = [n for n, s in summary.items() if s.get("outputs_ok") is False]
+    skipped = [n for n, s in summary.items() if "skipped" in s]
     if bad:
-        print(f"beliefscope bench: outputs differ from the baseline in: {', '.join(bad)}", file=sys.stderr)
-    return 1 if bad or failed else 0
+        return f"beliefscope bench: outputs differ from the baseline in: {', '.join(bad)}"
+    if skipped:
+        why = "; ".join(f"{n} ({summary[n]['skipped']})" for n in skipped)
+        return f"beliefscope bench: could not run: {why}"
+    return None
 
 
 OUTPUT_FLAGS = ("all_identical", "outputs_identical", "accuracy_equal", "stores_equal")  # correctness flags
@@ -96,25 +111,43 @@ def outputs_ok(name: str, result: dict):
     return None
 
 
-def print_result(name: str, result: dict) -> None:
+def result_table(name: str, result: dict) -> list[str]:
+    """One benchmark's title, tables (its module's ``table``) and headline figure."""
     module = importlib.import_module(f"beliefscope.benchmarks.{name}")
-    print(f"\n== bench {name} ({'quick' if result.get('quick') else 'full'}) ==")
+    lines = ["", f"== bench {name} ({'quick' if result.get('quick') else 'full'}) =="]
     if hasattr(module, "table"):
         for rows in _as_tables(module.table(result)):
-            print_table(rows)
+            lines += table_lines(rows)
     key = headline(name)
-    print(f"{key} = {result.get(key)}")
+    return lines + [f"{key} = {result.get(key)}"]
 
 
 def _as_tables(t):
     return t if t and isinstance(t[0], list) and t[0] and isinstance(t[0][0], list) else [t]
 
 
-def print_table(rows: list[list]) -> None:
+def table_lines(rows: list[list]) -> list[str]:
     """Left-aligned columns; floats with 4 significant digits."""
     cells = [[f"{c:.4g}" if isinstance(c, float) else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells if i < len(r)) for i in range(max(map(len, cells)))]
+    out = []
     for j, r in enumerate(cells):
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         if j == 0:
-            print("  ".join("-" * w for w in widths))
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+def _which(p) -> None:
+    p.add_argument("which", choices=[*BENCHMARKS, "all"], help="benchmark to run, or all of them")
+
+
+COMMAND = Command(
+    name="bench", help="speed benchmarks (ratios against a baseline, measured in one run)", config=BenchConfig,
+    run=lambda cfg, progress: run_benchmarks(cfg), lines=result_lines,
+    skip=("which", "progress"), flags=_which, from_flags=lambda args: {"which": args.which}, bars="progress",
+    failure=failure, as_json=lambda out: out["summary"], epilog="beliefscope bench determinism --quick")
+
+
+def register(subparsers) -> None:
+    register_command(subparsers, COMMAND).description = __doc__.split("\n")[0]

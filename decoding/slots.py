@@ -7,8 +7,9 @@ nothing to verify in a pass, and free slots, are dummy rows (pad tokens whose wr
 their row's length and are overwritten before anyone attends to them). Since no shape depends on
 the batch composition or on the other rows' lengths, a request's verified logits do not either.
 
-Writes go to each row's own length (``scatter`` along the position axis); rollback is moving a
-row's length, O(1).
+Its buffers are a :class:`cache.storage.Storage`, the one a ``KVCache`` keeps; what differs is the layout:
+a fixed ``[B, C]`` grid with one length per row. Writes go to each row's own length (``scatter``
+along the position axis); rollback is moving a row's length, O(1).
 
 ``verify_rows`` is the other way, for kernels whose rows are bitwise independent of the batch
 (linear layers packed by `models.packed`, attention by `models.invariant_attention`): only the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import torch
 from beliefscope.cache.masks import apply_windows
+from beliefscope.cache.storage import Storage
 from beliefscope.decoding.core import forward, hf_logits, new_cache
 from beliefscope.models.profile import model_shapes
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -70,9 +72,9 @@ class SlotCache(Cache):
         self.windows = windows  # per layer sliding window (None = full attention), as models.profile reads it
         self.lengths = torch.zeros(slots, dtype=torch.long)  # [B] committed tokens per row
         self._width = 0  # W of the forward in progress (set by mask())
-        shape = (slots, kv_heads, capacity, d_head)
-        super().__init__(layers=[SlotLayer(self, torch.zeros(shape, dtype=dtype, device=device),
-                                           torch.zeros(shape, dtype=dtype, device=device)) for _ in range(n_layers)])
+        # the K/V buffers [B, kv_heads, C, d_head] per layer: the storage a KVCache keeps, never grown here
+        self.storage = Storage(n_layers, slots, kv_heads, d_head, capacity, dtype, self.device)
+        super().__init__(layers=[SlotLayer(self, k, v) for k, v in zip(self.storage.k, self.storage.v)])
 
     @classmethod
     def for_model(cls, model, slots: int, capacity: int) -> SlotCache:

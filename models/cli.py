@@ -5,78 +5,73 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 
-from beliefscope.base.config_flags import Command, add_renamed_flags, register_command
+from beliefscope.base.config_flags import Command, register_command
 from beliefscope.base.files import atomic_write_json, atomic_write_text, check_writable_parent
 from beliefscope.models.evaluate import EvalConfig
 from beliefscope.models.profile import model_profile
 
 
-def register(sub) -> None:
-    p = sub.add_parser("train", help="train a toy model: GPT-2 presets with a length curriculum, or the RoPE "
-                       "presets (direct-rope, cot-rope, thinking) on equal terms; or Thinking States over "
-                       "SmolLM2 (smollm2-thinking: resumable, re-run the same command to continue)")
-    p.add_argument("--task", default="coinflip", help="task family: coinflip, cups or variables")
-    p.add_argument("--preset", default="target",
-                   help="target, draft, tiny (GPT-2), direct-rope, cot-rope, thinking (Llama with RoPE) or "
-                        "smollm2-thinking (Thinking States over SmolLM2-135M-Instruct) and its baselines "
-                        "smollm2-direct, smollm2-cot (LoRA adapters answering in text)")
-    p.add_argument("--out", required=True, help="checkpoint folder to write")
-    p.add_argument("--steps", type=int, default=None, help="maximum optimizer steps (default: the preset's)")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
-    p.add_argument("--cot-fraction", type=float, default=None, help="share of chain-of-thought examples")
-    p.add_argument("--max-events", type=int, default=None,
-                   help="longest story in training (default: the task's, 8 for coinflip and cups, 10 for variables)")
-    p.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: the preset's; use 1 on a machine shared with other jobs)")
-    p.add_argument("--device", default="auto",
-                   help="RoPE and smollm2 presets: where the steps run (cpu, cuda, cuda:N or mps); auto is cuda "
-                        "when available, else cpu. The GPT-2 presets (target, draft, tiny) train on the cpu")
-    p.add_argument("--n-eval", dest="eval_n", type=int, default=None,
-                   help="RoPE presets: held-out prompts per length band evaluated into the model card "
-                        "(default: the preset's 200; 0 skips the evaluation)")
-    add_renamed_flags(p, {"--eval-n": "--n-eval"})
-    p.add_argument("--empty-thoughts", action="store_true",
-                   help="thinking presets: a bare <eos> thought where the state does not change; S carries over "
-                        "(speculative prefill accepts such chunks without a C call)")
-    p.add_argument("--trained", default=None, choices=["frozen", "lora", "full"],
-                   help="smollm2-thinking: what is trained (frozen: T, C and the injection; lora, its default: "
-                        "+ adapters on the backbone; full)")
-    p.add_argument("--lora-rank", type=int, default=None,
-                   help="smollm2-thinking --trained lora: adapter rank (default 8)")
-    p.add_argument("--lora-targets", default=None,
-                   help="smollm2-thinking --trained lora: comma-separated layers given adapters "
-                        "(default q_proj,v_proj)")
-    p.add_argument("--batch-size", type=int, default=None, help="smollm2-thinking: stories per step (default 8)")
-    p.add_argument("--checkpoint-every", type=int, default=None,
-                   help="smollm2-thinking: steps between resumable checkpoints in OUT/train_state.pt (default 10)")
-    p.add_argument("--autocast", default=None, choices=["none", "bfloat16"],
-                   help="smollm2-thinking: bfloat16 matmuls under torch.autocast (default bfloat16)")
-    p.add_argument("--wordings", default=None, choices=["basic", "wide", "wider", "widest", "people"],
-                   help="smollm2-thinking: natural train sentences (default wide; wider adds stays that "
-                        "mention flipping; widest adds events told by their outcome; people adds openings that "
-                        "name the face down or as the subject, and passed turns)")
-    p.add_argument("--questions", default=None, choices=["fixed", "varied"],
-                   help="smollm2-thinking: how stories ask (fixed: two questions ending in 'A:'; varied: "
-                        "train-half question forms, after or before the story, with or without 'A:')")
-    p.add_argument("--chat-share", dest="chat", type=float, default=None,
-                   help="smollm2-thinking: share of stories (0-1) given inside the backbone's chat template")
-    p.add_argument("--init-from", default=None,
-                   help="smollm2-thinking: warm-start from this checkpoint's trained parts "
-                        "(same backbone and adapters)")
-    p.add_argument("--measure-cost", action="store_true",
-                   help="smollm2-thinking: time a few steps of each option (full, lora, frozen, frozen+bf16), "
-                        "write OUT/training_cost.json (copied into the model card) and stop")
-    p.add_argument("--force", action="store_true", help="allow --out to be a shipped checkpoint folder")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_train)
+@dataclass
+class TrainCommandConfig:
+    """What `beliefscope train` trains; a None field takes the preset's value (models.train's
+    PRESET_TRAINING, models.train_rope's ROPE_PRESETS, models.train_thinking's PRETRAINED_PRESETS)."""
 
+    out: str  # checkpoint folder to write
+    task: str = "coinflip"  # task family: coinflip, cups or variables
+    preset: str = "target"  # target, draft, tiny (GPT-2), direct-rope, cot-rope, thinking (Llama with RoPE) or
+    #   smollm2-thinking (Thinking States over SmolLM2-135M-Instruct) and its baselines smollm2-direct, smollm2-cot
+    #   (LoRA adapters answering in text)
+    steps: int | None = None  # maximum optimizer steps (default: the preset's)
+    lr: float | None = None  # peak learning rate (default: the preset's)
+    cot_fraction: float | None = None  # share of chain-of-thought examples (default: the preset's)
+    max_events: int | None = None  # longest story in training (default: the task's, 8 for coinflip and cups, 10
+    #   for variables)
+    seed: int | None = None  # seed (default: the preset's)
+    threads: int | None = None  # torch CPU threads (default: the preset's; use 1 on a machine shared with other jobs)
+    device: str = "auto"  # RoPE and smollm2 presets: where the steps run (cpu, cuda, cuda:N or mps); auto is cuda
+    #   when available, else cpu. The GPT-2 presets (target, draft, tiny) train on the cpu
+    n_eval: int | None = None  # RoPE presets: held-out prompts per length band evaluated into the model card
+    #   (default: the preset's 200; 0 skips the evaluation)
+    empty_thoughts: bool = False  # thinking presets: a bare <eos> thought where the state does not change; S
+    #   carries over (speculative prefill accepts such chunks without a C call)
+    trained: str | None = None  # smollm2-thinking: what is trained (frozen: T, C and the injection; lora, its
+    #   default: + adapters on the backbone; full)
+    lora_rank: int | None = None  # smollm2-thinking --trained lora: adapter rank (default 8)
+    lora_targets: str | None = None  # smollm2-thinking --trained lora: comma-separated layers given adapters
+    #   (default q_proj,v_proj)
+    batch_size: int | None = None  # smollm2-thinking: stories per step (default 8)
+    checkpoint_every: int | None = None  # smollm2-thinking: steps between resumable checkpoints in
+    #   OUT/train_state.pt (default 10)
+    autocast: str | None = None  # smollm2-thinking: bfloat16 matmuls under torch.autocast (default bfloat16)
+    wordings: str | None = None  # smollm2-thinking: natural train sentences (default wide; wider adds stays that
+    #   mention flipping; widest adds events told by their outcome; people adds openings that name the face down
+    #   or as the subject, and passed turns)
+    questions: str | None = None  # smollm2-thinking: how stories ask (fixed: two questions ending in 'A:'; varied:
+    #   train-half question forms, after or before the story, with or without 'A:')
+    chat_share: float | None = None  # smollm2-thinking: share of stories (0-1) given inside the backbone's chat
+    #   template
+    init_from: str | None = None  # smollm2-thinking: warm-start from this checkpoint's trained parts (same
+    #   backbone and adapters)
+    measure_cost: bool = False  # smollm2-thinking: time a few steps of each option (full, lora, frozen,
+    #   frozen+bf16), write OUT/training_cost.json (copied into the model card) and stop
+    force: bool = False  # allow --out to be a shipped checkpoint folder
+    progress: bool = True  # draw the training progress bar (--no-progress: none)
+
+    def chosen(self, *names: str) -> dict:
+        """The fields ``names`` that were set, under the trainer configs' names (n_eval -> eval_n,
+        chat_share -> chat): an unset one keeps the preset's value."""
+        rename = {"n_eval": "eval_n", "chat_share": "chat"}
+        return {rename.get(k, k): getattr(self, k) for k in names if getattr(self, k) is not None}
+
+
+def register(sub) -> None:
+    register_command(sub, TRAIN)
     register_command(sub, EVAL)
 
 
-def _train(args) -> int:
+def _train(cfg: TrainCommandConfig, progress=None) -> dict:
     from beliefscope.base.progress import progress_bar
 
     from beliefscope.models.train import PRESET_TRAINING, PRESETS, TrainConfig, train
@@ -85,57 +80,54 @@ def _train(args) -> int:
 
     from beliefscope.models.train_thinking import PRETRAINED_PRESETS
 
-    get_task(args.task)  # validate the name before spending time
-    if args.preset in ROPE_PRESETS:
-        return _train_rope(args)
-    if args.preset in PRETRAINED_PRESETS:
+    get_task(cfg.task)  # validate the name before spending time
+    if cfg.preset in ROPE_PRESETS:
+        return _train_rope(cfg)
+    if cfg.preset in PRETRAINED_PRESETS:
         from beliefscope.models.cli_thinking import train_pretrained_thinking
 
-        return train_pretrained_thinking(args, _echo)
-    if args.preset not in PRESETS:
-        raise ValueError(f"preset {args.preset!r} is unknown; choose one of "
+        return train_pretrained_thinking(cfg, _echo)
+    if cfg.preset not in PRESETS:
+        raise ValueError(f"preset {cfg.preset!r} is unknown; choose one of "
                          f"{sorted(PRESETS) + list(ROPE_PRESETS) + list(PRETRAINED_PRESETS)}")
     from beliefscope.models.devices import HOST, default_device
 
-    if args.device != "auto" and default_device(args.device) != HOST:
-        raise ValueError(f"--device {args.device} is for the RoPE and smollm2 presets; preset {args.preset!r} "
+    if cfg.device != "auto" and default_device(cfg.device) != HOST:
+        raise ValueError(f"--device {cfg.device} is for the RoPE and smollm2 presets; preset {cfg.preset!r} "
                          "trains on the cpu: drop --device")
-    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "cot_fraction", "threads")
-              if getattr(args, k) is not None}
-    cfg = TrainConfig(task=args.task, preset=args.preset, max_events=args.max_events or 8,
-                      **{**PRESET_TRAINING[args.preset], **chosen})
-    bar = progress_bar(f"train {args.preset}", total=cfg.steps, disable=args.no_progress, leave=True)
+    tcfg = TrainConfig(task=cfg.task, preset=cfg.preset, max_events=cfg.max_events or 8,
+                       **{**PRESET_TRAINING[cfg.preset], **cfg.chosen("steps", "lr", "seed", "cot_fraction", "threads")})
+    bar = progress_bar(f"train {cfg.preset}", total=tcfg.steps, disable=not cfg.progress, leave=True)
 
     def progress(h):
-        bar.update(cfg.check_every)
+        bar.update(tcfg.check_every)
         bar.set_postfix(loss=h["loss"], events=h["max_events"], acc=round(h["acc"], 3))
 
-    _, _, card = train(cfg, args.out, progress=progress)
+    _, _, card = train(tcfg, cfg.out, progress=progress)
     bar.close()
-    return _report_training(args, {"out": args.out, "steps": card["steps"],
-                                   "curriculum_reached": card["curriculum_reached"]})
+    return {"out": cfg.out, "steps": card["steps"], "curriculum_reached": card["curriculum_reached"]}
 
 
-def _report_training(args, res: dict) -> int:
-    if args.json:
-        print(json.dumps(res))
-    else:
-        acc = {band: r["answer_accuracy"] for band, r in (res.get("eval") or {}).items()}
-        print(f"wrote {res['out']} after {res['steps']} steps" + (f"; answer accuracy by events {acc}" if acc else ""))
-    return 0
+def _train_lines(res: dict) -> list[str]:
+    if "costs" in res:
+        return [f"wrote {res['costs']}"]
+    if "parts_bytes" in res:
+        return [f"wrote {res['out']} after {res['steps']} steps ({res['parts_bytes'] / 2**20:.1f} MiB of trained "
+                "parts over the backbone)"]
+    acc = {band: r["answer_accuracy"] for band, r in (res.get("eval") or {}).items()}
+    return [f"wrote {res['out']} after {res['steps']} steps" + (f"; answer accuracy by events {acc}" if acc else "")]
 
 
-def _train_rope(args) -> int:
+def _train_rope(cfg: TrainCommandConfig) -> dict:
     from beliefscope.base.progress import progress_bar, resume_bar
 
     from beliefscope.base.files import check_writable_parent
     from beliefscope.models.train_rope import RopeTrainConfig, train_rope
 
-    check_writable_parent(args.out)
-    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads", "eval_n") if getattr(args, k) is not None}
-    cfg = RopeTrainConfig(preset=args.preset, task=args.task, max_events=args.max_events,
-                          empty_thoughts=args.empty_thoughts, **chosen)
-    bar = progress_bar(f"train {args.preset}", total=cfg.steps, disable=args.no_progress, leave=True)
+    check_writable_parent(cfg.out)
+    rcfg = RopeTrainConfig(preset=cfg.preset, task=cfg.task, max_events=cfg.max_events,
+                           empty_thoughts=cfg.empty_thoughts, **cfg.chosen("steps", "lr", "seed", "threads", "n_eval"))
+    bar = progress_bar(f"train {cfg.preset}", total=rcfg.steps, disable=not cfg.progress, leave=True)
 
     def progress(h):
         if "resumed_from" in h:
@@ -143,9 +135,21 @@ def _train_rope(args) -> int:
         bar.update(h["step"] - bar.n)
         bar.set_postfix({k: v for k, v in h.items() if k not in ("step", "seconds")})
 
-    _, _, card = train_rope(cfg, args.out, progress=progress)
+    _, _, card = train_rope(rcfg, cfg.out, progress=progress)
     bar.close()
-    return _report_training(args, {"out": args.out, "steps": card["steps"], "eval": card.get("eval")})
+    return {"out": cfg.out, "steps": card["steps"], "eval": card.get("eval")}
+
+
+TRAIN = Command(
+    name="train", config=TrainCommandConfig, run=_train, lines=_train_lines, bars="progress", json_indent=None,
+    help="train a toy model: GPT-2 presets with a length curriculum, or the RoPE presets (direct-rope, cot-rope, "
+         "thinking) on equal terms; or Thinking States over SmolLM2 (smollm2-thinking: resumable, re-run the same "
+         "command to continue)",
+    required=("out",), skip=("progress",), renamed={"--eval-n": "--n-eval"},
+    choices={"trained": ["frozen", "lora", "full"], "autocast": ["none", "bfloat16"],
+             "wordings": ["basic", "wide", "wider", "widest", "people"], "questions": ["fixed", "varied"]},
+    as_json=lambda res: res.get("table", res),
+    epilog="beliefscope train --preset thinking --steps 20 --n-eval 20 --out my-thinking")
 
 
 def _eval_prepare(cfg: EvalConfig) -> EvalConfig:

@@ -7,43 +7,43 @@ Resumable: re-running the same command continues from ``OUT/train_state.pt``. Th
 
 from __future__ import annotations
 
-import json
 import os
 
 
-def _config(args):
+def _config(cfg):
+    """The trainer's config from the command's (``models.cli.TrainCommandConfig``): unset fields keep the preset's."""
     from beliefscope.models.train_thinking import PRETRAINED_PRESETS, ThinkingTrainConfig
 
-    chosen = {k: getattr(args, k) for k in ("steps", "lr", "seed", "threads", "eval_n", "trained", "batch_size",
-                                            "checkpoint_every", "autocast", "lora_rank", "lora_targets", "max_events",
-                                            "wordings", "init_from", "questions", "chat")
-              if getattr(args, k, None) is not None}  # unset flags keep the preset's value
-    if args.empty_thoughts:
+    chosen = cfg.chosen("steps", "lr", "seed", "threads", "n_eval", "trained", "batch_size", "checkpoint_every",
+                        "autocast", "lora_rank", "lora_targets", "max_events", "wordings", "init_from", "questions",
+                        "chat_share")
+    if cfg.empty_thoughts:
         chosen["empty_unchanged"] = True
-    return ThinkingTrainConfig(preset=args.preset, task=args.task, **{**PRETRAINED_PRESETS[args.preset], **chosen})
+    return ThinkingTrainConfig(preset=cfg.preset, task=cfg.task, **{**PRETRAINED_PRESETS[cfg.preset], **chosen})
 
 
-def train_pretrained_thinking(args, echo) -> int:
-    """Run the command; ``echo(text, err=False)`` prints a line (on stderr when ``err``)."""
+def train_pretrained_thinking(cmd, echo) -> dict:
+    """Run the command for ``cmd`` (a ``models.cli.TrainCommandConfig``) and return what it wrote;
+    ``echo(text, err=True)`` prints the cost measurements' lines on stderr as they come."""
     from beliefscope.models.train_thinking import COST_FILE, check_out, measure_costs, train_thinking
     from beliefscope.base.progress import progress_bar, resume_bar
 
     from beliefscope.base.files import atomic_write_json
 
-    cfg = _config(args)
+    cfg = _config(cmd)
     cfg.check()
-    check_out(args.out, args.force)
-    if args.measure_cost:
+    check_out(cmd.out, cmd.force)
+    if cmd.measure_cost:
         def show(rec):
-            if not args.json:
+            if cmd.progress:
                 echo(f"{rec['option']:>12}: {', '.join(f'{s:.1f}' for s in rec['seconds'])} s/step "
                      f"({rec['trained_params']:,} trained weights)", err=True)
 
         table = measure_costs(cfg, progress=show)
-        atomic_write_json(os.path.join(args.out, COST_FILE), table)
-        echo(json.dumps(table) if args.json else f"wrote {os.path.join(args.out, COST_FILE)}")
-        return 0
-    bar = progress_bar(f"train {args.preset}", total=cfg.steps, disable=args.no_progress, leave=True)
+        path = os.path.join(cmd.out, COST_FILE)
+        atomic_write_json(path, table)
+        return {"costs": path, "table": table}
+    bar = progress_bar(f"train {cmd.preset}", total=cfg.steps, disable=not cmd.progress, leave=True)
     bar.mininterval = 0  # one step takes seconds: show each
 
     def progress(rec):
@@ -53,12 +53,6 @@ def train_pretrained_thinking(args, echo) -> int:
                         refresh=False)  # the baselines have no thought loss
         bar.update(rec["step"] - bar.n)
 
-    _, _, card = train_thinking(cfg, args.out, progress=progress, force=args.force)
+    _, _, card = train_thinking(cfg, cmd.out, progress=progress, force=cmd.force)
     bar.close()
-    res = {"out": args.out, "steps": card["steps"], "parts_bytes": card["parts_bytes"], "eval": card.get("eval")}
-    if args.json:
-        echo(json.dumps(res))
-    else:
-        echo(f"wrote {args.out} after {card['steps']} steps ({card['parts_bytes'] / 2**20:.1f} MiB of trained "
-              "parts over the backbone)")
-    return 0
+    return {"out": cmd.out, "steps": card["steps"], "parts_bytes": card["parts_bytes"], "eval": card.get("eval")}

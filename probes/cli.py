@@ -122,9 +122,10 @@ def _probe_flags(p) -> None:
 def register(subparsers) -> None:
     from beliefscope.probes.harvest import add_arguments
 
-    p = subparsers.add_parser("harvest", help="store activations with per-token labels")
+    p = subparsers.add_parser("harvest", help="store activations with per-token labels",
+                              epilog="example: beliefscope harvest --model target --n 300 --events 1-8 --out acts/target")
     add_arguments(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress stays on stderr)")
     p.set_defaults(func=cmd_harvest)
 
     from beliefscope.base.config_flags import Command, register_command

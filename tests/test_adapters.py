@@ -73,15 +73,19 @@ def test_nothing_to_train_is_refused(backbone):
 
 @pytest.mark.parametrize("preset", sorted(PRETRAINED_PRESETS))
 def test_cli_keeps_preset_values_for_unset_flags(preset):
+    from beliefscope.base.config_flags import config_from_args
+    from beliefscope.models.cli import TrainCommandConfig
     from beliefscope.models.cli_thinking import _config
 
     from beliefscope.cli import build_parser
 
-    cfg = _config(build_parser().parse_args(["train", "--preset", preset, "--out", "x"]))
+    def parsed(argv):  # the command's config, built from its flags as `beliefscope train` builds it
+        return config_from_args(TrainCommandConfig, build_parser().parse_args(argv))
+
+    cfg = _config(parsed(["train", "--preset", preset, "--out", "x"]))
     want = ThinkingTrainConfig(**PRETRAINED_PRESETS[preset])
     assert cfg == ThinkingTrainConfig(**{**vars(want), "preset": preset})
-    cfg = _config(build_parser().parse_args(["train", "--preset", preset, "--out", "x", "--max-events", "4",
-                                             "--lora-targets", "q_proj"]))
+    cfg = _config(parsed(["train", "--preset", preset, "--out", "x", "--max-events", "4", "--lora-targets", "q_proj"]))
     assert (cfg.max_events, cfg.lora_targets, cfg.method) == (4, "q_proj", want.method)
 
 

@@ -53,3 +53,29 @@ def test_renamed_flags_refuse_naming_the_new_spelling(argv, new, capsys, tmp_pat
         main(argv)
     assert stop.value.code == 2 and f"renamed: use {new} " in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_renamed_flags_stay_out_of_the_usage(name):
+    assert "_RENAMED" not in COMMANDS[name].format_usage(), name
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_bench_exits_1_naming_a_benchmark_whose_outputs_differ(ok, monkeypatch, capsys):
+    """`bench` is a Command: --json prints the summary (headline, seconds, outputs_ok) only, and outputs that
+    differ from their baseline make it exit 1 with their name on stderr (the benchmark itself is stubbed: this
+    checks the command's wiring, not a measurement)."""
+    import json
+
+    import beliefscope.benchmarks.cli as bench
+    from beliefscope.cli import main
+
+    monkeypatch.setattr(bench, "run_one", lambda name, quick, no_progress=False: {
+        "quick": quick, "speedup_longest": 1.5, "outputs_identical": ok})
+    assert main(["bench", "cache", "--quick", "--json", "--threads", "1"]) == (0 if ok else 1)
+    out, err = capsys.readouterr()
+    got = json.loads(out)
+    assert list(got) == ["cache"] and got["cache"]["speedup_longest"] == 1.5 and got["cache"]["outputs_ok"] is ok
+    assert ("outputs differ from the baseline in: cache" in err) is not ok
+    assert main(["bench", "cache", "--quick", "--threads", "1"]) == (0 if ok else 1)
+    assert "speedup_longest = 1.5" in capsys.readouterr().out

@@ -170,6 +170,9 @@ class Command:
     renamed: dict = dataclasses.field(default_factory=dict)  # old flag -> its new spelling (the old one refuses)
     notes: typing.Callable | None = None  # notes(result) -> lines for stderr after the result (not with --json)
     json_indent: int | None = 1  # --json's indent (None: the object on one line, as `generate` prints it)
+    as_json: typing.Callable | None = None  # as_json(result) -> what --json prints (None: the result itself)
+    failure: typing.Callable | None = None  # failure(result) -> None, or a line for stderr: the command then exits
+    #   with 1 (with or without --json)
 
 
 def register_command(subparsers, command: Command) -> argparse.ArgumentParser:
@@ -200,9 +203,13 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     with progress_bar(command.unit or command.name, total, disable=quiet or command.total is None) as bar:
         result = command.run(cfg, bar.update)
     if getattr(args, "json", False):
-        print(json.dumps(result, indent=command.json_indent, default=float))
+        print(json.dumps(command.as_json(result) if command.as_json else result, indent=command.json_indent,
+                         default=float))
     else:
         print("\n".join(command.lines(result)))
         for line in command.notes(result) if command.notes else ():
             print(line, file=sys.stderr)
-    return 0
+    failed = command.failure(result) if command.failure else None
+    if failed:
+        print(failed, file=sys.stderr)
+    return 1 if failed else 0
