@@ -12,6 +12,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
+
+from beliefscope.base.config_flags import Command, register_command
+from beliefscope.probes.harvest import BY_HAND, CHOICES, HELPS, HarvestRunConfig, add_hand_flags
+from beliefscope.probes.harvest import run as run_harvest
+from beliefscope.probes.report import ProbeCommandConfig
 
 
 def _tqdm(desc: str, total: int | None = None, disable: bool = False):
@@ -20,25 +26,38 @@ def _tqdm(desc: str, total: int | None = None, disable: bool = False):
     return progress_bar(desc, total, disable=disable, leave=True)
 
 
-def cmd_harvest(args) -> int:
-    import sys
+@dataclasses.dataclass
+class HarvestCommandConfig(HarvestRunConfig):
+    """`beliefscope harvest`: a `probes.harvest.HarvestRunConfig` and what the terminal shows."""
 
-    from beliefscope.base.config_flags import config_from_args
-    from beliefscope.probes.harvest import HarvestRunConfig, run
+    progress: bool = True  # a progress bar per store (--no-progress: none)
+    quiet: bool = False  # no progress bars or loading messages on stderr (errors still print)
 
-    say = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    bars = None if args.no_progress else (lambda out: _tqdm(f"harvest {out}"))
-    result = run(config_from_args(HarvestRunConfig, args), bars, say=say)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        for out, r in result.items():
-            print(f"{out}: {r['n_rows']} tokens, {len(r['hooks'])} hooks, {r['bytes'] / 1e6:.1f} MB, config "
-                  f"{r['config_hash']}, complete={r['complete']}")
-            if "labels" in r:
-                print("  labels: " + "; ".join(f"{k} ({len(v)} classes: {', '.join(v)})"
-                                               for k, v in r["labels"].items()))
-    return 0
+
+def harvest_run(cfg: HarvestCommandConfig, progress=None) -> dict:
+    """Harvest the store(s) ``cfg`` names; the sizes about to be written go to stderr unless ``quiet``."""
+    say = None if cfg.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    bars = (lambda out: _tqdm(f"harvest {out}")) if cfg.progress else None
+    run_cfg = HarvestRunConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(HarvestRunConfig)})
+    return run_harvest(run_cfg, bars, say=say)
+
+
+def harvest_lines(result: dict) -> list[str]:
+    lines = []
+    for out, r in result.items():
+        lines.append(f"{out}: {r['n_rows']} tokens, {len(r['hooks'])} hooks, {r['bytes'] / 1e6:.1f} MB, config "
+                     f"{r['config_hash']}, complete={r['complete']}")
+        if "labels" in r:
+            lines.append("  labels: " + "; ".join(f"{k} ({len(v)} classes: {', '.join(v)})"
+                                                  for k, v in r["labels"].items()))
+    return lines
+
+
+HARVEST = Command(
+    name="harvest", help="store activations with per-token labels", config=HarvestCommandConfig, run=harvest_run,
+    lines=harvest_lines, required=("out",), skip=(*BY_HAND, "progress"), choices=CHOICES, helps=HELPS,
+    flags=add_hand_flags, from_flags=lambda args: {k: getattr(args, k) for k in BY_HAND}, bars="progress",
+    epilog="beliefscope harvest --model target --n 300 --events 1-8 --out acts/target")
 
 
 def _probe_stores(cfg):
@@ -120,16 +139,7 @@ def _probe_flags(p) -> None:
 
 
 def register(subparsers) -> None:
-    from beliefscope.probes.harvest import add_arguments
-
-    p = subparsers.add_parser("harvest", help="store activations with per-token labels",
-                              epilog="example: beliefscope harvest --model target --n 300 --events 1-8 --out acts/target")
-    add_arguments(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress stays on stderr)")
-    p.set_defaults(func=cmd_harvest)
-
-    from beliefscope.base.config_flags import Command, register_command
-    from beliefscope.probes.report import ProbeCommandConfig
+    register_command(subparsers, HARVEST)
 
     register_command(subparsers, Command(
         name="probe", help="fit linear probes on a store, with controls", config=ProbeCommandConfig,
@@ -140,7 +150,6 @@ def register(subparsers) -> None:
                  "trainer": ["torch", "sklearn"]},
         epilog="beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json"))
 
-    from beliefscope.base.config_flags import Command, register_command
     from beliefscope.probes.steering import SteerCommandConfig
 
     register_command(subparsers, Command(

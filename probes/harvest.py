@@ -235,15 +235,18 @@ def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | No
     return ActivationStore(out, store.manifest) if rank == 0 else store
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Harvest options shared by `beliefscope harvest` and `python -m beliefscope.probes.harvest`: one flag per
-    `HarvestRunConfig` field, with its default and comment (``--n`` and ``--store-dtype`` by hand, below)."""
-    add_config_flags(p, HarvestRunConfig, skip=("n", "dtype", "pause_after_shard"), required=("out",),
-                     choices={"rendering": ["toy", "natural"], "fmt": ["direct", "cot"],
-                              "split": ["train", "heldout", "all", "train+heldout"], "format": ["records", "boxes"]},
-                     helps={"rendering": "prompt rendering (default: the model's own: natural for pretrained models "
-                                         "and folders without a model card, the card's for checkpoints trained here)",
-                            "events": "events per prompt, LO-HI (use 1-16 for held-out lengths)"})
+# The harvest's flags, for `beliefscope harvest` (a Command) and the torchrun entry (`main`) alike.
+CHOICES = {"rendering": ["toy", "natural"], "fmt": ["direct", "cot"], "split": ["train", "heldout", "all", "train+heldout"],
+           "format": ["records", "boxes"]}
+HELPS = {"rendering": "prompt rendering (default: the model's own: natural for pretrained models and folders without a "
+                      "model card, the card's for checkpoints trained here)",
+         "events": "events per prompt, LO-HI (use 1-16 for held-out lengths)"}
+BY_HAND = ("n", "dtype", "pause_after_shard")  # fields whose flags are added by `add_hand_flags`
+
+
+def add_hand_flags(p: argparse.ArgumentParser) -> None:
+    """``--n`` (alias ``--n-prompts``: torchrun takes ``--n`` as its own), ``--store-dtype`` (``--dtype`` is the
+    model's) and the tests' hidden ``--pause-after-shard``."""
     p.add_argument("--n", "--n-prompts", dest="n", type=int, default=None,
                    help="number of prompts (default 1000; with --data, every record; under torchrun spell it "
                         "--n-prompts: torchrun takes --n as its own)")
@@ -251,6 +254,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtype the activations are stored in (auto: float16 for pretrained models, float32 for the "
                         "toy ones; the model's own dtype is --dtype)")
     p.add_argument("--pause-after-shard", type=float, default=0.0, help=argparse.SUPPRESS)  # tests only
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Harvest options of `python -m beliefscope.probes.harvest`: one flag per `HarvestRunConfig` field, with its
+    default and comment (``--n`` and ``--store-dtype`` by hand)."""
+    add_config_flags(p, HarvestRunConfig, skip=BY_HAND, required=("out",), choices=CHOICES, helps=HELPS)
+    add_hand_flags(p)
 
 
 def run(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_size: int = 1, barrier=None,
