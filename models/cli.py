@@ -95,8 +95,9 @@ def _train(cfg: TrainCommandConfig, progress=None) -> dict:
     if cfg.device != "auto" and default_device(cfg.device) != HOST:
         raise ValueError(f"--device {cfg.device} is for the RoPE and smollm2 presets; preset {cfg.preset!r} "
                          "trains on the cpu: drop --device")
+    chosen = cfg.chosen("steps", "lr", "seed", "cot_fraction", "threads")
     tcfg = TrainConfig(task=cfg.task, preset=cfg.preset, max_events=cfg.max_events or 8,
-                       **{**PRESET_TRAINING[cfg.preset], **cfg.chosen("steps", "lr", "seed", "cot_fraction", "threads")})
+                       **{**PRESET_TRAINING[cfg.preset], **chosen})
     bar = progress_bar(f"train {cfg.preset}", total=tcfg.steps, disable=not cfg.progress, leave=True)
 
     def progress(h):

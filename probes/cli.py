@@ -10,7 +10,6 @@ Shell::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 

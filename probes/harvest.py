@@ -236,8 +236,8 @@ def harvest(model, tokenizer, examples, hooks, layers, out, *, config: dict | No
 
 
 # The harvest's flags, for `beliefscope harvest` (a Command) and the torchrun entry (`main`) alike.
-CHOICES = {"rendering": ["toy", "natural"], "fmt": ["direct", "cot"], "split": ["train", "heldout", "all", "train+heldout"],
-           "format": ["records", "boxes"]}
+CHOICES = {"rendering": ["toy", "natural"], "fmt": ["direct", "cot"],
+           "split": ["train", "heldout", "all", "train+heldout"], "format": ["records", "boxes"]}
 HELPS = {"rendering": "prompt rendering (default: the model's own: natural for pretrained models and folders without a "
                       "model card, the card's for checkpoints trained here)",
          "events": "events per prompt, LO-HI (use 1-16 for held-out lengths)"}
