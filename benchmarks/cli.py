@@ -47,7 +47,7 @@ def _progress(name: str, disable: bool = False):
     from beliefscope.base.progress import progress_bar
 
     bar = progress_bar(f"bench {name}", disable=disable)
-    return lambda: bar.update(1)
+    return bar.update  # progress(n): n more units done, as every library function reports it
 
 
 def run_benchmarks(cfg: BenchConfig) -> dict:

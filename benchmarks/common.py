@@ -82,7 +82,7 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5, warmup: int
     The first key (or ``baseline``) is the baseline. For each function the result holds
     ``seconds`` (spread of the repeats) and ``outputs`` (the last return value); for the others
     also ``speedup``: the spread of the per-repeat ratio baseline_time / candidate_time, and
-    ``speedup_of_medians``. ``progress()`` is called after every timed call.
+    ``speedup_of_medians``. ``progress(1)`` is called after every timed call.
     """
     if repeats < 1:
         raise ValueError(f"repeats={repeats} must be >= 1")
@@ -101,7 +101,7 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5, warmup: int
             dt, last[name] = timed(fns[name])
             times[name].append(dt)
             if progress:
-                progress()
+                progress(1)
     return {name: _summary(times, name, base, last[name]) for name in names}
 
 

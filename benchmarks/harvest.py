@@ -179,7 +179,7 @@ def bench_torchrun(cfg: HarvestBenchConfig, progress=None) -> dict:
                     raise RuntimeError(f"torchrun with {n} processes failed ({proc.returncode}): {proc.stderr[-1500:]}")
                 stores[n] = out
                 if progress:
-                    progress()
+                    progress(1)
         result = {"n_prompts": cfg.torchrun_n_prompts, "model": os.path.relpath(model, ROOT) if model.startswith(ROOT)
                   else "random-init toy target (saved to a temp folder)",
                   "seconds": {str(n): spread(t) for n, t in times.items()}}

@@ -152,4 +152,4 @@ def run_model(target, draft, prompts: list[torch.Tensor], methods: list[Method],
             methods[j].outputs.append(list(toks))
             methods[j].gens.append(gen)
             if progress:
-                progress()
+                progress(1)

@@ -46,7 +46,7 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
     (``max_batch = k + 1``) for every ``k`` in ``others``, in ``orders`` arrival orders (see
     :func:`sweep_workload`; a lone request, ``k = 0``, has one order). Returns
     ``{prompt index: set of outputs seen}``; one output per prompt means deterministic. ``stats``
-    (a dict) receives the fast path's decode batch sizes and acceptance; ``progress()`` is called
+    (a dict) receives the fast path's decode batch sizes and acceptance; ``progress(1)`` is called
     after each configuration. ``verify_slots`` is the same B for every k (it is part of the verify shape).
     ``fast_kernels``: `SchedulerConfig.fast_kernels` ("row-invariant": the batch-invariant fast path).
 
@@ -82,5 +82,5 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
             stats["configurations"] += 1
             stats["min_margin"] = min(stats["min_margin"], sched.min_margin)
             if progress:
-                progress()
+                progress(1)
     return seen
