@@ -402,3 +402,18 @@ def test_the_recorder_frees_its_cache_without_the_garbage_collector(bridge):
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_every_name_read_through_the_cache_is_the_recorders_and_only_the_recorders():
+    """`cache.events`, `cache.summary()`... reach the recorder only because KVCache does not define them: a name
+    both defined would silently shadow the recorder's. Each read-through name gives the recorder's value."""
+    from beliefscope.cache.recorder import READ_THROUGH, Recorder
+
+    own = {n for k in KVCache.__mro__ for n in vars(k)}
+    assert not READ_THROUGH & own, READ_THROUGH & own
+    assert all(hasattr(Recorder, n) or n in ("events", "rejected") for n in READ_THROUGH)
+    c = tiny_cache()
+    for layer in range(2):
+        c.update(torch.ones(1, 2, 3, 8), torch.ones(1, 2, 3, 8), layer)
+    assert c.events is c.recorder.events and c.rejected is c.recorder.rejected
+    assert c.summary() == c.recorder.summary() and torch.equal(c.provenance, c.recorder.provenance)
