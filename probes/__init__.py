@@ -16,7 +16,6 @@ See probes/README.md for the controls (and why a per-type control alone says not
 """
 
 from beliefscope.probes.controls import control_labels, position_mask, prompt_folds
-from beliefscope.probes.estimator import ProbeClassifier, hook_xy
 from beliefscope.probes.harvest import (
     EMBED_HOOK,
     HarvestConfig,
@@ -55,3 +54,15 @@ __all__ = [
            "random_init_like",
            "steer_experiment",
 ]
+
+
+def __getattr__(name: str):
+    """``ProbeClassifier`` and ``hook_xy`` load scikit-learn (about 1 s, with SciPy and pandas) on first use, not
+    with the package: every command that reads or writes activations imports ``beliefscope.probes``, and only
+    the scikit-learn interop needs it (probes.linear and probes.controls import it inside the function that
+    fits with it, for the same reason)."""
+    if name in ("ProbeClassifier", "hook_xy"):
+        from beliefscope.probes import estimator
+
+        return getattr(estimator, name)
+    raise AttributeError(f"module 'beliefscope.probes' has no attribute {name!r}")

@@ -79,3 +79,17 @@ def test_bench_exits_1_naming_a_benchmark_whose_outputs_differ(ok, monkeypatch, 
     assert ("outputs differ from the baseline in: cache" in err) is not ok
     assert main(["bench", "cache", "--quick", "--threads", "1"]) == (0 if ok else 1)
     assert "speedup_longest = 1.5" in capsys.readouterr().out
+
+
+def test_the_command_line_starts_without_scikit_learn():
+    """Every command builds the whole parser, and most never fit with scikit-learn: building it, and importing
+    `beliefscope.probes`, leaves scikit-learn (about 1 s with SciPy and pandas) unloaded until
+    `ProbeClassifier` or a scikit-learn fit asks for it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, beliefscope.cli as c, beliefscope.probes as p; c.build_parser(); "
+            "assert 'sklearn' not in sys.modules, 'sklearn loaded at start-up'; "
+            "p.ProbeClassifier; assert 'sklearn' in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
