@@ -92,22 +92,26 @@ def add_common_flags(p: argparse.ArgumentParser, name: str = "") -> None:
 
 
 @contextlib.contextmanager
-def _silenced(quiet: bool):
-    """With `--quiet`, transformers' loading bars and warnings off (its own switches; the GGUF loader's
-    bar follows them, `models.hf_load`); our bars are off through ``args.no_progress``. Restored after."""
-    if not quiet:
+def _silenced(quiet: bool, no_progress: bool = False):
+    """With `--no-progress`, transformers' own bars (loading, "Writing model shards") off too; with `--quiet`, its
+    warnings as well (its own switches; the GGUF loader's bar follows them, `models.hf_load`). Our bars are off
+    through ``args.no_progress``. Restored after."""
+    if not (quiet or no_progress):
         yield
         return
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
+    bars = hf_logging.is_progress_bar_enabled()
+    if quiet:
+        hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def main(argv=None) -> int:
@@ -124,11 +128,11 @@ def main(argv=None) -> int:
         from beliefscope.models.load import model_defaults
 
         device = getattr(args, "device", None)
-        with _silenced(quiet), model_defaults(device=None if device == "auto" else device,
-                                              dtype=getattr(args, "model_dtype", None),
-                                              device_map=getattr(args, "device_map", None),
-                                              max_memory=getattr(args, "max_memory", None),
-                                              offload_folder=getattr(args, "offload_folder", None)):
+        defaults = model_defaults(device=None if device == "auto" else device, dtype=getattr(args, "model_dtype", None),
+                                  device_map=getattr(args, "device_map", None),
+                                  max_memory=getattr(args, "max_memory", None),
+                                  offload_folder=getattr(args, "offload_folder", None))
+        with _silenced(quiet, getattr(args, "no_progress", False)), defaults:
             return int(args.func(args) or 0)
     except (ValueError, KeyError, FileNotFoundError, PermissionError, RuntimeError) as e:
         # Library errors carry the bad value and the fix; show them without a traceback.

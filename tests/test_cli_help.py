@@ -93,3 +93,19 @@ def test_the_command_line_starts_without_scikit_learn():
             "p.ProbeClassifier; assert 'sklearn' in sys.modules")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("quiet, no_progress", [(False, True), (True, False), (True, True)])
+def test_no_progress_also_turns_off_transformers_bars_and_restores_them(quiet, no_progress):
+    """`--no-progress` (and `--quiet`) switch transformers' own bars off for the command (its "Writing model
+    shards" bar showed under `train --no-progress`); only `--quiet` lowers its logging; both are restored."""
+    from transformers.utils import logging as hf_logging
+
+    from beliefscope.cli import _silenced
+
+    verbosity = hf_logging.get_verbosity()
+    assert hf_logging.is_progress_bar_enabled()
+    with _silenced(quiet, no_progress):
+        assert not hf_logging.is_progress_bar_enabled()
+        assert (hf_logging.get_verbosity() == hf_logging.ERROR) == quiet or verbosity == hf_logging.ERROR
+    assert hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == verbosity
