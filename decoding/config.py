@@ -52,6 +52,8 @@ class SpecConfig:
     keep_rejected: bool = False  # ask the target KVCache to keep rolled-back entries (provenance REJECTED)
     trace: bool = False  # record a Trace (proposals, accepted counts, cache events) per step
     capture: tuple[str, ...] = ()  # hook names to capture into the Trace, tagged {pass, status}
+    compile: bool = False  # record each decode/verify forward shape once and replay it: CUDA graphs on a GPU,
+    #   torch.compile on the CPU (decoding.graphed); token trees, hooks and captures run eagerly, and say so
     tree: TreeConfig | None = None  # draft a token tree per step (decoding.tree) instead of one chain;
     # its nodes + 1 is then the verify window, and gamma only bounds drafters that cannot branch
 
@@ -122,6 +124,8 @@ class GenerateConfig:
     #   each verify as wide as its draft, padded to widths measured fastest here; or a list such as 1,5,8
     packed: bool = False  # pre-pack the linear weights for oneDNN (CPU, float32 only): a verify forward of a few
     #   tokens then costs about one decode step (models.packed)
+    compile: bool = SpecConfig.compile  # record each decode/verify forward once and replay it (CUDA graphs on a
+    #   GPU, torch.compile on the CPU, whose first compile takes seconds to a minute); the output says what ran
     trace: str | None = None  # write the per-step Trace as JSON to this file
     prefill: str = "chunked"  # Thinking States models: read the prompt chunk by chunk, or draft k chunks per forward
     #   with drafted thoughts and keep what T confirms (the same thoughts and answer, fewer forwards)

@@ -92,9 +92,20 @@ def new_cache(model, n_tokens: int, keep_rejected: bool = False) -> KVCache:
     return KVCache.for_model(model, batch=1, capacity=max(16, n_tokens), keep_rejected=keep_rejected)
 
 
+class CompiledForwards:
+    """A model's forwards over one cache, run another way (`decoding.graphed.GraphedForward`: replayed);
+    `forward` takes it in place of the model."""
+
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:  # [B, n] -> host float [B, n, vocab]
+        raise NotImplementedError
+
+
 @torch.no_grad()
 def forward(model, tokens: torch.Tensor, cache) -> torch.Tensor:
-    """Logits ``[n, vocab]`` of ``tokens`` ``[n]`` appended to ``cache`` (written in place)."""
+    """Logits ``[n, vocab]`` of ``tokens`` ``[n]`` appended to ``cache`` (written in place); ``model`` may be
+    a `CompiledForwards` over that cache."""
+    if isinstance(model, CompiledForwards):
+        return model.logits(tokens[None])[0]
     return hf_logits(model, tokens[None], past_key_values=cache)[0]
 
 
@@ -140,6 +151,7 @@ class Generation:
     cache: KVCache | None = None  # the target cache at the end (provenance, events, rejected)
     trace: object | None = None  # a decoding.Trace when SpecConfig.trace is set
     tree_nodes: list[int] = field(default_factory=list)  # token trees: nodes drafted per step
+    compiled: str = ""  # with SpecConfig(compile=True): "cuda-graphs" or "torch.compile", or why it ran eagerly
     path_ranks: list[list[int]] = field(default_factory=list)  # token trees: per step, the drafter's rank of each
     # accepted node (decoding.tune.choose_tree_nodes reads what a smaller tree would have accepted from it)
 
@@ -182,7 +194,7 @@ class Generation:
                 "drafted": self.drafted, "accepted": self.accepted, "alpha": self.alpha,
                 "gammas": self.gammas, "accepted_per_step": self.accepted_per_step,
                 "tokens_per_step": self.tokens_per_step, "mean_tokens_per_step": self.mean_tokens_per_step,
-                "draft_forwards": self.draft_forwards, "tree_nodes": self.tree_nodes}
+                "draft_forwards": self.draft_forwards, "tree_nodes": self.tree_nodes, "compiled": self.compiled}
 
 
 def clip_new(new: list[int], room: int, eos: int | None) -> list[int]:

@@ -99,6 +99,7 @@ class SpeculativeRun:
         res.target_seconds += time.perf_counter() - t
         res.target_forwards = 1
         self.buf[n_prompt] = pick(logits, cfg, n_prompt)
+        self.target = _compiled(model, cache, kind, res) if cfg.compile else model  # what verify forwards run
         self.length = n_prompt + 1  # committed tokens; buf[length - 1] is pending, the cache holds length - 1
         t = time.perf_counter()
         drafter.start(model, self.buf[: self.length], cache, cfg)
@@ -124,7 +125,7 @@ class SpeculativeRun:
         self.width = self.kind.width(1 + len(prop.tokens))
         self.cache.next_provenance = self.kind.provenance
         # [1 + n, vocab]; row j -> pos + 1 + j
-        return self.kind.verify(self.model, self.cache, self.buf[self.pos: self.length], prop, self.width)
+        return self.kind.verify(self.target, self.cache, self.buf[self.pos: self.length], prop, self.width)
 
     def accept(self, prop: Proposal, logits: torch.Tensor) -> tuple[list[int], list[int]]:
         """(accepted path, new tokens): the path's drafts and the verifier's next token, clipped."""
@@ -173,6 +174,7 @@ class PlainStep:
     ``window`` (``window > 1`` is the fixed-shape reference: the shape of a speculative verify pass)."""
 
     provenance = None  # the cache's default labels (prefill, then decode)
+    replayable = True  # its verify is `forward` of a fixed width: `SpecConfig(compile=True)` replays it
 
     def __init__(self, cfg: SpecConfig, window: int = 1):
         if window < 1:
@@ -213,6 +215,22 @@ def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 
     """
     cfg = cfg or SpecConfig()
     return speculative_loop(model, NoDrafter(), prompt_ids, cfg, PlainStep(cfg, window), tokenizer=tokenizer)
+
+
+def _compiled(model, cache, kind, res: Generation):
+    """The verify forwards' runner with ``SpecConfig(compile=True)``: a `decoding.graphed.GraphedForward`
+    over the run's cache, or the model itself when they cannot be replayed (``res.compiled`` says why)."""
+    from beliefscope.decoding.graphed import GraphedForward
+
+    if not getattr(kind, "replayable", False):
+        res.compiled = f"eager: {type(kind).__name__} verifies with its own masks (token trees are not recorded)"
+        return model
+    runner = GraphedForward(model, cache)
+    if runner.why_not is not None:
+        res.compiled = f"eager: {runner.why_not}"
+        return model
+    res.compiled = runner.mode
+    return runner
 
 
 def _set_pass(caps, name: str) -> None:

@@ -78,6 +78,7 @@ class ChainStep:
     causal mask: ``[pending, drafts..., padding]``, the padding causally invisible."""
 
     provenance = Provenance.VERIFIED  # what a verify forward writes
+    replayable = True  # its verify is `forward` of one width per gamma: `SpecConfig(compile=True)` replays it
 
     def __init__(self, cfg: SpecConfig):
         self.cfg = cfg

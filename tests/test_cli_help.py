@@ -70,7 +70,7 @@ def test_bench_exits_1_naming_a_benchmark_whose_outputs_differ(ok, monkeypatch, 
     import beliefscope.benchmarks.cli as bench
     from beliefscope.cli import main
 
-    monkeypatch.setattr(bench, "run_one", lambda name, quick, no_progress=False: {
+    monkeypatch.setattr(bench, "run_one", lambda name, quick, no_progress=False, smollm2="smollm2": {
         "quick": quick, "speedup_longest": 1.5, "outputs_identical": ok})
     assert main(["bench", "cache", "--quick", "--json", "--threads", "1"]) == (0 if ok else 1)
     out, err = capsys.readouterr()
@@ -79,6 +79,14 @@ def test_bench_exits_1_naming_a_benchmark_whose_outputs_differ(ok, monkeypatch, 
     assert ("outputs differ from the baseline in: cache" in err) is not ok
     assert main(["bench", "cache", "--quick", "--threads", "1"]) == (0 if ok else 1)
     assert "speedup_longest = 1.5" in capsys.readouterr().out
+
+
+def test_bench_smollm2_folder_is_refused_for_a_benchmark_that_does_not_read_it(capsys):
+    from beliefscope.cli import main
+
+    assert main(["bench", "cache", "--quick", "--smollm2", "some/folder"]) == 2
+    err = capsys.readouterr().err
+    assert "--smollm2 'some/folder' is read by bench overhead and determinism only, not by cache" in err
 
 
 def test_the_command_line_starts_without_scikit_learn():

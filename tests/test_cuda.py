@@ -80,3 +80,20 @@ def test_a_model_split_over_the_gpu_and_the_cpu_equals_the_model_on_the_gpu(tmp_
     assert [cache.storage.k[i].device for i in range(4)] == where and where[0].type == "cuda"
     gen = SpecConfig(max_new_tokens=32, stop_at_eos=False)
     assert generate(whole, ids[0], gen).tokens == generate(split, ids[0], gen).tokens
+
+
+def test_compiled_decode_on_cuda_replays_cuda_graphs_and_gives_the_eager_tokens():
+    from dataclasses import replace
+
+    from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
+    from beliefscope.decoding.loop import generate
+    from beliefscope.models.load import load_model
+
+    model, tok = load_model(TARGET, device="cuda")
+    ids = torch.tensor(tok("A coin is heads . Alice flips . Bob stays . State ?")["input_ids"])
+    cfg = SpecConfig(max_new_tokens=24, stop_at_eos=False)
+    plain = generate(model, ids, replace(cfg, compile=True))
+    assert plain.compiled == "cuda-graphs" and plain.tokens == generate(model, ids, cfg).tokens
+    chain = speculative_generate(model, make_drafter("ngram:3", model), ids, replace(cfg, compile=True))
+    assert chain.compiled == "cuda-graphs"
+    assert chain.tokens == speculative_generate(model, make_drafter("ngram:3", model), ids, cfg).tokens

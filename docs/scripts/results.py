@@ -438,7 +438,57 @@ path used before `models.bare`.
     return page("What the instrument costs", intro,
                 models + "\n\n" + table(["model, path", "bare HF ms", "ours", "wrapped (before)", "TransformerLens",
                                          "nnsight"], rows),
-                f"Bit-equal to the bare model: {equal}.", d.bench_source(OVERHEAD, "overhead"))
+                f"Bit-equal to the bare model: {equal}.", d.bench_source(OVERHEAD, "overhead"),
+                _overhead_gpu(d), _compiled_gpu(d))
+
+
+OVERHEAD_H100 = {"bfloat16": f"{RES}/overhead_h100_bf16.json", "float32": f"{RES}/overhead_h100_fp32.json"}
+COMPILED_H100 = f"{RES}/compiled_decode_h100.json"
+
+
+def _overhead_gpu(d: Doc) -> str:
+    """The same table on an H100, bf16 and fp32 (a SmolLM2-shaped model with random weights)."""
+    rows, first = [], OVERHEAD_H100["bfloat16"]
+    for dtype, rel in OVERHEAD_H100.items():
+        for part in ("tiny", "smollm2"):
+            for what in ("forward", "capture", "generate"):
+                k = (part, what)
+                rows.append([f"{dtype}, {'tiny Llama' if part == 'tiny' else 'SmolLM2 shape'}, {what}",
+                             d.fig(rel, k + ("hf_ms",), "f1"), d.fig(rel, k + ("ours_ratio",), "x2"),
+                             d.fig(rel, k + ("wrapped_ratio",), "x2"),
+                             d.opt(rel, k + ("transformerlens_ratio",), "x2")])
+    gpu = d.fig(COMPILED_H100, ("machine", "gpu"), "str") + ", torch " + d.fig(first, ("machine", "torch"), "str")
+    return ("## On an H100\n\nThe SmolLM2 rows use a model with SmolLM2-135M-Instruct's config and random weights "
+            f"(the machine has no network), input {_shape_of(d, first, 'smollm2')}; the tiny Llama's input is "
+            f"{_shape_of(d, first, 'tiny')}.\n\n"
+            + table(["dtype, model, path", "bare HF ms", "ours", "wrapped (before)", "TransformerLens"], rows) + "\n\n"
+            + "\n\n".join(d.source(rel, command="python -m beliefscope.benchmarks.gpu_session --parts overhead",
+                                    note="benchmarks/gpu_session.py", machine=gpu, date_keys=("machine", "date"))
+                           for rel in OVERHEAD_H100.values()))
+
+
+def _compiled_gpu(d: Doc) -> str:
+    """`SpecConfig(compile=True)` (CUDA graphs) against the eager decode, on the H100."""
+    rel, rows = COMPILED_H100, []
+    for dtype in ("float32", "bfloat16"):
+        for how in ("plain", "ngram:3"):
+            k = ("compiled", dtype, how)
+            rows.append([f"{dtype}, {how}", d.fig(rel, k + ("tokens_equal",), "str"),
+                         d.fig(rel, k + ("ms_per_token_eager",), "f2"),
+                         d.fig(rel, k + ("ms_per_token_compiled",), "f2")])
+    return ("## Compiled decoding on an H100\n\n`SpecConfig(compile=True)` (`generate --compile`) replays each decode "
+            "forward as a CUDA graph over the cache's buffers. " + d.fig(rel, "workload", "str") + ".\n\n"
+            + table(["dtype, decoding", "tokens equal to eager", "eager ms / token", "compiled ms / token"], rows)
+            + "\n\nHF's eager `generate` in the same process, bfloat16: "
+            + d.fig(rel, "hf_generate_bf16_ms_per_token", "f2") + " ms / token ("
+            + d.fig(rel, "hf_generate_reference", "str") + "); compiled plain decoding is "
+            + d.fig(rel, "speedup_vs_hf_generate_bf16", "x2") + " faster. " + d.fig(rel, "note", "str") + ".\n\n"
+            + d.source(rel, command_keys=("command",), machine=d.fig(rel, ("machine", "gpu"), "str"),
+                       date_keys=("machine", "date")))
+
+
+def _shape_of(d: Doc, rel: str, part: str) -> str:
+    return " × ".join(d.fig(rel, (part, "shape", i), "int") for i in range(len(d.get(rel, part, "shape"))))
 
 
 def _shape(d: Doc, part: str) -> str:

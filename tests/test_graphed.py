@@ -1,0 +1,139 @@
+"""Compiled decoding (`decoding.graphed`, ``SpecConfig(compile=True)``) against the eager path.
+
+The recorded forward is checked in ``static`` mode: the fixed-shape forward a CUDA graph records, run
+as it is (so the tests need neither a GPU nor a compiler); one test compiles it with ``torch.compile``.
+The CUDA graph itself runs in `beliefscope.benchmarks.gpu_session` on a GPU machine."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from beliefscope.cache import KVCache
+from beliefscope.cache.testing import tiny_gpt2, tiny_llama
+from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
+from beliefscope.decoding.core import hf_logits
+from beliefscope.decoding.graphed import GraphedForward
+from beliefscope.decoding.loop import generate
+from beliefscope.decoding.tree import TreeConfig
+from beliefscope.hooks import capture
+
+
+@pytest.fixture
+def static(monkeypatch):
+    monkeypatch.setattr(GraphedForward, "cpu_mode", "static")
+
+
+def _events(cache):
+    """The event log and every position's provenance label."""
+    return [tuple(e) for e in cache.events], cache.provenance.tolist()
+
+
+@pytest.mark.parametrize("make", [tiny_gpt2, tiny_llama])
+def test_compiled_plain_greedy_equals_eager_tokens_events_and_cache(static, make):
+    model = make()
+    cfg = SpecConfig(max_new_tokens=12, stop_at_eos=False)
+    eager = generate(model, [3, 4, 5, 6], cfg)
+    comp = generate(model, [3, 4, 5, 6], replace(cfg, compile=True))
+    assert comp.compiled == "static"
+    assert comp.tokens == eager.tokens
+    assert _events(comp.cache) == _events(eager.cache)
+    n = eager.cache.seq_len
+    assert comp.cache.seq_len == n
+    for layer in range(eager.cache.config.n_layers):  # the K/V the replays wrote, against the eager forwards'
+        torch.testing.assert_close(comp.cache.storage.k[layer][:, :, :n], eager.cache.storage.k[layer][:, :, :n])
+        torch.testing.assert_close(comp.cache.storage.v[layer][:, :, :n], eager.cache.storage.v[layer][:, :, :n])
+
+
+def test_compiled_chain_equals_eager_with_rollbacks_recorded(static):
+    model = tiny_llama()
+    cfg = SpecConfig(gamma=3, max_new_tokens=16, stop_at_eos=False, keep_rejected=True)
+    prompt = [4, 5, 4, 5, 4, 5, 4]
+    eager = speculative_generate(model, make_drafter("ngram:2", model), prompt, cfg)
+    comp = speculative_generate(model, make_drafter("ngram:2", model), prompt, replace(cfg, compile=True))
+    assert comp.compiled == "static"
+    assert (comp.tokens, comp.accepted_per_step) == (eager.tokens, eager.accepted_per_step)
+    assert _events(comp.cache) == _events(eager.cache)
+    assert any(e.kind == "rollback" for e in comp.cache.events)
+    spans = lambda c: [(r.row, r.start, r.end, r.step, r.provenance.tolist()) for r in c.rejected]
+    assert spans(comp.cache) == spans(eager.cache) and spans(comp.cache)
+    for a, b in zip(comp.cache.rejected, eager.cache.rejected):  # the rejected drafts' K/V, kept by the rollback
+        torch.testing.assert_close(a.keys, b.keys)
+
+
+def test_replay_of_ragged_rows_equals_eager_forward(static):
+    """Two rows of different lengths (a rollback of one): the recorded forward's mask and positions give
+    the eager forward's logits, twice (the second is a replay of the first recording)."""
+    model = tiny_llama()
+    prompt = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, 11, 12]])
+
+    def prefilled():
+        cache = KVCache.for_model(model, batch=2, capacity=32)
+        hf_logits(model, prompt, past_key_values=cache)
+        cache.rollback(3, row=1)
+        return cache
+
+    eager_cache, comp_cache = prefilled(), prefilled()
+    runner = GraphedForward(model, comp_cache)
+    assert runner.why_not is None
+    for step in ([[13], [14]], [[15], [16]]):
+        x = torch.tensor(step)
+        want = hf_logits(model, x, **eager_cache.forward_kwargs(1))
+        got = runner.logits(x)
+        torch.testing.assert_close(got, want)
+    assert runner.replays == 2 and len(runner.recordings) == 1
+    assert comp_cache.lengths == eager_cache.lengths == [7, 5]
+
+
+def test_compile_runs_eagerly_and_says_why_for_hooks_and_trees(static):
+    model = tiny_llama()
+    cfg = SpecConfig(max_new_tokens=6, stop_at_eos=False, compile=True)
+    eager = generate(model, [3, 4, 5], replace(cfg, compile=False))
+    with capture(model, ["blocks.0.hook_resid_post"]):
+        hooked = generate(model, [3, 4, 5], cfg)
+    assert hooked.compiled.startswith("eager: hooks on the model") and hooked.tokens == eager.tokens
+    tree = speculative_generate(model, make_drafter("ngram:2", model), [4, 5, 4, 5, 4],
+                                replace(cfg, tree=TreeConfig(nodes=4)))
+    assert tree.compiled.startswith("eager: TreeStep")
+
+
+def test_recordings_follow_the_cache_when_its_buffers_change(static):
+    """A cache that grows gets new buffers: the old recordings are dropped, and the next replay writes the new
+    ones (its logits equal the eager forward's)."""
+    model = tiny_gpt2()
+    eager_cache = KVCache.for_model(model, batch=1, capacity=4)
+    comp_cache = KVCache.for_model(model, batch=1, capacity=4)
+    prompt = torch.tensor([[3, 4, 5]])
+    hf_logits(model, prompt, past_key_values=eager_cache)
+    hf_logits(model, prompt, past_key_values=comp_cache)
+    runner = GraphedForward(model, comp_cache)
+    first = comp_cache.storage.k[0]
+    for tok in (6, 7, 8):  # the cache grows past 4 positions
+        x = torch.tensor([[tok]])
+        torch.testing.assert_close(runner.logits(x), hf_logits(model, x, past_key_values=eager_cache))
+    assert comp_cache.storage.k[0] is not first and len(runner.recordings) == 1
+
+
+def test_torch_compile_on_the_cpu_gives_the_eager_tokens():
+    model = tiny_llama()
+    cfg = SpecConfig(max_new_tokens=8, stop_at_eos=False)
+    comp = generate(model, [3, 4, 5, 6], replace(cfg, compile=True))
+    assert comp.compiled == "torch.compile"
+    assert comp.tokens == generate(model, [3, 4, 5, 6], cfg).tokens
+
+
+def test_overhead_bench_names_what_ran_and_gives_no_ratio_for_an_eager_fallback(static):
+    from beliefscope.benchmarks import overhead
+    from beliefscope.models.profile import decoder_layers
+
+    bridge, _ = overhead.tiny_bridge()
+    cfg = replace(overhead.QUICK, compiled=True, repeats=1)
+    out = overhead.bench_model(bridge, "tiny", (1, 8), cfg)
+    assert out["compiled_mode"] == "static" and out["generate"]["compiled_ratio"] > 0
+    assert out["compiled_tokens_equal_ours"]
+    handle = decoder_layers(bridge.original_model)[0].register_forward_hook(lambda *a: None)  # a user's hook
+    try:
+        out = overhead.bench_model(bridge, "tiny", (1, 8), cfg)
+    finally:
+        handle.remove()
+    assert out["compiled_mode"].startswith("eager: hooks on the model")
+    assert out["generate"]["compiled_ratio"] is None
