@@ -62,6 +62,8 @@ class DeterminismConfig:
     paths: str = "auto"  # paths the measured prompts run on: all (PATHS), both (fast + verified), fast, invariant
     #   (the batch-invariant fast path: packed linears, tiled attention, float32; CPU only) or verified;
     #   auto: all where the batch-invariant path can run, else both
+    compile: bool = False  # replay the scheduler's fast rounds and fixed-shape verifies (CUDA graphs on a GPU,
+    #   torch.compile on the CPU): the same verified tokens, at GPU speed (decoding.graphed.SlotReplays)
 
 
 def resolve_paths(paths: str, model) -> str:
@@ -159,7 +161,8 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
                                          window=w, max_new_tokens=cfg.max_new_tokens,
                                          fast_dtype=dtype if kernels == "default" else torch.float32,
                                          deterministic=flag, n_others=cfg.n_others, stats=stats[name],
-                                         verify_slots=b, slot_capacity=cap, fast_kernels=kernels)
+                                         verify_slots=b, slot_capacity=cap, fast_kernels=kernels,
+                                         compile=cfg.compile)
                 for i, v in seen.items():
                     for acc in (every[name], cell, per_k[name][row["others"]]):
                         acc.setdefault(i, set()).update(v)
@@ -211,7 +214,8 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
             "fast_path_min_top2_margin": stats["fast_path"]["min_margin"],
             "verified_acceptance": (round(stats["verified"]["accepted"] / max(1, stats["verified"]["drafted"]), 4)
                                     if run_verified else None),
-            "n_configurations": sum(r["configurations"] for r in rows), "prompts": len(prompts)}
+            "n_configurations": sum(r["configurations"] for r in rows), "prompts": len(prompts),
+            "compiled": "; ".join(sorted({st["compiled"] for st in stats.values() if st.get("compiled")}))}
 
 
 def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> dict:

@@ -177,7 +177,8 @@ def _smollm2_checks(dev: str, work: str, cfg: GpuCheckConfig) -> dict:
         "determinism_sweep": lambda: _cli("determinism", "--model", folder, "--n", n_prompts,
                                           "--max-new-tokens", tokens, "--others", others, "--fast-dtype", "bfloat16",
                                           "--paths", "both", "--out", f"{work}/det_smol.png", "--json",
-                                          "--device", dev, "--quiet"),
+                                          "--device", dev, "--quiet", *(("--compile",) if dev.startswith("cuda")
+                                                                        else ())),
         "datastore_smollm2": lambda: _cli("datastore", "--model", folder, "--workload", "stdlib", "--n", "2",
                                           "--max-new-tokens", "6", "--out", f"{work}/store.json", "--device", dev,
                                           "--quiet"),

@@ -180,7 +180,10 @@ def write_result(name: str, result: dict, quick: bool) -> str:
 
 
 def jsonable(x):
-    """Plain JSON types (tuples -> lists, numpy/torch scalars -> numbers, drop `outputs` of timings)."""
+    """Plain JSON types (tuples -> lists, numpy/torch scalars -> numbers, dtypes -> their names, drop `outputs` of
+    timings)."""
+    if isinstance(x, torch.dtype):
+        return str(x).removeprefix("torch.")
     if isinstance(x, dict):
         return {str(k): jsonable(v) for k, v in x.items() if k != "outputs"}
     if isinstance(x, (list, tuple)):

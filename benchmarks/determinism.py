@@ -60,6 +60,7 @@ class DeterminismBenchConfig:
     warmup: int = 0  # untimed runs of every configuration first
     seed: int = 0  # workload seed
     fast_dtype: torch.dtype | None = None  # dtype of the fast path (None: the model's; bfloat16 = LLM-42's)
+    compile: bool = False  # every configuration replays its fast rounds and fixed-shape verifies (SchedulerConfig)
 
 
 GOALS = {"ratio_at_50pct": 0.9, "ratio_at_100pct": 0.8}  # throughput kept with deterministic requests
@@ -98,7 +99,8 @@ def bench_model(bridge, prompts, cfg: DeterminismBenchConfig, progress=None) -> 
     packable = can_pack(hf_model(bridge))  # float32 on the CPU: the row-invariant copy can verify
     base = SchedulerConfig(window=cfg.window, verify_slots=cfg.max_batch, max_batch=cfg.max_batch,
                            slot_capacity=cap, verify_kernels="row-invariant" if packable else "fixed-shape",
-                           fast_dtype=cfg.fast_dtype or next(hf_model(bridge).parameters()).dtype)
+                           fast_dtype=cfg.fast_dtype or next(hf_model(bridge).parameters()).dtype,
+                           compile=cfg.compile)
     fixed = replace(base, verify_kernels="fixed-shape", verify_slots=cfg.verify_slots)
     configs = {f"share {100 * s:g}%": (base, s) for s in cfg.shares}
     if packable:  # elsewhere (a GPU, bf16) the share rows already are the fixed-shape verify, at B = max_batch

@@ -1,10 +1,11 @@
 """What a lent GPU session runs, in one process (a GPU machine takes about 20 s to start Python and torch):
 
 - ``check``: `beliefscope.gpu_check` (every command once) with the full determinism sweep, 12 prompts x 64
-  tokens x 0/15/31 other requests on a bf16 fast path;
+  tokens x 0/15/31 other requests on a bf16 fast path (``--compile`` on CUDA);
 - ``overhead``: `bench overhead` on the tiny Llama and a SmolLM2-shaped model at [8, 512], bf16 then fp32;
-- ``determinism``: `bench determinism` (LLM-42's cost table) on the SmolLM2-shaped model in bf16;
-- ``compile``: the compiled decode (`decoding.compiled`) against HF eager ``generate`` at equal tokens.
+- ``determinism``: `bench determinism` (LLM-42's cost table) on the SmolLM2-shaped model in bf16, its forwards
+  replayed as CUDA graphs (``SchedulerConfig(compile=True)``);
+- ``compile``: the compiled decode (`decoding.graphed`) against HF eager ``generate`` at equal tokens.
 
 The SmolLM2-shaped model has SmolLM2-135M-Instruct's config and tokenizer (``--smollm2-dir``) and random
 weights: the machine has no network and the weights do not travel. Each part has a time limit; a part that
@@ -29,7 +30,7 @@ from contextlib import contextmanager
 from beliefscope.analyses.common import write_json
 
 PARTS = ("check", "compile", "overhead", "determinism")
-LIMITS_S = {"check": 330, "compile": 70, "overhead": 130, "determinism": 80}  # per part, on an H100
+LIMITS_S = {"check": 330, "compile": 70, "overhead": 200, "determinism": 100}  # per part, on an H100
 
 
 class OutOfTime(Exception):
@@ -90,7 +91,7 @@ def part_determinism(args, smol: str) -> dict:
     os.environ["BELIEFSCOPE_BENCH_OUT"] = args.out
     # a smaller workload than the CPU table's (40 requests, 3 repeats), to fit a lent GPU's minutes
     cfg = determinism.QUICK if args.quick else determinism.DeterminismBenchConfig(
-        n_requests=24, new_tokens=(16, 48), max_batch=16, window=4, repeats=2)
+        n_requests=24, new_tokens=(16, 48), max_batch=16, window=4, repeats=2, compile=args.device != "cpu")
     with model_defaults(device=args.device, dtype="bfloat16"):
         res = determinism.main(quick=False, config=cfg, models=("smollm2",), smollm2=smol)
     keys = ("ratio_at_10pct", "ratio_at_50pct", "ratio_at_100pct", "outputs_identical")

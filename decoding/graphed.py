@@ -1,5 +1,7 @@
 """Compiled decoding (``SpecConfig(compile=True)``, ``--compile``): each decode or verify forward shape is
 recorded once and replayed, over the `KVCache`'s own preallocated K/V buffers (gpt-fast's way).
+`SlotReplays` does the same for the deterministic-request scheduler (``SchedulerConfig(compile=True)``):
+its fast rounds, one recording per batch size, and its fixed-shape verifies, over the slot caches.
 
 On a GPU the forward is recorded as a CUDA graph: one launch replays every kernel of the model, which
 is what a small model or a small batch waits on in eager mode (a kernel launch per operation, Python
@@ -51,7 +53,16 @@ class SlotWriter:
 
 
 def why_not(model, cache) -> str | None:
-    """Why forwards of ``model`` over ``cache`` cannot be replayed (None: they can)."""
+    """Why forwards of ``model`` over ``cache`` (a `KVCache`) cannot be replayed (None: they can)."""
+    if cache.config.layer_devices is not None:
+        return "a model split over devices"
+    if cache._hooks:
+        return "write hooks on the cache"
+    return why_not_model(model)
+
+
+def why_not_model(model) -> str | None:
+    """Why forwards of ``model`` cannot be replayed, whatever the cache (None: they can)."""
     hf = runnable(model)
     conf = hf.config
     impl = getattr(conf, "_attn_implementation", None)
@@ -64,10 +75,8 @@ def why_not(model, cache) -> str | None:
     if hooked or any(is_wrapper(m) for m in hf.modules()):  # wrappers: runnable kept them for a hook or a mode
         return f"hooks on the model ({', '.join(hooked[:3]) or 'TransformerLens hook points'}): they run Python " \
                "per forward, which a replay skips"
-    if cache.config.layer_devices is not None:
+    if len({p.device for p in hf.parameters()}) > 1:
         return "a model split over devices"
-    if cache._hooks:
-        return "write hooks on the cache"
     return None
 
 
@@ -91,7 +100,7 @@ class GraphedForward(CompiledForwards):
         self.model, self.cache = model, cache
         hf = runnable(model)
         self.device = next(hf.parameters()).device
-        self.mode = "cuda-graphs" if self.device.type == "cuda" else self.cpu_mode
+        self.mode = replay_mode(self.device, self.cpu_mode)
         self.why_not = why_not(model, cache)
         self.recordings: dict[tuple, _Recording] = {}  # (batch, n) -> recording over the current buffers
         self._buffers: tuple | None = None  # (id, data pointer) of the buffers the recordings write
@@ -117,9 +126,49 @@ class GraphedForward(CompiledForwards):
             self._buffers = buffers
         rec = self.recordings.get((b, n))
         if rec is None:
-            rec = self.recordings[(b, n)] = _Recording(runnable(self.model), st.k, st.v, b, n, self.mode, self.pool)
+            slots = torch.zeros(n, dtype=torch.long, device=st.k[0].device)  # [n] physical slots written
+            rec = self.recordings[(b, n)] = _Recording(runnable(self.model), SlotWriter(st.k, st.v, slots), slots, b,
+                                                       n, st.capacity, self.mode, self.pool)
         rec.set(tokens, positions, torch.arange(p, p + n), _mask(live, n, st.capacity))
         self.replays += 1
+        return rec.run().float().cpu()
+
+
+def replay_mode(device: torch.device, cpu_mode: str) -> str:
+    return "cuda-graphs" if device.type == "cuda" else cpu_mode
+
+
+class SlotReplays:
+    """Fixed-shape forwards of ``model`` over the first rows of a `decoding.slots.SlotCache`, replayed: the
+    scheduler's fixed-shape verify ``[verify_slots, W]`` and its fast rounds ``[n, 1]`` (one recording per
+    batch size ``n``, as serving engines record one CUDA graph per batch size), each over the slots' whole
+    capacity. The slot cache never grows, so a recording lasts the scheduler's life."""
+
+    cpu_mode = "torch.compile"  # as GraphedForward.cpu_mode
+
+    def __init__(self, model, slots):
+        self.model, self.slots = model, slots
+        self.device = next(runnable(model).parameters()).device
+        self.mode = replay_mode(self.device, self.cpu_mode)
+        self.why_not = why_not_model(model) or (
+            "sliding-window layers (their masks are not built for a recording)" if slots.windows and any(
+                w is not None for w in slots.windows) else None)
+        self.recordings: dict[tuple, _Recording] = {}  # (rows, width) -> recording
+        self.pool = torch.cuda.graph_pool_handle() if self.mode == "cuda-graphs" else None
+
+    def logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Host float logits ``[n, W, vocab]`` of ``tokens`` ``[n, W]`` for rows ``0 .. n-1``, written at each
+        row's length (not advanced), over the whole capacity: `SlotCache.verify` of that view."""
+        n, w = tokens.shape
+        slots = self.slots
+        view = slots.view(0, n, slots.capacity)
+        rec = self.recordings.get((n, w))
+        if rec is None:
+            view.write_pos = torch.zeros(n, w, dtype=torch.long, device=slots.device)  # [n, W] static
+            rec = self.recordings[(n, w)] = _Recording(runnable(self.model), view, view.write_pos, n, w,
+                                                       slots.capacity, self.mode, self.pool)
+        write = (view.lengths[:, None] + torch.arange(w)).clamp(max=slots.capacity - 1)  # [n, W]
+        rec.set(tokens, view.position_ids(w), write, view.mask(w).cpu())
         return rec.run().float().cpu()
 
 
@@ -137,28 +186,27 @@ def _mask(live: torch.Tensor, n: int, capacity: int) -> torch.Tensor:
 class _Recording:
     """One forward shape's static inputs and its CUDA graph (or compiled function)."""
 
-    def __init__(self, hf, k, v, batch: int, n: int, mode: str, pool=None):
-        dev = k[0].device
+    def __init__(self, hf, cache, write: torch.Tensor, batch: int, n: int, capacity: int, mode: str, pool=None):
+        dev = write.device
         self.hf, self.mode, self.runs, self.pool = hf, mode, 0, pool
         self.ids = torch.zeros(batch, n, dtype=torch.long, device=dev)  # [B, n]
         self.pos = torch.zeros(batch, n, dtype=torch.long, device=dev)  # [B, n]
-        self.slots = torch.zeros(n, dtype=torch.long, device=dev)  # [n]
+        self.write = write  # where the K/V go: [n] slots (a KVCache) or [B, n] positions (a SlotCache)
         eager = hf.config._attn_implementation == "eager"
         dtype = next(hf.parameters()).dtype
-        self.mask = torch.zeros(batch, 1, n, k[0].shape[2], dtype=dtype if eager else torch.bool, device=dev)
+        self.mask = torch.zeros(batch, 1, n, capacity, dtype=dtype if eager else torch.bool, device=dev)
         self.additive = eager  # eager attention adds the mask: 0 where seen, the dtype's min elsewhere
-        self.writer = SlotWriter(k, v, self.slots)
-        self.kw = {cache_kwarg(hf): self.writer}
+        self.kw = {cache_kwarg(hf): cache}  # the cache the recorded forward writes through
         self.graph, self.out, self.fn = None, None, None
 
     def forward(self) -> torch.Tensor:
         return self.hf(input_ids=self.ids, attention_mask=self.mask, position_ids=self.pos, use_cache=True,
                        **self.kw).logits  # [B, n, vocab]
 
-    def set(self, tokens, positions, slots, mask) -> None:
+    def set(self, tokens, positions, write, mask) -> None:
         self.ids.copy_(tokens)
         self.pos.copy_(positions)
-        self.slots.copy_(slots)
+        self.write.copy_(write)
         if self.additive:
             mask = torch.zeros(mask.shape, dtype=self.mask.dtype).masked_fill_(~mask, torch.finfo(self.mask.dtype).min)
         self.mask.copy_(mask)

@@ -61,6 +61,8 @@ class SchedulerConfig:
     fast_kernels: str = "default"  # "row-invariant": the fast path runs on that copy too (batch-invariant), and
     #   deterministic requests need no verify: their fast tokens are the bits a verify would compute
     verify_invariant_fast: bool = False  # verify them anyway (a check: every draft is then accepted)
+    compile: bool = False  # replay the fast rounds (one recording per batch size, over the whole capacity) and the
+    #   fixed-shape verifies: CUDA graphs on a GPU, torch.compile on the CPU (decoding.graphed.SlotReplays)
 
 
 @dataclass
@@ -128,6 +130,8 @@ class Scheduler:
         self.verify_forwards = 0  # verify forwards of the last run
         self.verify_rows = 0  # rows they computed for requests (not counting fixed-shape dummy rows)
         self.min_margin = float("inf")  # smallest top-1 minus top-2 logit of any fast-path token of the last run
+        self.compiled = ""  # with cfg.compile: what the last run replayed ("cuda-graphs", ...), or why not
+        self.replays: dict = {}  # with cfg.compile: the recorded forwards, kept from run to run
 
     def _resolve_kernels(self, hf) -> str:
         """The verify kernels this run uses: ``cfg.verify_kernels``, with "auto" resolved (row-invariant
@@ -173,11 +177,28 @@ class Scheduler:
         self._free = list(range(cfg.verify_slots))
         self.rounds, self.batch_sizes, self.verify_forwards, self.min_margin = 0, Counter(), 0, float("inf")
         self.verify_rows = 0
-        self.slots = SlotCache.for_model(self.target, cfg.verify_slots, cfg.slot_capacity)
-        self.pool = SlotCache.for_model(self.fast, cfg.max_batch, cfg.slot_capacity)  # fast-path KV, row per request
+        if cfg.compile and self.replays:  # the recordings read these buffers: keep them, emptied (stale K/V
+            self.slots.lengths.zero_()  # past a row's length is masked, so it changes no bit)
+            self.pool.lengths.zero_()
+        else:
+            self.slots = SlotCache.for_model(self.target, cfg.verify_slots, cfg.slot_capacity)
+            self.pool = SlotCache.for_model(self.fast, cfg.max_batch, cfg.slot_capacity)  # fast-path KV, a row each
+            self.replays = self._replays() if cfg.compile else {}
         self.rows: list[Request] = []  # rows[i] owns pool row i (compacted as requests finish)
         engine.run(self)
         return [r.tokens for r in requests]
+
+    def _replays(self) -> dict:
+        """The recorded forwards of this run: ``{"fast": SlotReplays, "verify": SlotReplays}`` (verify only with
+        the fixed-shape kernels: the row-invariant copy is a CPU path); ``compiled`` says what runs."""
+        from beliefscope.decoding.graphed import SlotReplays
+
+        out = {"fast": SlotReplays(self.fast, self.pool)}
+        if self.verifier is None:
+            out["verify"] = SlotReplays(self.target, self.slots)
+        why = {k: r.why_not for k, r in out.items() if r.why_not}
+        self.compiled = "; ".join(f"{k}: eager ({w})" for k, w in why.items()) or out["fast"].mode
+        return {k: r for k, r in out.items() if not r.why_not}
 
     def done(self) -> bool:
         return not (self._waiting or self._active)
@@ -268,7 +289,10 @@ class Scheduler:
         n = len(self.rows)
         x = torch.tensor([[(r.prompt + r.tokens + r.drafts)[-1]] for r in self.rows])  # [batch, 1]
         lengths = self.pool.lengths[:n]
-        logits = self.pool.view(0, n, int(lengths.max()) + 1).verify(self.fast, x)  # [batch, 1, vocab]
+        if "fast" in self.replays:  # [batch, 1] over the whole capacity, one recording per batch size
+            logits = self.replays["fast"].logits(x)
+        else:
+            logits = self.pool.view(0, n, int(lengths.max()) + 1).verify(self.fast, x)  # [batch, 1, vocab]
         lengths += 1
         self.batch_sizes[n] += 1
         top = logits[:, -1].topk(2, dim=-1).values  # [batch, 2]
@@ -292,6 +316,8 @@ class Scheduler:
             rows.append((r, drafts, budget, row))
         if invariant:  # the due rows only, over their own keys: a row's bits do not depend on the others
             logits = self.slots.verify_rows(self.verifier, x, [r.slot for r in due])  # [n, W, vocab]
+        elif "verify" in self.replays:
+            logits = self.replays["verify"].logits(x)  # [B, W, vocab], the same shape, replayed
         else:
             logits = self.slots.verify(self.target, x)  # [B, W, vocab]
         self.verify_forwards += 1

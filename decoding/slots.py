@@ -66,6 +66,8 @@ class SlotLayer(CacheLayerMixin):
 class SlotCache(Cache):
     """``B`` static rows of capacity ``C``; ``lengths[r]`` tokens of row r are committed."""
 
+    write_pos: torch.Tensor | None = None  # [B, W] write positions a recorded forward reads (else from lengths)
+
     def __init__(self, n_layers: int, slots: int, kv_heads: int, capacity: int, d_head: int, dtype, device,
                  windows: tuple | None = None):
         self.capacity, self.slots, self.device = capacity, slots, torch.device(device)
@@ -93,7 +95,9 @@ class SlotCache(Cache):
 
     def write_index(self, shape) -> torch.Tensor:
         b, h, w, d = shape
-        pos = (self.lengths[:, None] + torch.arange(w)).clamp(max=self.capacity - 1).to(self.device)  # [B, W]
+        pos = self.write_pos  # [B, W] on the device, set by a recording (`decoding.graphed.SlotReplays`)
+        if pos is None:
+            pos = (self.lengths[:, None] + torch.arange(w)).clamp(max=self.capacity - 1).to(self.device)  # [B, W]
         return pos[:, None, :, None].expand(b, h, w, d)
 
     def mask(self, width: int, lengths: torch.Tensor | None = None, span: int | None = None):

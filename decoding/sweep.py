@@ -41,14 +41,15 @@ def sweep_workload(prompts, others_prompts, k: int, order: int, max_new_tokens: 
 def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), orders=3, window=4,
                       max_new_tokens=12, fast_dtype=torch.float32, deterministic=True, eos=None,
                       slot_capacity=None, n_others=None, progress=None, stats=None, verify_slots=4,
-                      fast_kernels="default"):
+                      fast_kernels="default", compile=False):
     """Run every measured prompt (flagged ``deterministic`` or not) among up to ``k`` other requests
     (``max_batch = k + 1``) for every ``k`` in ``others``, in ``orders`` arrival orders (see
     :func:`sweep_workload`; a lone request, ``k = 0``, has one order). Returns
     ``{prompt index: set of outputs seen}``; one output per prompt means deterministic. ``stats``
     (a dict) receives the fast path's decode batch sizes and acceptance; ``progress(1)`` is called
     after each configuration. ``verify_slots`` is the same B for every k (it is part of the verify shape).
-    ``fast_kernels``: `SchedulerConfig.fast_kernels` ("row-invariant": the batch-invariant fast path).
+    ``fast_kernels``: `SchedulerConfig.fast_kernels` ("row-invariant": the batch-invariant fast path);
+    ``compile``: `SchedulerConfig.compile` (replayed forwards).
 
     >>> from beliefscope.cache.testing import tiny_gpt2
     >>> seen = determinism_sweep(tiny_gpt2(), [[3, 4]], [[5, 6, 7]], others=(0, 1), orders=2, max_new_tokens=3)
@@ -70,7 +71,7 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
     for k in others:
         sched = Scheduler(model, SchedulerConfig(window=window, fast_dtype=fast_dtype, eos_token_id=eos,
                                                  max_batch=k + 1, slot_capacity=cap, verify_slots=verify_slots,
-                                                 fast_kernels=fast_kernels))
+                                                 fast_kernels=fast_kernels, compile=compile))
         for order in range(orders if k else 1):
             reqs = sweep_workload(prompts, others_prompts, k, order, max_new_tokens, deterministic, n_others)
             outs = sched.run(reqs)
@@ -81,6 +82,7 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
             stats["drafted"] += sum(r.drafted for r in reqs)
             stats["configurations"] += 1
             stats["min_margin"] = min(stats["min_margin"], sched.min_margin)
+            stats["compiled"] = sched.compiled  # what the scheduler replayed, if it was asked to
             if progress:
                 progress(1)
     return seen

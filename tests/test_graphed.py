@@ -137,3 +137,31 @@ def test_overhead_bench_names_what_ran_and_gives_no_ratio_for_an_eager_fallback(
         handle.remove()
     assert out["compiled_mode"].startswith("eager: hooks on the model")
     assert out["generate"]["compiled_ratio"] is None
+
+
+@pytest.mark.parametrize("make", [tiny_gpt2, tiny_llama])
+def test_scheduler_with_replayed_fast_rounds_and_verifies_gives_the_eager_scheduler_outputs(monkeypatch, make):
+    """The scheduler's fast rounds (one recording per batch size, over the whole capacity) and fixed-shape
+    verifies, replayed: every request's tokens, the batch sizes and the verify count are the eager run's; a
+    second run reuses the recordings."""
+    from beliefscope.decoding.graphed import SlotReplays
+    from beliefscope.decoding.scheduler import Scheduler, SchedulerConfig
+    from beliefscope.decoding.sweep import sweep_workload
+
+    monkeypatch.setattr(SlotReplays, "cpu_mode", "static")
+    model = make()
+    cfg = SchedulerConfig(window=3, verify_slots=4, max_batch=4, slot_capacity=48, verify_kernels="fixed-shape")
+
+    def workload():
+        return sweep_workload([[3, 4, 5], [7, 8], [9, 10, 11, 12], [13, 14]], [[20, 21, 22], [23, 24]], k=3,
+                              order=2, max_new_tokens=10, deterministic=True, n_others=3)
+
+    eager = Scheduler(model, cfg)
+    want = eager.run(workload())
+    comp = Scheduler(model, replace(cfg, compile=True))
+    assert comp.run(workload()) == want
+    assert comp.compiled == "static" and set(comp.replays) == {"fast", "verify"}
+    assert (dict(comp.batch_sizes), comp.verify_forwards) == (dict(eager.batch_sizes), eager.verify_forwards)
+    recorded = {k: len(r.recordings) for k, r in comp.replays.items()}
+    assert comp.run(workload()) == want
+    assert {k: len(r.recordings) for k, r in comp.replays.items()} == recorded
