@@ -13,6 +13,13 @@ fails or runs out records why, and the others still run. Files go to ``--out`` (
 
 Usage: ``python -m beliefscope.benchmarks.gpu_session --out DIR --smollm2-dir .smol [--device cuda]
 [--parts check,overhead,determinism,compile]``; ``--device cpu --quick`` is its dry run here.
+
+On a lent machine (no network): carry the wheels and SmolLM2's config and tokenizer (``.whl``, ``.smol``; see
+the GPU notes of the project), install the wheels into ``/tmp/site``, put it and the checkout on PYTHONPATH,
+and pipe the output through ``grep --line-buffered`` if at all (a block-buffered filter loses the log of a
+call that runs out of time). A checkout whose tracked files and carried folders pass the transfer limit can
+leave the checkpoints these parts do not read outside the tree for the call: they need ``target``, ``draft``,
+``thinking``, ``direct-rope`` and ``cot-rope`` only.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from beliefscope.decoding.core import CompiledForwards, hf_logits
 from beliefscope.models.bare import is_wrapper, runnable
 from beliefscope.models.bridge import cache_kwarg
 from beliefscope.models.profile import sliding_windows
+from torch.utils.hooks import RemovableHandle
 
 ATTENTION = ("sdpa", "eager")  # attention implementations whose 4D mask a recording can build
 
@@ -107,10 +108,14 @@ class GraphedForward(CompiledForwards):
         self.pool = torch.cuda.graph_pool_handle() if self.mode == "cuda-graphs" else None  # shared by its graphs
         self.replays = 0  # forwards run by replay
         self.eager = 0  # forwards run eagerly (why_not, or a first forward before the buffers exist)
+        self.hooks_seen = RemovableHandle.next_id  # PyTorch's hook-handle counter when why_not was last decided
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """Float logits ``[B, n, vocab]`` on the host of ``tokens`` ``[B, n]`` appended to the cache."""
         cache = self.cache
+        if RemovableHandle.next_id != self.hooks_seen:  # a hook came or went since: decide again (one int compare)
+            self.hooks_seen = RemovableHandle.next_id
+            self.why_not = why_not(self.model, cache)
         if self.why_not is not None or cache.storage is None:
             self.eager += 1
             return hf_logits(self.model, tokens, past_key_values=cache)
@@ -155,6 +160,8 @@ class SlotReplays:
                 w is not None for w in slots.windows) else None)
         self.recordings: dict[tuple, _Recording] = {}  # (rows, width) -> recording
         self.pool = torch.cuda.graph_pool_handle() if self.mode == "cuda-graphs" else None
+        self.hooks_seen = RemovableHandle.next_id  # as GraphedForward.hooks_seen
+        self.eager = 0  # forwards run eagerly because a hook was attached after the run began
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """Host float logits ``[n, W, vocab]`` of ``tokens`` ``[n, W]`` for rows ``0 .. n-1``, written at each
@@ -162,6 +169,12 @@ class SlotReplays:
         n, w = tokens.shape
         slots = self.slots
         view = slots.view(0, n, slots.capacity)
+        if RemovableHandle.next_id != self.hooks_seen:
+            self.hooks_seen = RemovableHandle.next_id
+            self.why_not = why_not_model(self.model)
+        if self.why_not is not None:  # the same forward, eagerly (its hooks run)
+            self.eager += 1
+            return view.verify(self.model, tokens)
         rec = self.recordings.get((n, w))
         if rec is None:
             view.write_pos = torch.zeros(n, w, dtype=torch.long, device=slots.device)  # [n, W] static

@@ -155,6 +155,9 @@ class SpeculativeRun:
 
     def finish(self) -> Generation:
         self.res.tokens = self.buf[self.n_prompt: self.length].tolist()
+        runner = self.target if self.target is not self.model else None
+        if runner is not None and runner.eager:  # a hook attached mid-run: those forwards ran eagerly
+            self.res.compiled += f" ({runner.eager} forwards eager: {runner.why_not or 'hooks attached then'})"
         self.res.draft_forwards = getattr(self.drafter, "forwards", 0)
         self.res.seconds = time.perf_counter() - self.t_start
         return self.res

@@ -165,3 +165,30 @@ def test_scheduler_with_replayed_fast_rounds_and_verifies_gives_the_eager_schedu
     recorded = {k: len(r.recordings) for k, r in comp.replays.items()}
     assert comp.run(workload()) == want
     assert {k: len(r.recordings) for k, r in comp.replays.items()} == recorded
+
+
+def test_a_hook_attached_mid_run_runs_eagerly_and_fires_then_replays_resume(static):
+    """Replays skip Python hooks, so a hook attached after the runner was built is seen at the next forward
+    (PyTorch's hook counter moved): that forward runs eagerly and the hook fires; once it is removed, the
+    forwards replay again. Every logit equals the eager forward's."""
+    from beliefscope.models.profile import decoder_layers
+
+    model = tiny_llama()
+    eager_cache, comp_cache = (KVCache.for_model(model, batch=1, capacity=32) for _ in range(2))
+    prompt = torch.tensor([[3, 4, 5]])
+    hf_logits(model, prompt, past_key_values=eager_cache)
+    hf_logits(model, prompt, past_key_values=comp_cache)
+    runner = GraphedForward(model, comp_cache)
+    seen = []
+
+    def step(tok):
+        x = torch.tensor([[tok]])
+        torch.testing.assert_close(runner.logits(x), hf_logits(model, x, past_key_values=eager_cache))
+
+    step(6)
+    handle = decoder_layers(model.original_model)[0].register_forward_hook(lambda *a: seen.append(1))
+    step(7)
+    assert runner.eager == 1 and runner.why_not.startswith("hooks on the model") and len(seen) == 2  # both caches
+    handle.remove()
+    step(8)
+    assert runner.why_not is None and runner.replays == 2 and runner.eager == 1
