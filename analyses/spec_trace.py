@@ -312,7 +312,7 @@ def tree_trace(target, tok, drafter, prompt_ids, tree=None, max_new_tokens: int 
     the first step whose accepted path leaves the drafter's first branch (else the step with most
     rejected nodes): branches drafted, path accepted, branches rolled back, from the cache's own provenance.
 
-    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> from beliefscope.models.testing import tiny_gpt2
     >>> from beliefscope.decoding import NGramDrafter
     >>> from beliefscope.models.tokenizer import toy_tokenizer
     >>> fig, s = tree_trace(tiny_gpt2(), toy_tokenizer(), NGramDrafter(1), [3, 4, 5, 3, 4, 6, 3, 4], max_new_tokens=6)

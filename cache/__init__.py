@@ -16,13 +16,13 @@ cache). inspect.py reads per-layer K/V and patches it (``overwrite``, write hook
 ``Recorder``'s (recorder.py), attached unless ``CacheConfig(record=False)``: ``provenance.py``
 labels per position, the event log, rejected spans, and snapshot.py's snapshots and diffs. The core
 tells it once per forward, rollback, fork or move; its names are read through the cache too
-(``cache.events`` is ``cache.recorder.events``). testing.py builds tiny models for tests and doctests.
+(``cache.events`` is ``cache.recorder.events``). testing.py builds a tiny cache for tests and doctests.
 
 Example::
 
     >>> import torch
     >>> from beliefscope.cache import KVCache, Provenance
-    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> from beliefscope.models.testing import tiny_gpt2
     >>> bridge = tiny_gpt2()
     >>> cache = KVCache.for_model(bridge)
     >>> _ = bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache, return_type="logits_and_cache")
@@ -33,7 +33,7 @@ Example::
 """
 
 from .config import CacheConfig
-from .kv import KVCache
+from .kv import KVCache, UnguardedModelError
 from .layer import KVLayer
 from .provenance import CacheEvent, Provenance, RejectedSpan
 from .recorder import Recorder
@@ -50,4 +50,5 @@ __all__ = [
            "RejectedSpan",
            "RowDiff",
            "Snapshot",
+           "UnguardedModelError",
 ]

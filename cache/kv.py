@@ -16,8 +16,6 @@ import itertools
 from collections.abc import Sequence
 
 import torch
-from beliefscope.models.bridge import guard_cache_handoff
-from beliefscope.models.profile import model_shapes
 from transformers.cache_utils import Cache
 
 from .config import CacheConfig
@@ -34,6 +32,27 @@ from .validate import ValidateMixin
 
 _IDS = itertools.count()
 
+# Set on a model (and on the HF model under a bridge) by the model guard, ``beliefscope.models.guard``,
+# which `load_model` installs: the function reading the model's shapes (``models.profile.model_shapes``).
+# The cache reads it and never installs the guard itself.
+GUARD = "_beliefscope_cache_guard"
+
+
+class UnguardedModelError(TypeError):
+    """A cache was asked for a model without the guard that checks its attention writes the cache."""
+
+
+def shapes_of_guarded(model):
+    """The shapes a guarded ``model`` reports (layers, KV heads, head size, dtype, device, windows...).
+    An unguarded model is refused: its attention could ignore the cache with no error."""
+    read = vars(model).get(GUARD) if hasattr(model, "__dict__") else None
+    if not callable(read):
+        raise UnguardedModelError(
+            f"KVCache.for_model: this {type(model).__name__} has no cache guard, so nothing would check that "
+            "its attention writes the cache. Load it with beliefscope.models.load_model(...), or call "
+            "beliefscope.models.guard(model) once before building a cache for it.")
+    return read(model)
+
 
 class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin, Cache):
     """Inspectable layer-wise KV cache: O(1) append/rollback, zero-copy fork, provenance, snapshots.
@@ -42,7 +61,7 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
 
         >>> import torch
         >>> from beliefscope.cache import KVCache
-        >>> from beliefscope.cache.testing import tiny_gpt2
+        >>> from beliefscope.models.testing import tiny_gpt2
         >>> bridge = tiny_gpt2()
         >>> cache = KVCache.for_model(bridge, batch=1, capacity=32)
         >>> logits, _ = bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache, return_type="logits_and_cache")
@@ -76,18 +95,18 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
     # ------------------------------------------------------------------ construction
     @classmethod
     def for_model(cls, model, batch: int = 1, capacity: int = 256, **overrides) -> KVCache:
-        """Build a cache shaped for ``model`` (a TransformerBridge or a HF causal LM).
+        """Build a cache shaped for ``model`` (a TransformerBridge or a HF causal LM), which must carry the
+        model guard: `load_model` installs it, ``beliefscope.models.guard(model)`` on a model built elsewhere.
 
         Example::
 
             >>> from beliefscope.cache import KVCache
-            >>> from beliefscope.cache.testing import tiny_llama
+            >>> from beliefscope.models.testing import tiny_llama
             >>> KVCache.for_model(tiny_llama(), batch=2, capacity=64).config.kv_heads
             2
         """
 
-        guard_cache_handoff(model)
-        s = model_shapes(model)
+        s = shapes_of_guarded(model)
         fields = {f.name for f in dataclasses.fields(CacheConfig)}
         unknown = sorted(set(overrides) - fields)
         if unknown:

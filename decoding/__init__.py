@@ -1,6 +1,6 @@
 """Greedy / sampling decoding, speculative decoding with verify and rollback, deterministic requests.
 
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> model = tiny_gpt2()
 >>> cfg = SpecConfig(gamma=2, max_new_tokens=5, stop_at_eos=False)
 >>> out = speculative_generate(model, EarlyExitDrafter(model, 1), [3, 4, 5], cfg)

@@ -3,7 +3,7 @@
 Convention (as in gpt-fast): the cache holds K/V of every committed token but the last one; the
 last committed token is *pending* and is the first input of the next forward.
 
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> logits = forward(tiny_gpt2(), torch.tensor([1, 2, 3]), new_cache(tiny_gpt2(), 8))
 >>> logits.shape
 torch.Size([3, 50])
@@ -31,7 +31,7 @@ def hf_logits(model, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
     """Float logits ``[B, n, vocab]`` of ``tokens`` ``[B, n]`` on the host, whatever device the model is on
     (the decoding loops keep their bookkeeping there); inputs move to the model's device.
 
-    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> from beliefscope.models.testing import tiny_gpt2
     >>> hf_logits(tiny_gpt2(), torch.tensor([[1, 2]])).shape
     torch.Size([1, 2, 50])
     """

@@ -17,7 +17,7 @@ What differs between them is a *step kind* (`PlainStep` below, ``decoding.specul
 - ``after(result, proposal, path, n_kept, width) -> dict``: its own bookkeeping once ``n_kept`` drafts
   of ``path`` are committed, and the ``Step`` fields only it knows (``rejected``, a tree's parents and path).
 
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> from beliefscope.decoding.ngram import NGramDrafter
 >>> from beliefscope.decoding.speculative import ChainStep
 >>> model, cfg = tiny_gpt2(), SpecConfig(gamma=3, max_new_tokens=6, stop_at_eos=False, trace=True)
@@ -212,7 +212,7 @@ def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 
     reference*: each token comes from a forward of width W (pending token, then padding), the same
     shape as a speculative verify pass, so both see identical numerics (HF issue #39421).
 
-    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> from beliefscope.models.testing import tiny_gpt2
     >>> generate(tiny_gpt2(), [5, 6], SpecConfig(max_new_tokens=3, stop_at_eos=False), window=5).steps
     2
     """

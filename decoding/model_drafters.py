@@ -2,7 +2,7 @@
 layers. As a tree, each gives its greedy chain with the model's next best tokens as extra leaves
 at every depth (``model_propose_tree``), at no extra draft forward.
 
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> model = tiny_gpt2(n_layer=2)
 >>> d = EarlyExitDrafter(model, 1)
 >>> cache = new_cache(model, 16)
@@ -58,7 +58,7 @@ def _draft_chain(step, x: torch.Tensor, ids: torch.Tensor, n: int, cfg: SpecConf
 class ModelDrafter(Drafter):
     """A separate draft model with its own cache, kept equal to the committed tokens minus one.
 
-    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> from beliefscope.models.testing import tiny_gpt2
     >>> ModelDrafter(tiny_gpt2(seed=1)).name
     'draft'
     """
@@ -117,7 +117,7 @@ class ModelDrafter(Drafter):
 class LowPrecisionDrafter(ModelDrafter):
     """The target itself in bfloat16 (a copy): LLM-42's low-precision fast path.
 
-    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> from beliefscope.models.testing import tiny_gpt2
     >>> LowPrecisionDrafter(tiny_gpt2()).name
     'bf16'
     """
@@ -173,7 +173,7 @@ class EarlyExitDrafter(Drafter):
     the committed length and roll them back afterwards: the draft reuses the target's K/V of the
     committed prefix and needs no prefill. With ``share_cache=False`` it keeps its own cache.
 
-    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> from beliefscope.models.testing import tiny_gpt2
     >>> EarlyExitDrafter(tiny_gpt2(n_layer=2), 1).name
     'early-exit:1'
     """

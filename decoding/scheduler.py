@@ -21,7 +21,7 @@ skips the fast path: every token comes from a verify forward. With ``fast_kernel
 the fast path itself runs on the row-invariant copy: every request is deterministic, and flagged
 ones are not verified (their fast tokens are the verifier's bits).
 
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=3, max_batch=2, slot_capacity=32))
 >>> outs = sched.run([Request([3, 4, 5], 4, deterministic=True), Request([7, 8], 4)])
 >>> [len(o) for o in outs]

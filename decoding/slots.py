@@ -16,7 +16,7 @@ along the position axis); rollback is moving a row's length, O(1).
 rows with work to verify, over their own keys (``[n, W]`` over the longest of those rows), so a
 verify costs in proportion to the work, and a row's logits still do not depend on its neighbours.
 
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> model = tiny_gpt2()
 >>> slots = SlotCache.for_model(model, slots=2, capacity=16)
 >>> slots.mask(3).shape  # [B, 1, W, C]

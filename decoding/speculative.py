@@ -4,7 +4,7 @@ A chain is a token tree with one branch; it keeps its own step (``ChainStep``) b
 needs no tree mask and its sampling rule is the two-model one, but it runs in the same loop as a
 tree (``decoding.loop``).
 
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> from beliefscope.decoding.ngram import NGramDrafter
 >>> model = tiny_gpt2()
 >>> cfg = SpecConfig(gamma=3, max_new_tokens=6, stop_at_eos=False)
@@ -144,7 +144,7 @@ def equals(model, drafter: Drafter | None, cfg: SpecConfig) -> str:
     has that shape. It equals plain one-token greedy where the kernels do not depend on the width, which
     holds (and is tested) in float32 on the CPU; in bfloat16 on a GPU the two may differ.
 
-    >>> from beliefscope.cache.testing import tiny_llama
+    >>> from beliefscope.models.testing import tiny_llama
     >>> equals(tiny_llama(), None, SpecConfig())
     'plain greedy (one token per forward)'
     """

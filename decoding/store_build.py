@@ -4,7 +4,7 @@ Generation is batched through HF ``generate`` (left padding). It is resumable: e
 batch is appended to ``<out>.partial.jsonl`` and skipped on the next run, and the store itself is
 written atomically at the end.
 
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> model = tiny_gpt2()
 >>> outs = greedy_outputs(model, [[3, 4, 5], [6, 7]], StoreBuildConfig(max_new_tokens=4, batch_size=2))
 >>> [len(o) for o in outs]

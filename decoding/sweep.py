@@ -51,7 +51,7 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
     ``fast_kernels``: `SchedulerConfig.fast_kernels` ("row-invariant": the batch-invariant fast path);
     ``compile``: `SchedulerConfig.compile` (replayed forwards).
 
-    >>> from beliefscope.cache.testing import tiny_gpt2
+    >>> from beliefscope.models.testing import tiny_gpt2
     >>> seen = determinism_sweep(tiny_gpt2(), [[3, 4]], [[5, 6, 7]], others=(0, 1), orders=2, max_new_tokens=3)
     >>> len(seen[0])
     1

@@ -2,7 +2,7 @@
 accepted path (``SpecConfig(tree=TreeConfig(...))``; ``speculative_generate`` dispatches here, and
 both run the loop of ``decoding.loop``).
 
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> from beliefscope.decoding.config import SpecConfig, TreeConfig
 >>> from beliefscope.decoding.loop import generate
 >>> from beliefscope.decoding.ngram import NGramDrafter

@@ -8,7 +8,7 @@ lays every position 0..max out by absolute position, later writes winning, optio
 records whose tags match ``where`` (e.g. ``{"status": "committed"}`` from a speculative trace).
 
 >>> import torch
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> from beliefscope.hooks import capture, decomposition_hooks, to_activation_cache
 >>> model = tiny_gpt2()
 >>> with torch.no_grad(), capture(model, decomposition_hooks(model)) as cap:

@@ -3,7 +3,7 @@
 Hook functions follow TransformerLens: ``fn(act, *, hook)``. Hooks are removed in ``finally``.
 
 >>> import torch
->>> from beliefscope.cache.testing import tiny_gpt2
+>>> from beliefscope.models.testing import tiny_gpt2
 >>> from beliefscope.hooks import capture
 >>> model = tiny_gpt2()  # d_model 32
 >>> with capture(model, ["blocks.0.hook_resid_post"]) as cap:

@@ -11,7 +11,7 @@ hook points where it holds, and returns None for every other one (the caller the
 may compute their values without calling the HF module they hold.
 
 >>> import torch
->>> from beliefscope.cache.testing import tiny_llama
+>>> from beliefscope.models.testing import tiny_llama
 >>> bridge = tiny_llama()
 >>> index_owners(bridge)
 >>> seen = []

@@ -6,6 +6,7 @@
 1
 """
 
+from beliefscope.models.bridge import guard_cache_handoff as guard
 from beliefscope.models.load import (
     SHIPPED,
     ModelLoadError,
@@ -20,5 +21,5 @@ from beliefscope.models.load import (
 from beliefscope.models.profile import ModelProfile, ModelShapes, hf_of, model_profile, model_shapes
 
 __all__ = ["SHIPPED", "ModelLoadError", "ModelProfile", "ModelShapes", "bridge_from_hf", "checkpoint_path",
-           "default_device", "hf_of", "load_hf", "load_model", "model_profile", "model_shapes", "resolve_store",
-           "shipped_names"]
+           "default_device", "guard", "hf_of", "load_hf", "load_model", "model_profile", "model_shapes",
+           "resolve_store", "shipped_names"]

@@ -6,7 +6,7 @@ Only the adapters are stored (``adapters.safetensors``, kind ``adapters`` in the
 load time they are composed over the backbone they were trained on (its hash is checked, as for
 Thinking States parts) and merged into its weights, so the result is a plain model.
 
->>> from beliefscope.cache.testing import tiny_llama
+>>> from beliefscope.models.testing import tiny_llama
 >>> from beliefscope.models.tokenizer import toy_tokenizer
 >>> from beliefscope.tasks import get_task
 >>> tok = toy_tokenizer()

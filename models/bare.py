@@ -26,7 +26,7 @@ bound to a module itself (accelerate's device-map dispatch, TransformerLens's in
 Falcon) is rebound to its copy, so the copy calls its own, unwrapped, children.
 
 >>> import torch
->>> from beliefscope.cache.testing import tiny_llama
+>>> from beliefscope.models.testing import tiny_llama
 >>> bridge = tiny_llama()
 >>> hf = bridge.original_model
 >>> x = torch.tensor([[1, 2, 3]])

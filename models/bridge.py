@@ -21,7 +21,7 @@ its own tokens alone. Two guards, installed once per model by :func:`guard_cache
 
 >>> import torch
 >>> from beliefscope.cache import KVCache
->>> from beliefscope.cache.testing import tiny_llama
+>>> from beliefscope.models.testing import tiny_llama
 >>> bridge = tiny_llama()            # built with build_bridge, so already guarded
 >>> cache = KVCache.for_model(bridge)
 >>> _ = bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache)
@@ -41,9 +41,8 @@ from importlib.metadata import version
 import torch
 from beliefscope.models.bare import KNOWN_HOOKS, link_bridge, runnable
 from beliefscope.models.errors import ModelLoadError
-from beliefscope.models.profile import compute_device, embedding_of, hf_of
-
-_GUARDED = "_beliefscope_cache_guard"
+from beliefscope.cache.kv import GUARD
+from beliefscope.models.profile import compute_device, embedding_of, hf_of, model_shapes
 
 
 class CacheBypassedError(RuntimeError):
@@ -68,20 +67,41 @@ def build_bridge(hf_model, arch: str | None = None, tok=None):
 
 
 def guard_cache_handoff(model) -> None:
-    """Install the hand-off and the growth check on ``model`` (a bridge or a HF model); idempotent."""
+    """Install the hand-off and the growth check on ``model`` (a bridge or a HF model); idempotent.
+    `load_model` calls it; call it (as ``beliefscope.models.guard``) on a model built any other way before
+    ``KVCache.for_model``, which refuses a model without it.
+
+    >>> from beliefscope.cache import KVCache
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> hf = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32))
+    >>> guard_cache_handoff(hf)
+    >>> KVCache.for_model(hf).config.n_layers
+    1
+    """
     hf = hf_of(model)
-    if hf is not model:
+    if not vars(hf).get(GUARD):
+        _guard_hf(hf)
+    if hf is not model and not vars(model).get(GUARD):  # a bridge: its own attention bridges need the hand-off
         link_bridge(hf, model)  # the bare HF tree (models.bare) runs only where the bridge's own modes allow
         run_bare_when_unhooked(model)
-    if getattr(hf, _GUARDED, False):
-        return
-    install_handoff(model)
-    install_input_placement(model)
+        for module in model.modules():
+            if hasattr(module, "_update_kv_cache"):
+                module.register_forward_pre_hook(_rename_cache_kwarg, with_kwargs=True)
+        model.register_forward_pre_hook(_inputs_to_embedding_device, with_kwargs=True)
+        setattr(model, GUARD, model_shapes)  # what KVCache.for_model reads the shapes with
+
+
+def _guard_hf(hf) -> None:
+    """The HF model's part of the guard: the new cache keyword, input placement, eager masks, the growth
+    check and the checked ``generate``."""
+    if cache_kwarg(hf) == "cache":
+        hf.register_forward_pre_hook(_to_new_cache_kwarg, with_kwargs=True)
+    hf.register_forward_pre_hook(_inputs_to_embedding_device, with_kwargs=True)
     hf.register_forward_pre_hook(_additive_masks_for_eager, with_kwargs=True)
     install_growth_check(hf)
     if hasattr(hf, "generate"):
         hf.generate = types.MethodType(_checked_generate, hf)  # a bound method: deep copies rebind it
-    setattr(hf, _GUARDED, True)
+    setattr(hf, GUARD, model_shapes)
 
 
 def run_bare_when_unhooked(bridge) -> bool:
@@ -135,24 +155,6 @@ def _checked_generate(self, *args, **kwargs):
         args, kwargs = placed
     run = runnable(self)  # the bare HF tree unless a hook needs the wrappers (models.bare)
     return type(run).generate(run, *args, **kwargs)
-
-
-def install_handoff(model) -> None:
-    """Every TransformerLens attention bridge in ``model`` reads ``cache=`` as ``past_key_values=``;
-    a HF model whose forward takes ``cache=`` gets it under that name (no deprecation warning)."""
-    for module in model.modules():
-        if hasattr(module, "_update_kv_cache"):
-            module.register_forward_pre_hook(_rename_cache_kwarg, with_kwargs=True)
-    hf = hf_of(model)
-    if cache_kwarg(hf) == "cache":
-        hf.register_forward_pre_hook(_to_new_cache_kwarg, with_kwargs=True)
-
-
-def install_input_placement(model) -> None:
-    """Tensor arguments of ``model``'s forward (and of its HF model's) move to the input embedding's device."""
-    hf = hf_of(model)
-    for m in {id(model): model, id(hf): hf}.values():
-        m.register_forward_pre_hook(_inputs_to_embedding_device, with_kwargs=True)
 
 
 def input_device(model) -> torch.device:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 
+from beliefscope.models.bridge import guard_cache_handoff
 from beliefscope.models.cards import read_card
 from beliefscope.models.devices import default_device, placement, resolve_dtype
 from beliefscope.models.errors import ModelLoadError
@@ -123,6 +124,7 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
 
         require_packable(model)
         pack_linears(model)
+    guard_cache_handoff(model)  # KVCache.for_model reads the shapes through it
     return model, tok
 
 

@@ -6,7 +6,7 @@
   tokenizer reads (the toy word grammar or natural English) and whether it is a Thinking States
   checkpoint. It replaces name switches such as ``model == "smollm2"``.
 
->>> from beliefscope.cache.testing import tiny_llama
+>>> from beliefscope.models.testing import tiny_llama
 >>> s = model_shapes(tiny_llama())
 >>> (s.n_layers, s.n_heads, s.kv_heads, s.d_head)
 (2, 4, 2, 8)

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 from beliefscope.hooks.capture import hooked
-from beliefscope.models.bridge import build_bridge, cache_kwarg, input_device
+from beliefscope.models.bridge import build_bridge, cache_kwarg, guard_cache_handoff, input_device
 from beliefscope.models.profile import decoder_layers
 from beliefscope.models.thinking_config import ThinkingConfig, chunk_spans
 from torch import nn
@@ -79,6 +79,8 @@ class ThinkingStates(nn.Module):
         self.boundary_id = tokenizer.convert_tokens_to_ids(config.boundary) if config.chunking == "events" else None
         self._bridge = None
         self.name_or_path = "thinking"
+        for m in (backbone, self.T):  # both decode into a KVCache (decoding.thinking): guarded once, here
+            guard_cache_handoff(m)
 
     # ------------------------------------------------------------------ bridge-like surface
     @property

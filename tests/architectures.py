@@ -59,9 +59,13 @@ def configs() -> dict:
 
 def make_hf(arch: str, seed: int = 0):
     """A tiny random HF model of ``arch`` (eval mode, float32)."""
+    from beliefscope.models import guard
+
     cfg_cls, model_cls, kw = configs()[arch]
     torch.manual_seed(seed)
-    return model_cls(cfg_cls(**kw)).eval()
+    model = model_cls(cfg_cls(**kw)).eval()
+    guard(model)  # as load_model guards a model: KVCache.for_model needs it
+    return model
 
 
 def tokenizer():
@@ -164,7 +168,7 @@ def check_capture(arch, bridge, ref):
 
 
 def check_hf_generate(arch, bridge, ref):
-    from beliefscope.cache.testing import compare_generate
+    from beliefscope.models.testing import compare_generate
 
     x = torch.tensor([story_ids(6)])
     for mode in ({"do_sample": False}, {"do_sample": False, "prompt_lookup_num_tokens": 3}):

@@ -7,11 +7,18 @@ import os
 import shutil
 
 import torch
+from beliefscope.models import guard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.path.join(ROOT, "checkpoints", "coinflip-target")
 DRAFT = os.path.join(ROOT, "checkpoints", "coinflip-draft")
 VOCAB = 5  # tokens of `sharp_model`
+
+
+def guarded(hf):
+    """``hf`` in eval mode with the cache guard `load_model` installs (``KVCache.for_model`` needs it)."""
+    guard(hf)
+    return hf.eval()
 
 
 def tiny_llama_hf(seed=0, vocab=64):
@@ -20,7 +27,7 @@ def tiny_llama_hf(seed=0, vocab=64):
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    return LlamaForCausalLM(cfg).eval()
+    return guarded(LlamaForCausalLM(cfg))
 
 
 def tiny_gpt2_hf(seed=0, vocab=64):
@@ -29,14 +36,14 @@ def tiny_gpt2_hf(seed=0, vocab=64):
     torch.manual_seed(seed)
     cfg = GPT2Config(vocab_size=vocab, n_positions=256, n_embd=32, n_layer=2, n_head=4,
                      bos_token_id=1, eos_token_id=1)
-    return GPT2LMHeadModel(cfg).eval()
+    return guarded(GPT2LMHeadModel(cfg))
 
 
 def copy_of(hf):
     """An independent HF model with the same weights (the bridge modifies its model in place)."""
-    other = type(hf)(hf.config).eval()
+    other = type(hf)(hf.config)
     other.load_state_dict(hf.state_dict())
-    return other
+    return guarded(other)
 
 
 def toy_hf(preset, path):
@@ -48,7 +55,7 @@ def toy_hf(preset, path):
     if os.path.exists(os.path.join(path, "config.json")):
         return load_hf(path)[0]
     torch.manual_seed(0)
-    return GPT2LMHeadModel(TrainConfig(preset=preset).model_config(vocab_size=32)).eval()
+    return guarded(GPT2LMHeadModel(TrainConfig(preset=preset).model_config(vocab_size=32)))
 
 
 def sharp_model(seed):
@@ -57,7 +64,7 @@ def sharp_model(seed):
 
     torch.manual_seed(seed)
     cfg = GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=16, n_layer=1, n_head=2, initializer_range=0.5)
-    return GPT2LMHeadModel(cfg).eval()
+    return guarded(GPT2LMHeadModel(cfg))
 
 
 def exact_joint(model, prompt, temperature, n=3):

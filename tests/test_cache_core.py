@@ -3,7 +3,8 @@
 import pytest
 import torch
 from beliefscope.cache import CacheConfig, KVCache, Provenance, Snapshot
-from beliefscope.cache.testing import tiny_cache, tiny_gpt2, tiny_llama
+from beliefscope.cache.testing import tiny_cache
+from beliefscope.models.testing import tiny_gpt2, tiny_llama
 
 TOL = 1e-4
 

@@ -3,7 +3,7 @@ default cache, in every mode the cache supports, including a left-padded batch."
 
 import pytest
 import torch
-from beliefscope.cache.testing import compare_generate, generate_modes
+from beliefscope.models.testing import compare_generate, generate_modes
 
 
 def _have_smollm2() -> bool:

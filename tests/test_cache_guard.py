@@ -25,14 +25,20 @@ def test_cached_decode_equals_uncached_forward():
     assert (torch.cat(out, 1) - want).abs().max() < 1e-4
 
 
-def test_a_bridge_built_by_transformer_lens_itself_is_guarded_by_for_model():
-    """A user's own bridge (TransformerLens's builder, no beliefscope wrapper) gets the hand-off when a
-    cache is shaped for it."""
+def test_a_bridge_built_by_transformer_lens_itself_is_refused_until_guarded():
+    """A user's own bridge (TransformerLens's builder, no beliefscope wrapper) is refused by name, before
+    any forward, even over a guarded HF model (the bridge itself needs the hand-off); after
+    ``beliefscope.models.guard(bridge)`` its cached forwards equal an uncached one."""
+    from beliefscope.cache import UnguardedModelError
+    from beliefscope.models import guard
     from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
 
     hf = tiny_llama_hf(seed=2)
     ref = copy_of(hf)
     bridge = build_bridge_from_module(hf, "LlamaForCausalLM", hf_config=hf.config)
+    with pytest.raises(UnguardedModelError, match=r"TransformerBridge has no cache guard.*models.guard\(model\)"):
+        KVCache.for_model(bridge, capacity=16)
+    guard(bridge)
     cache = KVCache.for_model(bridge, capacity=16)
     x = torch.arange(1, 9)[None]
     with torch.no_grad():
@@ -60,6 +66,16 @@ def test_a_forward_that_bypasses_the_cache_raises():
     with torch.no_grad():  # once the attention reads the cache again, the same call passes
         bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache, return_type="logits")
     assert cache.seq_len == 3
+
+
+def test_an_unguarded_hf_model_is_refused():
+    """A HF model built by hand has no guard: refused with the fix, whatever was asked of the cache."""
+    from beliefscope.cache import UnguardedModelError
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32))
+    with pytest.raises(UnguardedModelError, match="GPT2LMHeadModel has no cache guard.*load_model"):
+        KVCache.for_model(hf)
 
 
 def test_unknown_cache_override_is_refused():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from beliefscope.cache import KVCache
-from beliefscope.cache.testing import tiny_gpt2
+from beliefscope.models.testing import tiny_gpt2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

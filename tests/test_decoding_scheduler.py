@@ -36,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_slot_verify_exact_and_batch_invariant(builder):
     """A row's verified logits equal an uncached forward (1e-5) and are bit-identical whatever slot it
     sits in and whatever the other slots hold (contents and lengths)."""
-    import beliefscope.cache.testing as ct
+    import beliefscope.models.testing as ct
     import torch
     from beliefscope.decoding.core import hf_model
     from beliefscope.decoding.slots import SlotCache
@@ -60,7 +60,7 @@ def test_slot_verify_exact_and_batch_invariant(builder):
 
 
 def test_slot_capacity_error_names_the_fix():
-    from beliefscope.cache.testing import tiny_gpt2
+    from beliefscope.models.testing import tiny_gpt2
     from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
 
     sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=4, slot_capacity=16))

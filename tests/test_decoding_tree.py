@@ -18,7 +18,7 @@ from beliefscope.decoding import (
 )
 from beliefscope.decoding.tree import tree_forward_kwargs
 
-from .helpers import tiny_gpt2_hf, tiny_llama_hf
+from .helpers import guarded, tiny_gpt2_hf, tiny_llama_hf
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -146,7 +146,7 @@ def test_bad_input_refused_before_forward():
     # a tree deeper than the model's context (n_positions=256): refused, naming the limit
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    small = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=1)).eval()
+    small = guarded(GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=1)))
     cache = KVCache.for_model(small, capacity=64)
     small(torch.tensor([[1, 2, 3, 4, 5]]), past_key_values=cache)
     with pytest.raises(ValueError, match="model's context of 8 tokens"):

@@ -12,7 +12,7 @@ import copy
 
 import pytest
 import torch
-from beliefscope.cache.testing import tiny_gpt2, tiny_llama
+from beliefscope.models.testing import tiny_gpt2, tiny_llama
 from beliefscope.decoding import SpecConfig, generate
 from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
 from beliefscope.decoding.sweep import determinism_sweep

@@ -38,7 +38,7 @@ def test_deterministic_outputs_equal_across_shares():
     """A request deterministic at 10% and at 100% gives the same tokens in both (the bench's outputs check,
     by hand), and those are the fixed-shape reference tokens."""
     from beliefscope.benchmarks.determinism import QUICK, workload
-    from beliefscope.cache.testing import tiny_gpt2
+    from beliefscope.models.testing import tiny_gpt2
     from beliefscope.decoding import SpecConfig, generate
     from beliefscope.decoding.scheduler import Scheduler, SchedulerConfig
 

@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 from beliefscope.cache import KVCache
-from beliefscope.cache.testing import tiny_gpt2, tiny_llama
+from beliefscope.models.testing import tiny_gpt2, tiny_llama
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.decoding.tree import TokenTree, tree_forward_kwargs
 from beliefscope.hooks import capture

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 from beliefscope.cache import KVCache
-from beliefscope.cache.testing import tiny_gpt2, tiny_llama
+from beliefscope.models.testing import tiny_gpt2, tiny_llama
 from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
 from beliefscope.decoding.core import hf_logits
 from beliefscope.decoding.graphed import GraphedForward

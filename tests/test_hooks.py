@@ -104,7 +104,7 @@ def test_a_capture_sees_direct_calls_of_the_hf_model_as_it_sees_the_bridge():
     """The decoding loops call the HF model under the bridge (or its bare tree), not the bridge: a capture
     records those forwards at the same absolute positions, with the same activations, as the bridge's own."""
     from beliefscope.cache import KVCache
-    from beliefscope.cache.testing import tiny_gpt2
+    from beliefscope.models.testing import tiny_gpt2
     from beliefscope.models.bare import runnable
 
     model = tiny_gpt2()

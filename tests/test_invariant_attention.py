@@ -6,7 +6,7 @@ forward (logits, to 1e-4), and the same row computed alone (bits)."""
 
 import pytest
 import torch
-from beliefscope.cache.testing import tiny_gpt2, tiny_llama
+from beliefscope.models.testing import tiny_gpt2, tiny_llama
 from beliefscope.decoding.core import hf_model
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.models.invariant_attention import TILE, row_invariant_copy, tiled_attention

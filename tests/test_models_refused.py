@@ -70,7 +70,7 @@ def test_bf16_drafter_refused_by_name(arch):
 
 
 def test_bf16_drafter_still_runs_where_it_can():
-    from beliefscope.cache.testing import tiny_llama
+    from beliefscope.models.testing import tiny_llama
     from beliefscope.decoding import make_drafter
 
     assert make_drafter("bf16", tiny_llama()).model.dtype == torch.bfloat16
