@@ -81,3 +81,21 @@ def test_an_unguarded_hf_model_is_refused():
 def test_unknown_cache_override_is_refused():
     with pytest.raises(TypeError, match="unknown CacheConfig field.*capacty"):
         KVCache.for_model(tiny_llama_hf(), capacty=8)
+
+
+def test_building_a_cache_changes_nothing_on_the_model():
+    """The guard is the loaders' (load_model, load_hf, build_bridge, beliefscope.models.guard): building a
+    cache adds no hook, replaces no method, and guarding twice adds nothing either."""
+    from beliefscope.models import guard
+
+    bridge = build_bridge(tiny_llama_hf(seed=2))
+    modules = [bridge, *bridge.modules()]
+
+    def hooks():
+        return [(id(m), tuple(m._forward_pre_hooks), tuple(m._forward_hooks)) for m in modules]
+
+    before, generate = hooks(), bridge.original_model.generate
+    KVCache.for_model(bridge, capacity=8)
+    KVCache.for_model(bridge.original_model, capacity=8)
+    guard(bridge)
+    assert hooks() == before and bridge.original_model.generate is generate
