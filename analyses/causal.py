@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from beliefscope.decoding.thinking import run_thinking
-from beliefscope.models.thinking_data import thought_word_id
+from beliefscope.models.thinking.data import thought_word_id
 from beliefscope.tasks import get_task
 from beliefscope.tasks.variables import VARIABLES
 

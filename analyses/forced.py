@@ -38,7 +38,7 @@ from beliefscope.decoding.thinking import thinking_readouts
 from beliefscope.hooks import hook_name
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile
-from beliefscope.models.thinking_data import thought_state, thought_word_id
+from beliefscope.models.thinking.data import thought_state, thought_word_id
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.records import DataSource
 

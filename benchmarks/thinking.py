@@ -22,7 +22,7 @@ from beliefscope.decoding.drafters import make_drafter
 from beliefscope.decoding.speculative import speculative_generate
 from beliefscope.decoding.thinking import run_thinking
 from beliefscope.decoding.thinking_batch import run_thinking_batch
-from beliefscope.decoding.thought_drafter import thought_drafter_factory
+from beliefscope.models.thinking.drafter import thought_drafter_factory
 from beliefscope.decoding.tune import choose_drafter, choose_prefill_k
 from beliefscope.models import load_model
 from beliefscope.models.evaluate import greedy_completions
@@ -44,7 +44,7 @@ class ThinkingBenchConfig:
     k: int | None = None  # chunks drafted per forward by speculative prefill (None: decoding.tune.choose_prefill_k
     #   picks it from 1/2/4/8/16 on 6 other stories of the first band, timed before the benchmark)
     thought_drafter: str = "shared"  # what speculative prefill drafts as each chunk's thought
-    #   (decoding.thought_drafter): "shared" one drafter, first taught by the calibration stories, kept
+    #   (models.thinking.drafter): "shared" one drafter, first taught by the calibration stories, kept
     #   across prompts; "fresh" a new one per story; "empty" every thought empty (the paper's assumption)
     threads: int = 1  # torch threads
     rendering: str = "toy"  # story rendering: "toy" grammar, or "natural" English on held-out templates and names

@@ -3,7 +3,7 @@
 - ``decoding.loop.SpeculativeRun``: one row; plain decoding (no drafts), chains and token trees;
 - ``decoding.scheduler.Scheduler``: deterministic requests among others (the fast path drafts, a
   fixed-shape or row-invariant forward verifies the rows that are due);
-- ``decoding.thinking_prefill.SpeculativePrefill``: Thinking States' speculative prefill, one story
+- ``models.thinking.prefill.SpeculativePrefill``: Thinking States' speculative prefill, one story
   or a batch (drafted chunks and thoughts, verified by T).
 
 A step asks the policy for a proposal, runs one verify forward over it, asks which part is accepted

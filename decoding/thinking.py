@@ -24,8 +24,8 @@ import torch
 from beliefscope.cache import KVCache, Provenance
 from beliefscope.decoding import engine
 from beliefscope.decoding.config import PREFILL_K
-from beliefscope.decoding.thinking_prefill import SpeculativePrefill
-from beliefscope.decoding.thought_drafter import ThoughtDrafter
+from beliefscope.models.thinking.prefill import SpeculativePrefill
+from beliefscope.models.thinking.drafter import ThoughtDrafter
 
 
 @dataclass
@@ -45,7 +45,7 @@ class ThinkingRun:
     spec_thoughts: list[list[tuple[int, list[int]]]] = field(default_factory=list)  # per drafting forward:
     #   (chunk end, thought T wrote) for every drafted chunk, kept or rolled back
     spec_drafts: list[list[list[int]]] = field(default_factory=list)  # per drafting forward: the thought
-    #   drafted for every chunk (decoding.thought_drafter); a draft is cut at the first one T contradicts
+    #   drafted for every chunk (models.thinking.drafter); a draft is cut at the first one T contradicts
 
 
 def _check_room(model, n_total: int) -> None:
@@ -100,7 +100,7 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
 
     ``prefill="speculative"`` (the paper's speculative prefill) drafts up to ``k`` complete chunks
     in one backbone forward. The paper gives them all the current S, as if every thought before
-    them were empty; here ``thought_drafter`` (`decoding.thought_drafter`; a fresh one by default,
+    them were empty; here ``thought_drafter`` (`models.thinking.drafter`; a fresh one by default,
     which learns from the story's own thoughts) drafts each chunk's thought, and the next chunk
     gets the S that thought gives. T reads all of them in one batched call; the chunks up to and
     including the first thought T writes differently from its draft are kept (their S was right),

@@ -12,7 +12,7 @@ and every backbone forward, every T call and every C call serves all of them:
   decoding gets its thought as in the one-story run.
 
 - with ``prefill="speculative"`` each forward drafts up to k complete chunks of every story
-  (`decoding.thought_drafter` drafts their thoughts, one drafter for the batch), T reads them all in
+  (`models.thinking.drafter` drafts their thoughts, one drafter for the batch), T reads them all in
   one call, and each story keeps its chunks up to its first mis-drafted thought.
 
 A story's thoughts and answer are those it gets alone (``tests/test_thinking_batch.py``: stories
@@ -36,8 +36,8 @@ from beliefscope.cache import KVCache
 from beliefscope.decoding import engine
 from beliefscope.decoding.thinking import _check_room
 from beliefscope.decoding.config import PREFILL_K
-from beliefscope.decoding.thinking_prefill import SpeculativePrefill, forward_rows, pad_id
-from beliefscope.decoding.thought_drafter import ThoughtDrafter
+from beliefscope.models.thinking.prefill import SpeculativePrefill, forward_rows, pad_id
+from beliefscope.models.thinking.drafter import ThoughtDrafter
 
 
 @dataclass

@@ -97,7 +97,7 @@ def choose_prefill_k(model, prompts, ks=(1, 2, 4, 8, 16), repeats: int = 3, draf
     States model fastest on ``prompts`` (lists of token ids) on this machine, as `measure_verify_widths`
     does for verify widths: ``(k, {k: seconds})``, each the fastest of ``repeats`` interleaved passes
     over all the prompts. ``{"chunked": seconds}`` is there too, for reference. ``drafter()`` gives
-    each run its thought drafter (`decoding.thought_drafter`; None: run_thinking's default).
+    each run its thought drafter (`models.thinking.drafter`; None: run_thinking's default).
 
     >>> from beliefscope.models import load_model
     >>> model, tok = load_model("thinking-empty")

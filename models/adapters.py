@@ -1,6 +1,6 @@
 """A pretrained causal LM fine-tuned with adapters to answer in text: the direct and
 chain-of-thought baselines of a pretrained Thinking States model (``smollm2-direct``,
-``smollm2-cot``), trained by the same resumable loop (`models.train_thinking`) on the same stories.
+``smollm2-cot``), trained by the same resumable loop (`models.thinking.train`) on the same stories.
 
 Only the adapters are stored (``adapters.safetensors``, kind ``adapters`` in the model card); at
 load time they are composed over the backbone they were trained on (its hash is checked, as for
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from beliefscope.models.lm_batch import make_batch
-from beliefscope.models.thinking_ckpt import load_composed
+from beliefscope.models.thinking.ckpt import load_composed
 from torch import nn
 
 ADAPTERS_FILE = "adapters.safetensors"

@@ -16,7 +16,7 @@ from beliefscope.models.profile import model_profile
 @dataclass
 class TrainCommandConfig:
     """What `beliefscope train` trains; a None field takes the preset's value (models.train's
-    PRESET_TRAINING, models.train_rope's ROPE_PRESETS, models.train_thinking's PRETRAINED_PRESETS)."""
+    PRESET_TRAINING, models.train_rope's ROPE_PRESETS, models.thinking.train's PRETRAINED_PRESETS)."""
 
     out: str  # checkpoint folder to write
     task: str = "coinflip"  # task family: coinflip, cups or variables
@@ -78,13 +78,13 @@ def _train(cfg: TrainCommandConfig, progress=None) -> dict:
     from beliefscope.models.train_rope import ROPE_PRESETS
     from beliefscope.tasks import get_task
 
-    from beliefscope.models.train_thinking import PRETRAINED_PRESETS
+    from beliefscope.models.thinking.train import PRETRAINED_PRESETS
 
     get_task(cfg.task)  # validate the name before spending time
     if cfg.preset in ROPE_PRESETS:
         return _train_rope(cfg)
     if cfg.preset in PRETRAINED_PRESETS:
-        from beliefscope.models.cli_thinking import train_pretrained_thinking
+        from beliefscope.models.thinking.cli import train_pretrained_thinking
 
         return train_pretrained_thinking(cfg, _echo)
     if cfg.preset not in PRESETS:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import hf_of
-from beliefscope.models.thinking_data import gold_thought, state_words, thought_state, thought_word_id
+from beliefscope.models.thinking.data import gold_thought, state_words, thought_state, thought_word_id
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.coinflip_free import free_examples
 from beliefscope.tasks.questions import in_chat

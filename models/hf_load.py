@@ -107,7 +107,7 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
             check_folder(path)
             if read_card(path).get("kind") == "thinking" and not allow_thinking:
                 raise ModelLoadError(f"{name_or_path!r} is a Thinking States checkpoint: load it with "
-                                     "beliefscope.load_model (or models.thinking_ckpt.load_thinking), which adds its "
+                                     "beliefscope.load_model (or models.thinking.ckpt.load_thinking), which adds its "
                                      "T and C blocks; the plain loader would drop them")
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **place)
             tok = AutoTokenizer.from_pretrained(path)

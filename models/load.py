@@ -63,7 +63,7 @@ from beliefscope.models.names import (  # noqa: F401 (re-exported)
     resolve_store,
     shipped_names,
 )
-from beliefscope.models.thinking_ckpt import load_thinking
+from beliefscope.models.thinking.ckpt import load_thinking
 
 
 def bridge_from_hf(model, tok=None):

@@ -27,7 +27,7 @@ SHIPPED = {
     "thinking": "coinflip-thinking",
     "direct-rope": "coinflip-direct-rope",
     "cot-rope": "coinflip-cot-rope",
-    "smollm2-thinking": "smollm2-thinking",  # trained parts only, composed over smollm2 (models.thinking_ckpt)
+    "smollm2-thinking": "smollm2-thinking",  # trained parts only, composed over smollm2 (models.thinking.ckpt)
     "smollm2-direct": "smollm2-direct",  # its answer-only baseline: LoRA adapters only, merged over smollm2 at load
     "smollm2-cot": "smollm2-cot",  # its chain-of-thought baseline (the state after each event, then the answer)
     # three cups and variable binding: Thinking States and its two baselines, on the same RoPE backbone

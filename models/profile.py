@@ -141,7 +141,7 @@ class ModelProfile:
 
     name: str  # the name or path as given
     rendering: str  # task rendering its tokenizer reads: "toy" (word grammar) or "natural" (English)
-    thinking: bool  # a Thinking States checkpoint (load with models.thinking_ckpt.load_thinking)
+    thinking: bool  # a Thinking States checkpoint (load with models.thinking.ckpt.load_thinking)
     pretrained: bool  # a real pretrained LM (not trained here on the toy grammar)
 
 

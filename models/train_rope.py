@@ -29,7 +29,7 @@ from beliefscope.models.devices import HOST, default_device
 from beliefscope.models.evaluate import evaluate_bands
 from beliefscope.models.lm_batch import make_batch as lm_batch
 from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
-from beliefscope.models.thinking_data import make_batch as thinking_batch
+from beliefscope.models.thinking.data import make_batch as thinking_batch
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.models.train_state import load_state, save_state
 from beliefscope.tasks import get_task

@@ -1,7 +1,7 @@
 """Resumable training: ``OUT/train_state.pt`` holds the weights being trained, the optimiser, the
 history and the random state, written atomically every few steps, so a run killed at any point and
 started again with the same settings ends where an uninterrupted run ends (no step lost or repeated).
-`models.train_rope` and `models.train_thinking` both keep their state here.
+`models.train_rope` and `models.thinking.train` both keep their state here.
 """
 
 from __future__ import annotations

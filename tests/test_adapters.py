@@ -11,7 +11,7 @@ import torch
 from beliefscope.models.adapters import ADAPTERS_FILE
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.load import SHIPPED, load_model
-from beliefscope.models.train_thinking import PRETRAINED_PRESETS, ThinkingTrainConfig, train_thinking
+from beliefscope.models.thinking.train import PRETRAINED_PRESETS, ThinkingTrainConfig, train_thinking
 from beliefscope.tasks import get_task
 
 from .test_thinking_pretrained import _backbone
@@ -63,7 +63,7 @@ def test_adapters_on_another_backbone_are_refused(backbone, tmp_path):
 
 
 def test_nothing_to_train_is_refused(backbone):
-    from beliefscope.models.train_thinking import build
+    from beliefscope.models.thinking.train import build
 
     with pytest.raises(ValueError, match="method='direct' with trained='frozen' trains nothing"):
         ThinkingTrainConfig(method="direct", trained="frozen").check()
@@ -75,7 +75,7 @@ def test_nothing_to_train_is_refused(backbone):
 def test_cli_keeps_preset_values_for_unset_flags(preset):
     from beliefscope.base.config_flags import config_from_args
     from beliefscope.models.cli import TrainCommandConfig
-    from beliefscope.models.cli_thinking import _config
+    from beliefscope.models.thinking.cli import _config
 
     from beliefscope.cli import build_parser
 
@@ -118,7 +118,7 @@ def test_shipped_baseline_equals_its_adapters_over_smollm2(name):
 def test_thinking_with_adapters_loads_merged(backbone, tmp_path):
     """Thinking States with LoRA on the backbone (the smollm2-thinking recipe): the loaded model has a
     plain backbone (adapters merged before T and C are attached) and the trained model's logits."""
-    from beliefscope.models.thinking_data import make_batch
+    from beliefscope.models.thinking.data import make_batch
 
     out = str(tmp_path / "run")
     model, tok, _ = train_thinking(_cfg(backbone, "thinking", lora_rank=4), out)

@@ -6,17 +6,17 @@ import pkgutil
 
 import pytest
 
-SUBPACKAGES = ["tasks", "models", "hooks", "cache", "decoding", "probes", "analyses"]
+SUBPACKAGES = ["base", "tasks", "models", "hooks", "cache", "decoding", "probes", "analyses"]
 
 
 def _modules() -> list[str]:
-    top = importlib.import_module("beliefscope")  # its own modules (files, progress, ...), then each subpackage's
+    top = importlib.import_module("beliefscope")  # its own modules, then each subpackage's, nested ones too
     names = ["beliefscope"] + [m.name for m in pkgutil.iter_modules(top.__path__, prefix="beliefscope.")
                                if not m.ispkg and m.name != "beliefscope.__main__"]
     for sub in SUBPACKAGES:
         pkg = importlib.import_module(f"beliefscope.{sub}")
         names.append(pkg.__name__)
-        names += [m.name for m in pkgutil.iter_modules(pkg.__path__, prefix=f"{pkg.__name__}.")]
+        names += [m.name for m in pkgutil.walk_packages(pkg.__path__, prefix=f"{pkg.__name__}.")]
     return names
 
 

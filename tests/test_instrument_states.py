@@ -4,7 +4,7 @@ check, and the state a thought names for a multi-variable question."""
 import numpy as np
 from beliefscope.analyses.causal import _other_state, _replay, causal_check
 from beliefscope.analyses.instrument import agreement
-from beliefscope.models.thinking_data import thought_state
+from beliefscope.models.thinking.data import thought_state
 from beliefscope.tasks import get_task
 from beliefscope.tasks.parse import parse_prompt
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from beliefscope.cache import Provenance
 from beliefscope.decoding.thinking import run_thinking
-from beliefscope.models.thinking_data import make_batch
+from beliefscope.models.thinking.data import make_batch
 from beliefscope.models.train_rope import RopeTrainConfig, build
 from beliefscope.tasks import get_task
 
@@ -97,7 +97,7 @@ def test_shipped_checkpoint_matches_gold_teacher_forcing(thinking):
 
 def test_plain_loader_refuses_a_thinking_checkpoint_and_back(thinking):
     from beliefscope.models import ModelLoadError, load_hf
-    from beliefscope.models.thinking_ckpt import load_thinking
+    from beliefscope.models.thinking.ckpt import load_thinking
 
     with pytest.raises(ModelLoadError, match="Thinking States checkpoint: load it with beliefscope.load_model"):
         load_hf("thinking")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from beliefscope.decoding.thinking import run_thinking
 from beliefscope.decoding.thinking_batch import run_thinking_batch
-from beliefscope.decoding.thought_drafter import ThoughtDrafter
+from beliefscope.models.thinking.drafter import ThoughtDrafter
 from beliefscope.models.load import load_model
 from beliefscope.tasks import get_task
 

@@ -143,11 +143,11 @@ def test_generate_json_marks_empty_thoughts(capsys):
 
 @pytest.mark.slow
 def test_thought_drafter_keeps_more_chunks_and_changes_no_output():
-    """Speculative prefill with drafted thoughts (decoding.thought_drafter) on the shipped model with
+    """Speculative prefill with drafted thoughts (models.thinking.drafter) on the shipped model with
     empty thoughts: on 60 toy stories of 1-24 events, the thoughts and answer of every story are
     those of chunk-by-chunk inference, and a drafter shared across stories keeps more chunks per
     backbone forward than drafting every thought empty (the paper's assumption)."""
-    from beliefscope.decoding.thought_drafter import thought_drafter_factory
+    from beliefscope.models.thinking.drafter import thought_drafter_factory
     from beliefscope.models import load_model
 
     model, tok = load_model("thinking-empty")
@@ -167,7 +167,7 @@ def test_thought_drafter_keeps_more_chunks_and_changes_no_output():
 def test_a_wrong_thought_drafter_costs_forwards_not_correctness(mixed_thinking):
     """A drafter that always drafts a thought T never writes: every draft is cut after its first chunk,
     and the run is still chunk-by-chunk inference, logit for logit."""
-    from beliefscope.decoding.thought_drafter import ThoughtDrafter
+    from beliefscope.models.thinking.drafter import ThoughtDrafter
 
     class Wrong(ThoughtDrafter):
         def predict(self, state, chunk):

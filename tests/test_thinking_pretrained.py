@@ -10,10 +10,10 @@ import pytest
 import torch
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.load import load_model
-from beliefscope.models.thinking_ckpt import PARTS_FILE, backbone_sha256
+from beliefscope.models.thinking.ckpt import PARTS_FILE, backbone_sha256
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.models.train_state import STATE_FILE
-from beliefscope.models.train_thinking import ThinkingTrainConfig, check_out, train_thinking
+from beliefscope.models.thinking.train import ThinkingTrainConfig, check_out, train_thinking
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -169,7 +169,7 @@ def test_cached_states_equal_batched_recompute():
 def _answers_and_thoughts(model, tok, examples) -> tuple[float, float]:
     """Answer accuracy, and the share of chunks whose thought starts as the gold thought does: the
     state's word, or a bare <eos> where the model was trained to leave an unchanged state unsaid."""
-    from beliefscope.models.thinking_data import gold_thought, state_words, thought_word_id
+    from beliefscope.models.thinking.data import gold_thought, state_words, thought_word_id
 
     ok = t_ok = t_n = 0
     for ex in examples:

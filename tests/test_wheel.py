@@ -68,6 +68,7 @@ def test_wheel_holds_only_the_package_and_its_checkpoints(wheel):
     subpackages = {n.split("/")[1] for n in names if n.startswith("beliefscope/") and n.count("/") >= 2}
     assert subpackages == {"base", "tasks", "models", "hooks", "cache", "decoding", "probes", "analyses", "checkpoints"}
     assert not any(n.startswith(("beliefscope/benchmarks", "beliefscope/tests")) for n in names)
+    assert {"beliefscope/models/thinking/__init__.py", "beliefscope/models/thinking/prefill.py"} <= set(names)
     for folder in ("coinflip-target", "coinflip-draft"):
         for f in ("config.json", "model.safetensors", "tokenizer.json"):
             assert f"beliefscope/checkpoints/{folder}/{f}" in names

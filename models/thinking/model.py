@@ -15,7 +15,7 @@ chunk at ``blocks.{l_in}.hook_resid_pre``. The thoughts never enter the backbone
   every capture and probe sees the model as it really runs.
 - Chunk-by-chunk inference over `cache.KVCache` is in `decoding.thinking`.
 
-Its configuration and chunking live in `models.thinking_config` (re-exported here).
+Its configuration and chunking live in `models.thinking.config` (re-exported here).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from beliefscope.hooks.capture import hooked
 from beliefscope.models.bridge import build_bridge, cache_kwarg, guard_cache_handoff, input_device
 from beliefscope.models.profile import decoder_layers
-from beliefscope.models.thinking_config import ThinkingConfig, chunk_spans
+from beliefscope.models.thinking.config import ThinkingConfig, chunk_spans
 from torch import nn
 
 __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]
@@ -332,7 +332,7 @@ class ThinkingStates(nn.Module):
 
     # ------------------------------------------------------------------ teacher-forced training
     def loss(self, batch, position_ids=None) -> tuple[torch.Tensor, dict]:
-        """LM loss + thought loss for a `models.thinking_data.ThinkingBatch` (gold thoughts).
+        """LM loss + thought loss for a `models.thinking.data.ThinkingBatch` (gold thoughts).
         ``position_ids [B, T]`` (optional): the backbone's positions, e.g. randomized in training."""
         S = self.compress(batch.thought_ids, batch.thought_len)  # [N, d]
         gather = S[batch.feed.clamp(min=0)] * (batch.feed >= 0)[..., None]  # [B, T, d]

@@ -1,6 +1,6 @@
 """Thinking States' speculative prefill, one story or a batch, as a policy of the engine (`decoding.engine`).
 
-Each step drafts up to ``k`` complete chunks of every story that has some left. `decoding.thought_drafter`
+Each step drafts up to ``k`` complete chunks of every story that has some left. `models.thinking.drafter`
 drafts each chunk's thought, and each drafted chunk gets the S its predecessors' drafted thoughts give.
 One backbone forward reads every drafted chunk (tagged DRAFT in the context cache), and T reads them all
 in one call (verify). A story keeps its chunks up to and including the first one whose thought T writes
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 from beliefscope.cache import KVCache, Provenance
-from beliefscope.decoding.thought_drafter import ThoughtDrafter
+from beliefscope.models.thinking.drafter import ThoughtDrafter
 
 
 @dataclass

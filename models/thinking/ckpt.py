@@ -36,7 +36,7 @@ from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.hf_load import load_hf
 from beliefscope.models.lora import add_lora, merge_lora
 from beliefscope.models.names import checkpoint_path
-from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
+from beliefscope.models.thinking.model import ThinkingConfig, ThinkingStates
 
 from beliefscope.base.files import atomic_save, atomic_write_json
 
@@ -140,7 +140,7 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
 def load_thinking(name_or_path: str, device=None, dtype=None):
     """Load a Thinking States checkpoint as ``(ThinkingStates, tokenizer)``: a whole model saved
     with its backbone, or only the trained parts composed over a named backbone
-    (`models.thinking_ckpt`). A plain checkpoint is refused with the loader to use instead."""
+    (`models.thinking.ckpt`). A plain checkpoint is refused with the loader to use instead."""
     import os
 
     from safetensors.torch import load_file

@@ -12,7 +12,7 @@ import os
 
 def _config(cfg):
     """The trainer's config from the command's (``models.cli.TrainCommandConfig``): unset fields keep the preset's."""
-    from beliefscope.models.train_thinking import PRETRAINED_PRESETS, ThinkingTrainConfig
+    from beliefscope.models.thinking.train import PRETRAINED_PRESETS, ThinkingTrainConfig
 
     chosen = cfg.chosen("steps", "lr", "seed", "threads", "n_eval", "trained", "batch_size", "checkpoint_every",
                         "autocast", "lora_rank", "lora_targets", "max_events", "wordings", "init_from", "questions",
@@ -25,7 +25,7 @@ def _config(cfg):
 def train_pretrained_thinking(cmd, echo) -> dict:
     """Run the command for ``cmd`` (a ``models.cli.TrainCommandConfig``) and return what it wrote;
     ``echo(text, err=True)`` prints the cost measurements' lines on stderr as they come."""
-    from beliefscope.models.train_thinking import COST_FILE, check_out, measure_costs, train_thinking
+    from beliefscope.models.thinking.train import COST_FILE, check_out, measure_costs, train_thinking
     from beliefscope.base.progress import progress_bar, resume_bar
 
     from beliefscope.base.files import atomic_write_json

@@ -16,7 +16,7 @@ Training is resumable: every ``checkpoint_every`` steps the trained weights, the
 history go to ``OUT/train_state.pt`` (temp file, then rename). The batch of step s is drawn from
 ``(seed, s)`` alone and the learning rate depends on s alone, so a run killed at any point and
 resumed ends where an uninterrupted run ends, with no step lost or repeated. At the end only the
-trained parts are written (`models.thinking_ckpt`), composed over the backbone at load time.
+trained parts are written (`models.thinking.ckpt`), composed over the backbone at load time.
 
 >>> cfg = ThinkingTrainConfig(steps=4, checkpoint_every=2)
 >>> cfg.lr_at(1) < cfg.lr_at(cfg.warmup) and cfg.lr_at(4) < cfg.lr
@@ -39,9 +39,9 @@ from beliefscope.models.evaluate import evaluate_bands
 from beliefscope.models.load import HOST, checkpoints_dir, default_device, load_hf, load_model
 from beliefscope.models.lora import add_lora
 from beliefscope.models.names import checkpoint_path
-from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
-from beliefscope.models.thinking_ckpt import PARTS_FILES, backbone_sha256, save_parts
-from beliefscope.models.thinking_data import make_batch
+from beliefscope.models.thinking.model import ThinkingConfig, ThinkingStates
+from beliefscope.models.thinking.ckpt import PARTS_FILES, backbone_sha256, save_parts
+from beliefscope.models.thinking.data import make_batch
 from beliefscope.models.train_state import load_state, save_state
 from beliefscope.tasks import get_task
 from beliefscope.tasks.questions import in_chat
@@ -55,7 +55,7 @@ PRETRAINED_PRESETS = {"smollm2-thinking": {"trained": "lora"},  # + the Thinking
                       # its baselines: the same stories, steps and adapters, answering in text
                       "smollm2-direct": {"method": "direct", "trained": "lora"},
                       "smollm2-cot": {"method": "cot", "trained": "lora"}}
-# `beliefscope train` flags of the fields a run may set (models.cli_thinking reads the same ones)
+# `beliefscope train` flags of the fields a run may set (models.thinking.cli reads the same ones)
 FLAGS = {"task": "--task", "steps": "--steps", "lr": "--lr", "seed": "--seed", "trained": "--trained",
          "batch_size": "--batch-size", "autocast": "--autocast", "lora_rank": "--lora-rank",
          "lora_targets": "--lora-targets", "max_events": "--max-events", "wordings": "--wordings",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from beliefscope.models.thinking import ThinkingConfig, chunk_spans
+from beliefscope.models.thinking.config import ThinkingConfig, chunk_spans
 from beliefscope.tasks.variables import VARIABLES
 
 
