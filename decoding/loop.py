@@ -49,6 +49,7 @@ from beliefscope.decoding.core import (
 )
 from beliefscope.decoding.drafter import Drafter
 from beliefscope.decoding.engine import run
+from beliefscope.decoding.graphed import GraphedForward
 from beliefscope.decoding.trace import Step, Trace, close_step, record_counts
 from beliefscope.decoding.tree import TokenTree
 
@@ -223,8 +224,6 @@ def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 
 def _compiled(model, cache, kind, res: Generation):
     """The verify forwards' runner with ``SpecConfig(compile=True)``: a `decoding.graphed.GraphedForward`
     over the run's cache, or the model itself when they cannot be replayed (``res.compiled`` says why)."""
-    from beliefscope.decoding.graphed import GraphedForward
-
     if not getattr(kind, "replayable", False):
         res.compiled = f"eager: {type(kind).__name__} verifies with its own masks (token trees are not recorded)"
         return model

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from beliefscope.decoding import engine
 from beliefscope.decoding.core import check_prompt, clip_new, hf_model, pad_window, token_budget
+from beliefscope.decoding.graphed import SlotReplays
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.decoding.speculative import accept_greedy
 from beliefscope.models.invariant_attention import row_invariant_copy
@@ -191,8 +192,6 @@ class Scheduler:
     def _replays(self) -> dict:
         """The recorded forwards of this run: ``{"fast": SlotReplays, "verify": SlotReplays}`` (verify only with
         the fixed-shape kernels: the row-invariant copy is a CPU path); ``compiled`` says what runs."""
-        from beliefscope.decoding.graphed import SlotReplays
-
         out = {"fast": SlotReplays(self.fast, self.pool)}
         if self.verifier is None:
             out["verify"] = SlotReplays(self.target, self.slots)

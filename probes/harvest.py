@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 import torch
 from beliefscope.hooks import layer_names, stream
-from beliefscope.models.devices import rank_device
+from beliefscope.models.devices import model_defaults, rank_device
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile, model_shapes
 from beliefscope.probes.harvest_data import (
@@ -381,8 +381,6 @@ def main(argv=None) -> int:
     if not args.no_progress and rank == 0:
         factory = lambda out: progress_bar(f"harvest {os.path.basename(out)}", leave=True)
     try:
-        from beliefscope.models.devices import model_defaults
-
         with model_defaults(device=device, dtype=args.model_dtype):
             result = run(config_from_args(HarvestRunConfig, args), factory, rank, world, barrier)
     finally:
