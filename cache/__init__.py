@@ -16,7 +16,9 @@ cache). inspect.py reads per-layer K/V and patches it (``overwrite``, write hook
 ``Recorder``'s (recorder.py), attached unless ``CacheConfig(record=False)``: ``provenance.py``
 labels per position, the event log, rejected spans, and snapshot.py's snapshots and diffs. The core
 tells it once per forward, rollback, fork or move; its names are read through the cache too
-(``cache.events`` is ``cache.recorder.events``). testing.py builds a tiny cache for tests and doctests.
+(``cache.events`` is ``cache.recorder.events``). guard.py reads a model's shapes through the guard its
+loader installed (``for_model`` refuses a model without one). testing.py builds a tiny cache for tests
+and doctests.
 
 Example::
 
@@ -33,7 +35,8 @@ Example::
 """
 
 from .config import CacheConfig
-from .kv import KVCache, UnguardedModelError
+from .guard import UnguardedModelError
+from .kv import KVCache
 from .layer import KVLayer
 from .provenance import CacheEvent, Provenance, RejectedSpan
 from .recorder import Recorder

@@ -20,6 +20,7 @@ from transformers.cache_utils import Cache
 
 from .config import CacheConfig
 from .copying import CopyMixin, compacted_storage
+from .guard import shapes_of_guarded
 from .hf import HFProtocolMixin
 from .inspect import InspectMixin
 from .layer import KVLayer
@@ -31,28 +32,6 @@ from .storage import Storage
 from .validate import ValidateMixin
 
 _IDS = itertools.count()
-
-# Set on a model (and on the HF model under a bridge) by the model guard, ``beliefscope.models.guard``,
-# which `load_model` installs: the function reading the model's shapes (``models.profile.model_shapes``).
-# The cache reads it and never installs the guard itself.
-GUARD = "_beliefscope_cache_guard"
-
-
-class UnguardedModelError(TypeError):
-    """A cache was asked for a model without the guard that checks its attention writes the cache."""
-
-
-def shapes_of_guarded(model):
-    """The shapes a guarded ``model`` reports (layers, KV heads, head size, dtype, device, windows...).
-    An unguarded model is refused: its attention could ignore the cache with no error."""
-    read = vars(model).get(GUARD) if hasattr(model, "__dict__") else None
-    if not callable(read):
-        raise UnguardedModelError(
-            f"KVCache.for_model: this {type(model).__name__} has no cache guard, so nothing would check that "
-            "its attention writes the cache. Load it with beliefscope.models.load_model(...), or call "
-            "beliefscope.models.guard(model) once before building a cache for it.")
-    return read(model)
-
 
 class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin, Cache):
     """Inspectable layer-wise KV cache: O(1) append/rollback, zero-copy fork, provenance, snapshots.

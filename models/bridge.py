@@ -39,9 +39,9 @@ import types
 from importlib.metadata import version
 
 import torch
+from beliefscope.cache.guard import GUARD
 from beliefscope.models.bare import KNOWN_HOOKS, link_bridge, runnable
 from beliefscope.models.errors import ModelLoadError
-from beliefscope.cache.kv import GUARD
 from beliefscope.models.profile import compute_device, embedding_of, hf_of, model_shapes
 
 
