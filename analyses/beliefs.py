@@ -41,7 +41,7 @@ from beliefscope.analyses.forced import forced_answers
 from beliefscope.analyses.instrument import story_readout
 from beliefscope.analyses.state_strips import state_colours, strips_figure
 from beliefscope.models.load import load_model
-from beliefscope.models.profile import model_profile
+from beliefscope.models.profile import model_profile, writes_thoughts
 from beliefscope.tasks.parse import parse_prompt
 from beliefscope.tasks.records import DataConfig, load_data
 
@@ -187,7 +187,7 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
     truth is known), write both figures; returns a summary with every position's class probabilities."""
 
     out = check_writable_parent(config.out)
-    thinking = bridge is not None and hasattr(bridge, "thinking_config") or model_profile(config.model).thinking
+    thinking = bridge is not None and writes_thoughts(bridge) or model_profile(config.model).thinking
     if not config.probes and not thinking:
         raise ValueError(f"{config.model!r} writes no thoughts, so its beliefs are read with a probe: fit one with "
                          f"`beliefscope harvest` and `beliefscope probe --out DIR`, then pass --probes DIR")

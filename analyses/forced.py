@@ -37,7 +37,7 @@ from beliefscope.cache import KVCache
 from beliefscope.decoding.thinking import thinking_readouts
 from beliefscope.hooks import hook_name
 from beliefscope.models.load import load_model
-from beliefscope.models.profile import model_profile
+from beliefscope.models.profile import model_profile, writes_thoughts
 from beliefscope.models.thinking.data import thought_state, thought_word_id
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.records import DataSource
@@ -82,7 +82,7 @@ def forced_answers(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64)
     the story is forked at each boundary (the prefix is computed once; equal to recomputing it to
     ~1e-6); otherwise each prefix is recomputed, ``batch_size`` at a time. A Thinking States model is
     read after its own thoughts, chunk by chunk."""
-    if hasattr(bridge, "thinking_config"):
+    if writes_thoughts(bridge):
         return _forced_thinking(bridge, tok, ex)
     return _forced_plain(bridge, tok, ex, use_fork, batch_size)
 

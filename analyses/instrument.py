@@ -35,7 +35,7 @@ from beliefscope.analyses.state_strips import strips_figure
 from beliefscope.hooks import capture
 from beliefscope.models.cards import checkpoint_sha256
 from beliefscope.models.load import check_model_name, load_model
-from beliefscope.models.profile import model_profile
+from beliefscope.models.profile import model_profile, writes_thoughts
 from beliefscope.probes import fit_all_layers
 from beliefscope.probes.controls import control_labels
 from beliefscope.probes.harvest import random_init_like
@@ -314,7 +314,7 @@ def main(config: InstrumentConfig, progress=None) -> dict:
             te0 = read(twin, tok, tests[bands[0]], forced=False, progress=progress)
             res["random_init_probe_accuracy"] = float(
                 (p0.predict(te0["X"][l0], p0.hooks[l0]).numpy() == te0["truth"]).mean())
-        if hasattr(model, "thinking_config"):
+        if writes_thoughts(model):
             res["causal"] = causal_check(model, tok, config.causal_n, config.seed + 99, test_task)
         res["trajectory"] = story_readout(model, tok, tests[bands[-1]][0], probe, layer)
         res["verdict"] = verdict(name, res["bands"], 1 / n_classes)

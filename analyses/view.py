@@ -47,7 +47,7 @@ from beliefscope.hooks import capture
 from beliefscope.models.cards import read_card
 from beliefscope.models.load import check_model_name, load_model
 from beliefscope.models.names import checkpoint_path
-from beliefscope.models.profile import model_profile
+from beliefscope.models.profile import model_profile, writes_thoughts
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.parse import parse_prompt
 from beliefscope.tasks.records import DataSource
@@ -273,7 +273,7 @@ def build(cfg: ViewConfig, progress=None) -> dict:
     for name, folder in zip(names, probes):
         model, tok = loaded[name] = load_model(name)
         check_story_tokens(name, tok, examples)
-        thinking = hasattr(model, "thinking_config")
+        thinking = writes_thoughts(model)
         if folder:
             probe, rows, best, source = load_checked(folder, model, name, rendering, state_names)
         else:

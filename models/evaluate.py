@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 from beliefscope.models.load import load_model
-from beliefscope.models.profile import hf_of
+from beliefscope.models.profile import hf_of, writes_thoughts
 from beliefscope.models.thinking.data import gold_thought, state_words, thought_state, thought_word_id
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.coinflip_free import free_examples
@@ -153,7 +153,7 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     if isinstance(model, str):
 
         model, tokenizer = load_model(model)
-    if hasattr(model, "thinking_config"):
+    if writes_thoughts(model):
         return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering, split=split,
                                  progress=progress, questions=questions, chat=chat, misses=misses)
     if misses is not None:

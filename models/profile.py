@@ -68,6 +68,18 @@ def model_shapes(model) -> ModelShapes:
     )
 
 
+def writes_thoughts(model) -> bool:
+    """Whether a loaded model writes thoughts of its own (Thinking States, ``models.thinking``): such a
+    model runs like any other, but its beliefs are read after its thoughts, chunk by chunk. Every caller
+    that reads a model differently for that asks this, and nothing else.
+
+    >>> from beliefscope.models.testing import tiny_gpt2
+    >>> writes_thoughts(tiny_gpt2())
+    False
+    """
+    return hasattr(model, "thinking_config")
+
+
 def decoder_layers(model) -> torch.nn.ModuleList:
     """The decoder blocks of a HF model (Llama-family ``model.layers`` or GPT-2 ``transformer.h``)."""
     base = getattr(model, "model", None) or getattr(model, "transformer", None) or model
