@@ -131,3 +131,17 @@ def test_remembered_states_equal_a_fresh_compress_and_follow_weight_edits():
         assert torch.allclose(model.state_from_thoughts([[h, e]])[0], 2 * alone[0], atol=1e-6)
     s = model.state_from_thoughts([[h, e]])
     assert s.requires_grad  # training path: computed, differentiable
+
+
+def test_a_cache_for_a_thinking_model_is_shaped_like_its_backbone_and_written(random_thinking):
+    """`KVCache.for_model` on a Thinking States model (guarded by its constructor, as before the guard
+    moved to the loaders): the backbone's shapes, and a cached forward over it writes every position."""
+    from beliefscope.cache import KVCache
+
+    model, tok = random_thinking
+    ids = torch.tensor([tok("A coin is tails . Bob flips . State ?")["input_ids"]])
+    cache = KVCache.for_model(model, capacity=64)
+    assert cache.config.n_layers == model.backbone.config.num_hidden_layers
+    with torch.no_grad():
+        model(ids, past_key_values=cache, return_type="logits")
+    assert cache.seq_len == ids.shape[1]

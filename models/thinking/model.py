@@ -25,9 +25,10 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+from beliefscope.cache.guard import GUARD
 from beliefscope.hooks.capture import hooked
 from beliefscope.models.bridge import build_bridge, cache_kwarg, guard_cache_handoff, input_device
-from beliefscope.models.profile import decoder_layers
+from beliefscope.models.profile import decoder_layers, model_shapes
 from beliefscope.models.thinking.config import ThinkingConfig, chunk_spans
 from torch import nn
 
@@ -81,6 +82,8 @@ class ThinkingStates(nn.Module):
         self.name_or_path = "thinking"
         for m in (backbone, self.T):  # both decode into a KVCache (decoding.thinking): guarded once, here
             guard_cache_handoff(m)
+        # a cache handed to this model is written by its bridge (guarded when built): shaped like the backbone
+        setattr(self, GUARD, model_shapes)
 
     # ------------------------------------------------------------------ bridge-like surface
     @property
