@@ -5,7 +5,9 @@
 - ``overhead``: `bench overhead` on the tiny Llama and a SmolLM2-shaped model at [8, 512], bf16 then fp32;
 - ``determinism``: `bench determinism` (LLM-42's cost table) on the SmolLM2-shaped model in bf16, its forwards
   replayed as CUDA graphs (``SchedulerConfig(compile=True)``);
-- ``compile``: the compiled decode (`decoding.graphed`) against HF eager ``generate`` at equal tokens.
+- ``compile``: the compiled decode (`decoding.graphed`) against HF eager ``generate`` at equal tokens;
+- ``profile``: where a capture of every ``resid_post`` spends its time beside ``output_hidden_states`` on the
+  SmolLM2-shaped model in bf16 (interleaved timings of its pieces, and the profiler's busiest host ops).
 
 The SmolLM2-shaped model has SmolLM2-135M-Instruct's config and tokenizer (``--smollm2-dir``) and random
 weights: the machine has no network and the weights do not travel. Each part has a time limit; a part that
@@ -36,8 +38,8 @@ from contextlib import contextmanager
 
 from beliefscope.analyses.common import write_json
 
-PARTS = ("check", "compile", "overhead", "determinism")
-LIMITS_S = {"check": 330, "compile": 70, "overhead": 200, "determinism": 100}  # per part, on an H100
+PARTS = ("check", "compile", "overhead", "determinism", "profile")
+LIMITS_S = {"check": 330, "compile": 70, "overhead": 200, "determinism": 100, "profile": 60}  # per part, on an H100
 
 
 class OutOfTime(Exception):
@@ -142,6 +144,61 @@ def part_compile(args, smol: str) -> dict:
                         "ms_per_token_compiled": round(ms["compiled"] * 1e3 / n_tok, 2)}
         out[dtype] = row
         print(f"  compile {dtype}:", json.dumps(row), flush=True)
+    return out
+
+
+def part_profile(args, smol: str) -> dict:
+    """The capture's cost in pieces, at [8, 512] in bf16 (the quick run: [2, 32]): medians of interleaved
+    calls, then torch.profiler's host-side view of one capture and one ``output_hidden_states`` forward."""
+    import torch
+    from beliefscope.benchmarks.common import interleaved
+    from beliefscope.benchmarks.overhead import plain_hf
+    from beliefscope.hooks import capture, hooked, layer_names
+    from beliefscope.models.load import load_model
+
+    bridge, _ = load_model(smol, device=args.device, dtype="bfloat16")
+    hf = plain_hf(bridge)
+    names = layer_names(bridge, "resid_post")
+    shape = (2, 32) if args.quick else (8, 512)
+    x = torch.randint(0, hf.config.vocab_size, shape, generator=torch.Generator().manual_seed(0)).to(args.device)
+
+    def ours_capture(stack=True):
+        with capture(bridge, names) as cap:
+            bridge(x)
+        return cap.stacked(names[0]) if stack else None
+
+    def enter_exit():
+        with capture(bridge, names):
+            pass
+
+    def noop_hooks():
+        with hooked(bridge, [(n, lambda act, hook: None) for n in names]):
+            return bridge(x)
+
+    fns = {"hf_forward": lambda: hf(x).logits, "hf_hidden": lambda: hf(x, output_hidden_states=True).hidden_states[1],
+           "ours_forward": lambda: bridge(x), "ours_capture": ours_capture,
+           "ours_capture_no_stacked": lambda: ours_capture(False), "capture_enter_exit": enter_exit,
+           "noop_hooks_forward": noop_hooks}
+    with torch.no_grad():
+        res = interleaved(fns, repeats=3 if args.quick else 15)
+        ms = {k: round(v["seconds"]["median"] * 1e3, 3) for k, v in res.items()}
+        out = {"shape": list(shape), "ms": ms, "capture_ratio": round(ms["ours_capture"] / ms["hf_hidden"], 3),
+               "forward_ratio": round(ms["ours_forward"] / ms["hf_forward"], 3)}
+        acts = [torch.profiler.ProfilerActivity.CPU] + (
+            [torch.profiler.ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
+        for label, fn in (("ours_capture", ours_capture), ("hf_hidden", fns["hf_hidden"])):
+            with torch.profiler.profile(activities=acts) as prof:
+                fn()
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+            ev = prof.key_averages()
+            out[f"profile_{label}"] = {
+                "host_ms": round(sum(e.self_cpu_time_total for e in ev) / 1e3, 3),
+                "kernel_launches": int(sum(e.count for e in ev if e.key in ("cudaLaunchKernel", "cuLaunchKernel",
+                                                                            "cudaLaunchKernelExC"))),
+                "top_host_ops": [[e.key, e.count, round(e.self_cpu_time_total / 1e3, 3)]
+                                 for e in sorted(ev, key=lambda e: -e.self_cpu_time_total)[:12]]}
+    print("  profile:", json.dumps({k: out[k] for k in ("ms", "capture_ratio", "forward_ratio")}), flush=True)
     return out
 
 

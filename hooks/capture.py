@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 from beliefscope.hooks.activation_cache import to_activation_cache
-from beliefscope.hooks.names import check_computed, hf_of, hook_name, resolve_hook
+from beliefscope.hooks.names import check_computed, hf_of, hook_name, resolve_hooks
 from beliefscope.hooks.points import attach, index_owners
 from torch.utils.hooks import RemovableHandle
 
@@ -58,6 +58,7 @@ class Capture:
         self._start = 0
         self._seek: int | None = None
         self._counter = 0
+        self._positions: tuple = (None, None)  # ((start, n), [n] positions) shared by a forward's records
         self.forwards = 0  # complete bridge forwards seen in the block (stacked() names it when a hook stayed silent)
 
     def seek(self, position: int) -> None:
@@ -77,7 +78,10 @@ class Capture:
 
     def _record(self, name: str, act: torch.Tensor) -> None:
         n = act.shape[1]
-        pos = torch.arange(self._start, self._start + n)
+        key, pos = self._positions
+        if key != (self._start, n):  # one arange per forward, not per hook (records never modify it)
+            pos = torch.arange(self._start, self._start + n)
+            self._positions = ((self._start, n), pos)
         kept = act.detach() if self.device is None else act.detach().to(self.device)
         if kept.data_ptr() == act.data_ptr():
             kept = kept.clone()  # same memory as the model's tensor, which later code may modify in place
@@ -93,6 +97,9 @@ class Capture:
                 f" in {self.forwards} complete forward(s): the bridge lists this hook but did not fire it (e.g. "
                 "hook_pos_embed on a rotary model)" if self.forwards else "")
             raise KeyError(f"nothing captured at {name!r}{why}")
+        pos = recs[0].positions
+        if len(recs) == 1 and len(pos) and int(pos[0]) == 0 and int(pos[-1]) == len(pos) - 1:
+            return recs[0].act.clone()  # one forward over positions 0..n-1 (`_record` keeps an arange): as kept
         n = int(max(r.positions.max() for r in recs)) + 1
         out = torch.zeros((recs[0].act.shape[0], n, *recs[0].act.shape[2:]), dtype=recs[0].act.dtype,
                           device=recs[0].act.device)
@@ -107,23 +114,20 @@ class Capture:
 
 
 @contextmanager
-def hooked(model, fwd_hooks, hook_dict: dict | None = None):
+def hooked(model, fwd_hooks):
     """Attach ``[(name, fn)]`` forward hooks for the duration of the block; always removed.
 
     A block's ``hook_resid_pre`` / ``hook_resid_post`` hook goes on the HF decoder layer itself
     (`hooks.points.attach`), so the forward keeps running the bare HF model; every other hook point
-    is hooked through TransformerLens (``HookPoint.add_hook``), which runs the bridge's wrappers.
-    ``hook_dict``: ``model.hook_dict`` if the caller already has it (the bridge rebuilds it per access)."""
+    is hooked through TransformerLens (``HookPoint.add_hook``), which runs the bridge's wrappers."""
     handles = []
     fwd_hooks = list(fwd_hooks)
-    if fwd_hooks and hook_dict is None:
-        hook_dict = model.hook_dict  # one snapshot for every name
+    points = resolve_hooks(model, [name for name, _ in fwd_hooks]) if fwd_hooks else []
     if fwd_hooks and not model.__dict__.get("_beliefscope_owners"):
         index_owners(model)
         model.__dict__["_beliefscope_owners"] = True
     try:
-        for name, fn in fwd_hooks:
-            hp = resolve_hook(model, name, hook_dict)
+        for hp, (_, fn) in zip(points, fwd_hooks):
             plain = attach(hp, fn)
             handles.append((hp, plain if plain is not None else hp.add_hook(fn)))
         yield
@@ -145,9 +149,7 @@ def capture(model, names, cache=None, device=None):
     ``device``: where records are kept; None keeps them where the model computed them (pass
     ``"cpu"`` to offload a long capture from a GPU)."""
     names = [names] if isinstance(names, str) else list(names)
-    hook_dict = model.hook_dict
-    for n in names:
-        resolve_hook(model, n, hook_dict)  # fail early, with suggestions
+    resolve_hooks(model, names)  # fail early, with suggestions
     check_computed(model, names)
     cap = Capture(names, cache=cache, device=device)
 
@@ -170,7 +172,7 @@ def capture(model, names, cache=None, device=None):
     handle = runs.register_forward_pre_hook(pre, with_kwargs=True)
     done = runs.register_forward_hook(post)
     try:
-        with hooked(model, [(n, make(n)) for n in names], hook_dict):
+        with hooked(model, [(n, make(n)) for n in names]):
             yield cap
     finally:
         handle.remove()

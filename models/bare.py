@@ -116,15 +116,31 @@ def _watched(state: _Bare) -> bool:
     counter = RemovableHandle.next_id
     if counter == state.counter:
         return False
-    for hooks in state.watched:
-        if hooks and not all(map(_needless, hooks.values())):
+    for hooks in filter(None, state.watched):  # the empty dicts (nearly all) are skipped in C
+        if not all(map(_needless, hooks.values())):
             state.counter = -1
             return True
     state.counter = counter
     return False
 
 
+_SEEN_NEEDLESS: "weakref.WeakSet" = weakref.WeakSet()  # hooks `_needless` already cleared (a rescan skips them)
+
+
 def _needless(fn) -> bool:
+    """`_decide_needless`, remembered for the hooks it clears (TransformerLens's wiring stays for good)."""
+    try:
+        if fn in _SEEN_NEEDLESS:
+            return True
+    except TypeError:  # not weakly referable: decide afresh
+        return _decide_needless(fn)
+    found = _decide_needless(fn)
+    if found:
+        _SEEN_NEEDLESS.add(fn)
+    return found
+
+
+def _decide_needless(fn) -> bool:
     """Whether hook ``fn`` serves only the wrappers: ours (`KNOWN_HOOKS`), or bookkeeping TransformerLens
     wires on its own modules: a block hands the pre-norm residual to its attention's split-QKV hook
     points (on its first forward), and a placeholder component re-fires its subcomponents' hook points
