@@ -153,11 +153,13 @@ def measure(model, prompts, pool, cfg: DeterminismConfig, progress=None) -> dict
     longest = max(len(p) for p in [*prompts, *pool])
     cap = longest + 2 * cfg.max_new_tokens + max(windows)  # one slot capacity for every shape of the grid
     by_shape, per_k = [], {name: {r["others"]: {} for r in rows} for name, *_ in paths}
+    schedulers = {}  # one scheduler per configuration for the whole measurement (its recordings are reused)
     for name, flag, kernels in paths:  # the fast paths first: they are the question
         for w, b in grid if flag else grid[:1]:  # the fast path's tokens do not depend on the verify shape
             cell = {}
             for row in rows:
                 seen = determinism_sweep(model, prompts, pool, others=(row["others"],), orders=orders,
+                                         schedulers=schedulers, max_batch=max(ks) + 1,
                                          window=w, max_new_tokens=cfg.max_new_tokens,
                                          fast_dtype=dtype if kernels == "default" else torch.float32,
                                          deterministic=flag, n_others=cfg.n_others, stats=stats[name],

@@ -167,10 +167,17 @@ class Scheduler:
                                  "SchedulerConfig.slot_capacity (the same value for every run you compare)")
 
     @torch.no_grad()
-    def run(self, requests: list[Request]) -> list[list[int]]:
+    def run(self, requests: list[Request], max_batch: int | None = None) -> list[list[int]]:
         """Every request to completion (the engine stepping this scheduler, one round per step); their new
-        tokens in input order."""
+        tokens in input order. ``max_batch``: this run's batch limit, at most ``cfg.max_batch`` (the fast
+        path's cache has that many rows): one scheduler, and its recordings, serves runs at several limits."""
         cfg = self.cfg
+        limit = cfg.max_batch if max_batch is None else max_batch
+        if not 1 <= limit <= cfg.max_batch:
+            raise ValueError(f"max_batch={max_batch} for this run must be in [1, {cfg.max_batch}] (the scheduler's "
+                             "SchedulerConfig.max_batch, which sizes its fast-path cache): build it with the "
+                             "largest limit you will run")
+        self._limit = limit
         self._check(requests)
         self._requests = requests
         self._waiting = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, i))
@@ -209,7 +216,7 @@ class Scheduler:
         cfg, requests = self.cfg, self._requests
         for i in [i for i in self._waiting if requests[i].arrival <= self.rounds]:  # FIFO among arrivals
             r = requests[i]
-            if len(self._active) >= cfg.max_batch:
+            if len(self._active) >= self._limit:
                 break
             if self._checked(r):
                 if not self._free:  # every verify slot is taken: wait for one (later requests may pass)
@@ -289,14 +296,14 @@ class Scheduler:
         x = torch.tensor([[(r.prompt + r.tokens + r.drafts)[-1]] for r in self.rows])  # [batch, 1]
         lengths = self.pool.lengths[:n]
         if "fast" in self.replays:  # [batch, 1] over the whole capacity, one recording per batch size
-            logits = self.replays["fast"].logits(x)
+            best, top = self.replays["fast"].greedy(x)  # [batch], [batch, 2], reduced on the device
         else:
-            logits = self.pool.view(0, n, int(lengths.max()) + 1).verify(self.fast, x)  # [batch, 1, vocab]
+            last = self.pool.view(0, n, int(lengths.max()) + 1).verify(self.fast, x)[:, -1]  # [batch, vocab]
+            best, top = last.argmax(-1), last.topk(2, dim=-1).values
         lengths += 1
         self.batch_sizes[n] += 1
-        top = logits[:, -1].topk(2, dim=-1).values  # [batch, 2]
         self.min_margin = min(self.min_margin, float((top[:, 0] - top[:, 1]).min()))
-        for r, t in zip(self.rows, logits[:, -1].argmax(-1).tolist()):
+        for r, t in zip(self.rows, best.tolist()):
             (r.drafts if self._checked(r) else r.tokens).append(t)
 
     def verify(self, due: list[Request]) -> tuple[list, torch.Tensor]:

@@ -41,7 +41,8 @@ def sweep_workload(prompts, others_prompts, k: int, order: int, max_new_tokens: 
 def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), orders=3, window=4,
                       max_new_tokens=12, fast_dtype=torch.float32, deterministic=True, eos=None,
                       slot_capacity=None, n_others=None, progress=None, stats=None, verify_slots=4,
-                      fast_kernels="default", compile=False):
+                      fast_kernels="default", compile=False, schedulers: dict | None = None,
+                      max_batch: int | None = None):
     """Run every measured prompt (flagged ``deterministic`` or not) among up to ``k`` other requests
     (``max_batch = k + 1``) for every ``k`` in ``others``, in ``orders`` arrival orders (see
     :func:`sweep_workload`; a lone request, ``k = 0``, has one order). Returns
@@ -49,7 +50,10 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
     (a dict) receives the fast path's decode batch sizes and acceptance; ``progress(1)`` is called
     after each configuration. ``verify_slots`` is the same B for every k (it is part of the verify shape).
     ``fast_kernels``: `SchedulerConfig.fast_kernels` ("row-invariant": the batch-invariant fast path);
-    ``compile``: `SchedulerConfig.compile` (replayed forwards).
+    ``compile``: `SchedulerConfig.compile` (replayed forwards). ``schedulers``: a dict the caller keeps across
+    sweeps of one model; a sweep with the same configuration reuses the scheduler (and its recordings) it holds.
+    ``max_batch``: the scheduler's batch limit (default ``max(others) + 1``); sweeps that share schedulers give
+    the largest they will run, and each run is limited to ``k + 1``.
 
     >>> from beliefscope.models.testing import tiny_gpt2
     >>> seen = determinism_sweep(tiny_gpt2(), [[3, 4]], [[5, 6, 7]], others=(0, 1), orders=2, max_new_tokens=3)
@@ -68,13 +72,22 @@ def determinism_sweep(model, prompts, others_prompts, others=(0, 1, 3, 7, 15), o
     for key in ("accepted", "drafted", "configurations"):
         stats.setdefault(key, 0)
     stats.setdefault("min_margin", float("inf"))
+    size = max_batch or max(others, default=0) + 1
+    if size < max(others, default=0) + 1:
+        raise ValueError(f"max_batch={max_batch} is below the largest batch of this sweep ({max(others) + 1}): "
+                         "leave it unset or raise it")
+    want = SchedulerConfig(window=window, fast_dtype=fast_dtype, eos_token_id=eos, max_batch=size,
+                           slot_capacity=cap, verify_slots=verify_slots, fast_kernels=fast_kernels, compile=compile)
+    key = (id(model), repr(want))
+    sched = schedulers.get(key) if schedulers is not None else None
+    if sched is None:  # one scheduler for every k: its slot caches and recordings serve each batch limit
+        sched = Scheduler(model, want)
+        if schedulers is not None:
+            schedulers[key] = sched
     for k in others:
-        sched = Scheduler(model, SchedulerConfig(window=window, fast_dtype=fast_dtype, eos_token_id=eos,
-                                                 max_batch=k + 1, slot_capacity=cap, verify_slots=verify_slots,
-                                                 fast_kernels=fast_kernels, compile=compile))
         for order in range(orders if k else 1):
             reqs = sweep_workload(prompts, others_prompts, k, order, max_new_tokens, deterministic, n_others)
-            outs = sched.run(reqs)
+            outs = sched.run(reqs, max_batch=k + 1)
             for i in range(len(prompts)):
                 seen[i].add(tuple(outs[i]))
             stats["batch_sizes"].update(sched.batch_sizes)

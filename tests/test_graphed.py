@@ -192,3 +192,36 @@ def test_a_hook_attached_mid_run_runs_eagerly_and_fires_then_replays_resume(stat
     handle.remove()
     step(8)
     assert runner.why_not is None and runner.replays == 2 and runner.eager == 1
+
+
+def test_one_sweep_scheduler_serves_every_batch_limit_and_both_paths(monkeypatch):
+    """A determinism sweep keeps one scheduler (its slot caches and recordings) for every k and, through
+    ``schedulers``, for the fast and verified sweeps alike: each prompt's outputs equal a sweep with a fresh,
+    exactly sized scheduler per k, replayed or eager; fewer recordings are made; a run above the scheduler's
+    limit is refused by name."""
+    from beliefscope.decoding.graphed import SlotReplays
+    from beliefscope.decoding.scheduler import Scheduler, SchedulerConfig
+    from beliefscope.decoding.sweep import determinism_sweep
+
+    monkeypatch.setattr(SlotReplays, "cpu_mode", "static")
+    model = tiny_llama()
+    prompts, pool = [[3, 4, 5], [7, 8], [9, 10, 11, 12]], [[20, 21, 22], [23, 24], [25, 26, 27], [28, 29]]
+    kw = dict(orders=2, window=3, max_new_tokens=8, slot_capacity=40, verify_slots=4)
+    shared, counts = {}, []
+    for flag in (False, True):
+        for compile in (False, True):
+            fresh = {}
+            for k in (0, 1, 3):  # the old way: a scheduler sized k + 1 per k
+                for i, v in determinism_sweep(model, prompts, pool, others=(k,), deterministic=flag, compile=compile,
+                                              **kw).items():
+                    fresh.setdefault(i, set()).update(v)
+            kept = determinism_sweep(model, prompts, pool, others=(0, 1, 3), deterministic=flag, compile=compile,
+                                     schedulers=shared, max_batch=4, **kw)
+            assert kept == fresh, (flag, compile)
+    assert len(shared) == 2  # one per configuration (eager, replayed), both paths through each
+    replayed = next(s for s in shared.values() if s.cfg.compile)
+    assert len(replayed.replays["fast"].recordings) <= 4  # batch sizes 1..4, recorded once for every k and path
+    with pytest.raises(ValueError, match=r"max_batch=5 for this run must be in \[1, 4\]"):
+        replayed.run([], max_batch=5)
+    with pytest.raises(ValueError, match="max_batch=2 is below the largest batch of this sweep"):
+        determinism_sweep(model, prompts, pool, others=(3,), max_batch=2, **kw)
