@@ -57,7 +57,7 @@ class DeterminismBenchConfig:
     window: int = 16  # verify window W
     verify_slots: int = 2  # B of the fixed-shape verify rows (the row-invariant ones use max_batch)
     repeats: int = 3  # interleaved repeats (median and quartiles of the paired ratios)
-    warmup: int = 0  # untimed runs of every configuration first
+    warmup: int = 0  # untimed runs of every configuration first (at least 1 with compile: see bench_model)
     seed: int = 0  # workload seed
     fast_dtype: torch.dtype | None = None  # dtype of the fast path (None: the model's; bfloat16 = LLM-42's)
     compile: bool = False  # every configuration replays its fast rounds and fixed-shape verifies (SchedulerConfig)
@@ -118,8 +118,12 @@ def bench_model(bridge, prompts, cfg: DeterminismBenchConfig, progress=None) -> 
         sch = scheds[name]
         return outs, sch.rounds, dict(sch.batch_sizes), sch.verify_forwards, sch.verify_rows
 
+    # with compile, a configuration's first run records its forwards (one CUDA graph per batch size, a few
+    # seconds): a start-up cost, which a timed repeat must not carry (it would skew each ratio by how many
+    # batch sizes that configuration meets), so compiled runs always warm up first
+    warmup = max(cfg.warmup, 1) if cfg.compile else cfg.warmup
     res = interleaved({name: (lambda name=name: run(name)) for name in configs}, repeats=cfg.repeats,
-                      warmup=cfg.warmup, baseline="share 0%", progress=progress)
+                      warmup=warmup, baseline="share 0%", progress=progress)
     rows, outputs = [], {}
     for name, (c, s) in configs.items():
         r = res[name]
@@ -138,7 +142,7 @@ def bench_model(bridge, prompts, cfg: DeterminismBenchConfig, progress=None) -> 
     shares = [x for x in rows if x["config"].startswith("share")]
     at = lambda prefix, share: next((x["ratio"]["median"] for x in rows if x["config"] == f"{prefix}{100 * share:g}%"),
                                     None)
-    res = {"tokens": tokens, "n_requests": cfg.n_requests, "config": cfg.__dict__, "rows": rows,
+    res = {"tokens": tokens, "n_requests": cfg.n_requests, "config": cfg.__dict__, "warmup_runs": warmup, "rows": rows,
            "shares": shares, "baselines": {x["config"]: x for x in rows if not x["config"].startswith("share")},
            "deterministic_outputs_identical": all(len(v) == 1 for v in outputs.values()),
            "ratio_at_10pct": at("share ", 0.1), "ratio_at_50pct": at("share ", 0.5),

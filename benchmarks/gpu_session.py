@@ -100,7 +100,7 @@ def part_determinism(args, smol: str) -> dict:
     os.environ["BELIEFSCOPE_BENCH_OUT"] = args.out
     # a smaller workload than the CPU table's (40 requests, 3 repeats), to fit a lent GPU's minutes
     cfg = determinism.QUICK if args.quick else determinism.DeterminismBenchConfig(
-        n_requests=24, new_tokens=(16, 48), max_batch=16, window=4, repeats=2, compile=args.device != "cpu")
+        n_requests=24, new_tokens=(16, 48), max_batch=16, window=4, repeats=3, compile=args.device != "cpu")
     with model_defaults(device=args.device, dtype="bfloat16"):
         res = determinism.main(quick=False, config=cfg, models=("smollm2",), smollm2=smol)
     keys = ("ratio_at_10pct", "ratio_at_50pct", "ratio_at_100pct", "outputs_identical")
