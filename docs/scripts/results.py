@@ -456,7 +456,7 @@ def _overhead_gpu(d: Doc) -> str:
                 compiled = NONE
                 if what == "generate" and d.has(rel, part, "generate", "compiled_ratio"):
                     compiled = (d.fig(rel, k + ("compiled_ratio",), "x2") + ", tokens equal: "
-                                + d.fig(rel, (part, "compiled_tokens_equal_ours"), "yesno"))
+                                + d.fig(rel, (part, "compiled_tokens_equal_ours"), "yesno"))  # to our eager decode
                 rows.append([f"{dtype}, {'tiny Llama' if part == 'tiny' else 'SmolLM2 shape'}, {what}",
                              d.fig(rel, k + ("hf_ms",), "f1"), d.fig(rel, k + ("ours_ratio",), "x2"),
                              d.fig(rel, k + ("wrapped_ratio",), "x2"),
@@ -468,9 +468,10 @@ def _overhead_gpu(d: Doc) -> str:
             + table(["dtype, model, path", "bare HF ms", "ours", "wrapped (before)", "TransformerLens",
                      "compiled (`--compile`)"], rows) + "\n\n"
             + "The compiled column is `generate --compile` (CUDA graphs over the cache's buffers) in the same "
-            "interleaved run, as a ratio to HF's eager `generate` (below 1 is faster). Its tokens are compared with our "
-            "eager decode: in bfloat16 a compiled step's attention reduces over the cache's whole capacity (masked), "
-            "the eager one over the filled length only, so greedy may part where two logits are within rounding "
+            "interleaved run, as a ratio to HF's eager `generate` (below 1 is faster). Its tokens are compared with "
+            "our eager decode: in bfloat16 a compiled step's attention reduces over the cache's whole capacity "
+            "(masked), the eager one over the filled length only, so greedy may part where two logits are within "
+            "rounding "
             "(see [Use a GPU](../howto/gpu.md)).\n\n"
             + "\n\n".join(d.source(rel, command="python -m beliefscope.benchmarks.gpu_session --parts overhead",
                                     note="benchmarks/gpu_session.py", machine=gpu, date_keys=("machine", "date"))
@@ -931,18 +932,19 @@ it must (`beliefscope.gpu_check`).
                          "transformers " + f(env + ("transformers",), "str"), "Python " + f(env + ("python",), "str"),
                          "CPU threads " + f(env + ("threads",), "int")])
     s = functools.partial(d.fig, SWEEP_GPU)
-    sweep = ("checks", "determinism_sweep")
+    sweep, js = ("checks", "determinism_sweep"), ("checks", "determinism_sweep", "json")
+    gpu = ", ".join([s(env + ("gpu",), "str"), "torch " + s(env + ("torch",), "str")])
     sweep_block = (
-        "## The determinism sweep, again\n\nThe sweep alone (" + s(("config", "sweep"), "str") + ": prompts x new tokens :"
-        " other requests), after a sweep kept one scheduler and its recordings for every batch limit and both paths: "
-        + s(sweep + ("seconds",), "f1") + " s, start-up included (the run above: "
-        + f(sweep + ("seconds",), "f1") + " s). Distinct verified outputs per prompt, at most: "
-        + s(sweep + ("json", "verified_unique_max"), "int") + "; fast path: "
-        + s(sweep + ("json", "fast_path_unique_max"), "int") + " (" + s(sweep + ("json", "fast_path_prompts_diverged"), "int")
-        + " prompt parted, from new token " + s(sweep + ("json", "first_divergence_position"), "int") + "); replayed as "
-        + s(sweep + ("json", "compiled"), "str") + ".\n\n"
-        + d.source(SWEEP_GPU, command="python -m beliefscope.gpu_check --device cuda --only determinism_sweep "
-                   "--sweep 12x64:0,15,31", note="beliefscope/gpu_check.py", machine=", ".join([s(env + ("gpu",), "str"), "torch " + s(env + ("torch",), "str")])))
+        "## The determinism sweep, again\n\nThe sweep alone (" + s(("config", "sweep"), "str")
+        + ": prompts x new tokens : other requests), after a sweep kept one scheduler and its recordings for "
+        "every batch limit and both paths: " + s(sweep + ("seconds",), "f1") + " s, start-up included (the run "
+        "above: " + f(sweep + ("seconds",), "f1") + " s). Distinct verified outputs per prompt, at most: "
+        + s(js + ("verified_unique_max",), "int") + "; fast path: " + s(js + ("fast_path_unique_max",), "int")
+        + " (" + s(js + ("fast_path_prompts_diverged",), "int") + " prompt parted, from new token "
+        + s(js + ("first_divergence_position",), "int") + "); replayed as " + s(js + ("compiled",), "str")
+        + ".\n\n" + d.source(SWEEP_GPU, command="python -m beliefscope.gpu_check --device cuda --only "
+                              "determinism_sweep --sweep 12x64:0,15,31", note="beliefscope/gpu_check.py",
+                              machine=gpu))
     return page("On a GPU", intro,
                 f"{f('checks', 'len')} checks, {f('failed', 'len')} failed, {f('seconds', 'f1')} s in all.\n\n"
                 + table(["check", "passed", "seconds"], rows),
