@@ -16,10 +16,14 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from beliefscope.cache import Provenance
+from beliefscope.models.thinking.config import THOUGHT
+
 # Provenance colours (as in the LLM-42 paper's figure): prefill blue, draft yellow, verified green,
-# rejected red; Thinking States thoughts purple.
-PROVENANCE_COLORS = {0: "#5b8fd9", 1: "#f2c94c", 2: "#6fcf97", 3: "#eb5757", 4: "#bb6bd9"}
-PROVENANCE_NAMES = {0: "prefill", 1: "draft", 2: "verified", 3: "rejected", 4: "thought"}
+# rejected red; Thinking States thoughts (its own cache tag) purple. Keyed by the code a cache stores.
+PROVENANCE_COLORS = {int(Provenance.PREFILL): "#5b8fd9", int(Provenance.DRAFT): "#f2c94c",
+                     int(Provenance.VERIFIED): "#6fcf97", int(Provenance.REJECTED): "#eb5757", int(THOUGHT): "#bb6bd9"}
+PROVENANCE_NAMES = {int(p): p.name.lower() for p in (*Provenance, THOUGHT)}
 
 # The one colour convention for a binary belief in every figure and in the viewer: P(first state),
 # e.g. P(heads), on ColorBrewer's diverging RdBu (Brewer & Harrower 2003; marked colour-blind safe):

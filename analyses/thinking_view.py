@@ -18,6 +18,7 @@ from beliefscope.analyses.common import check_probe_matches, load_probe, save_fi
 from beliefscope.analyses.forced import forced_answers
 from beliefscope.analyses.plots import BELIEF_CMAP, PROVENANCE_COLORS, PROVENANCE_NAMES
 from beliefscope.cache import Provenance
+from beliefscope.models.thinking.config import THOUGHT
 from beliefscope.decoding.thinking import run_thinking
 from beliefscope.models.load import load_model
 from beliefscope.tasks.parse import parse_prompt
@@ -49,7 +50,7 @@ def cache_timeline_figure(run, tok, title: str = "") -> Figure:
         if z is not None:
             for k, t in enumerate(z):
                 x = n + 1 + k
-                ax.add_patch(_cell(x, y, PROVENANCE_COLORS[int(Provenance.THOUGHT)], alpha=0.35 if dropped else 1))
+                ax.add_patch(_cell(x, y, PROVENANCE_COLORS[int(THOUGHT)], alpha=0.35 if dropped else 1))
                 ax.text(x + 0.47, y + 0.5, tok.convert_ids_to_tokens(t), ha="center", va="center", fontsize=6,
                         rotation=90)
                 if dropped:
@@ -59,7 +60,7 @@ def cache_timeline_figure(run, tok, title: str = "") -> Figure:
     ax.set_ylim(0, len(rows))
     ax.set_yticks([])
     ax.set_xlabel("cache position (context | thought span in T's cache)")
-    codes = [int(Provenance.PREFILL), int(Provenance.VERIFIED), int(Provenance.THOUGHT)]
+    codes = [int(Provenance.PREFILL), int(Provenance.VERIFIED), int(THOUGHT)]
     ax.legend(handles=[Patch(color=PROVENANCE_COLORS[c], label=PROVENANCE_NAMES[c]) for c in codes],
               loc="upper right", fontsize=7, ncols=3)
     ax.set_title(title or f"Thinking States: {len(run.thoughts)} thoughts written and dropped; "
@@ -186,7 +187,7 @@ def speculative_prefill_figure(run, tok, title: str = "") -> Figure:
             text = _thought_text(tok, z)
             ax.text(end - 0.5, y + 1.0, f"{text} (drafted {_thought_text(tok, guess)})" if cut else text,
                     ha="center", va="bottom", fontsize=5,
-                    color="tab:red" if cut else "0.6" if stale else PROVENANCE_COLORS[int(Provenance.THOUGHT)])
+                    color="tab:red" if cut else "0.6" if stale else PROVENANCE_COLORS[int(THOUGHT)])
         ax.text(-0.5, y + 0.5, label, ha="right", va="center", fontsize=7)
     ax.set_xlim(-0.2, width)
     ax.set_ylim(0, len(rows) + 0.6)

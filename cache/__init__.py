@@ -38,7 +38,7 @@ from .config import CacheConfig
 from .guard import UnguardedModelError
 from .kv import KVCache
 from .layer import KVLayer
-from .provenance import CacheEvent, Provenance, RejectedSpan
+from .provenance import CacheEvent, Provenance, RejectedSpan, Tag
 from .recorder import Recorder
 from .snapshot import CacheDiff, RowDiff, Snapshot
 
@@ -53,5 +53,6 @@ __all__ = [
            "RejectedSpan",
            "RowDiff",
            "Snapshot",
+           "Tag",
            "UnguardedModelError",
 ]

@@ -62,7 +62,7 @@ class CopyMixin:
         rec = self.recorder
         if rec is not None:  # the copy's own recorder: its event list (plus the compaction's moves) and tags
             rec = copy.copy(rec)
-            rec.events, rec._tags = list(rec.events), list(rec._tags)
+            rec.events, rec._tags, rec.owner_tags = list(rec.events), list(rec._tags), dict(rec.owner_tags)
             if st is not None and not clean:
                 rec.events += [CacheEvent("relocate", r, 0, n, self._step) for r, n in enumerate(lens) if n]
         return {"config": self.config, "storage": st, "lens": lens, "step": self._step, "closed": self._closed,

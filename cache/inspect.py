@@ -8,7 +8,7 @@ import contextlib
 
 import torch
 
-from .provenance import Provenance
+from .provenance import Provenance, label
 
 
 class _HookHandle:
@@ -123,7 +123,7 @@ class InspectMixin:
         """
         rows = list(range(len(self.layout.lengths))) if row is None else [row]
         if provenance is not None and self.recorder is None:
-            raise ValueError(f"overwrite(provenance={Provenance(provenance).name}) on a cache built with record=False "
+            raise ValueError(f"overwrite(provenance={label(provenance).name}) on a cache built with record=False "
                              "keeps no provenance; build it with record=True or leave provenance out.")
         if k.dim() == 3:
             k, v = k.unsqueeze(0), v.unsqueeze(0)

@@ -23,10 +23,61 @@ class Provenance(IntEnum):
     DRAFT = 1  # proposed by a fast path / draft model, not yet verified
     VERIFIED = 2  # written or confirmed by the reference model
     REJECTED = 3  # a draft the verifier rejected (only seen in `cache.rejected`)
-    THOUGHT = 4  # a Thinking States thought token: written after a chunk, then rolled back (dropped)
 
 
-EVENT_KINDS = ("prefill", "decode", "verify", "thought", "rollback", "fork", "overwrite", "relocate")
+FIRST_TAG = 4  # the lowest code a `Tag` may take (the codes below are `Provenance`'s); int8 storage caps it at 127
+
+
+class Tag(int):
+    """A provenance label defined by the cache's owner, not by the cache: a code, a name, and the kind of
+    event its writes log. Thinking States tags its thoughts ``Tag(4, "THOUGHT", event="thought")``
+    (`beliefscope.models.thinking.THOUGHT`). Use it wherever a `Provenance` is taken (``tagging``,
+    ``next_provenance``, ``overwrite``); positions keep the code, and ``summary`` shows the name.
+
+    Example::
+
+        >>> from beliefscope.cache import Tag
+        >>> note = Tag(9, "NOTE", event="note")
+        >>> int(note), note.name, note.event
+        (9, 'NOTE', 'note')
+    """
+
+    name: str
+    event: str
+
+    def __new__(cls, code: int, name: str, event: str):
+        if not FIRST_TAG <= int(code) <= 127:
+            raise ValueError(f"Tag code {code} must be in [{FIRST_TAG}, 127]: the codes below {FIRST_TAG} are "
+                             "Provenance's, and positions store their code as int8")
+        if not (isinstance(name, str) and name and isinstance(event, str) and event):
+            raise ValueError(f"a Tag needs a name and an event kind (non-empty text); got {name!r}, {event!r}")
+        if event in EVENT_KINDS:
+            raise ValueError(f"Tag event {event!r} is one of the cache's own event kinds {EVENT_KINDS}: give the "
+                             "owner's own kind (e.g. 'thought')")
+        tag = int.__new__(cls, int(code))
+        tag.name, tag.event = name, event
+        return tag
+
+    def __reduce__(self):
+        return Tag, (int(self), self.name, self.event)
+
+    def __repr__(self) -> str:
+        return f"Tag({int(self)}, {self.name!r}, event={self.event!r})"
+
+
+def label(code) -> Provenance | Tag:
+    """``code`` as a `Provenance`, or the `Tag` itself; any other code is refused by name."""
+    if isinstance(code, Tag):
+        return code
+    try:
+        return Provenance(code)
+    except ValueError:
+        raise ValueError(f"provenance {code!r} is neither a Provenance ({', '.join(p.name for p in Provenance)}) "
+                         "nor a Tag: define an owner's own label with beliefscope.cache.Tag(code, name, event)"
+                         ) from None
+
+
+EVENT_KINDS = ("prefill", "decode", "verify", "rollback", "fork", "overwrite", "relocate")  # the cache's own
 
 
 class CacheEvent(NamedTuple):
@@ -39,7 +90,7 @@ class CacheEvent(NamedTuple):
         'rollback'
     """
 
-    kind: str  # one of EVENT_KINDS
+    kind: str  # one of EVENT_KINDS, or the event of the `Tag` the write was tagged with
     row: int  # batch row
     start: int  # first logical position concerned
     end: int  # one past the last logical position concerned

@@ -43,11 +43,11 @@ from collections import Counter
 
 import torch
 
-from .provenance import CacheEvent, Provenance, RejectedSpan
+from .provenance import CacheEvent, Provenance, RejectedSpan, Tag, label
 from .snapshot import CacheDiff, RowDiff, Snapshot, tick
 
-# The event kind of a forward whose writes carry an explicit provenance (other codes: "verify").
-KIND_OF = {Provenance.PREFILL: "prefill", Provenance.DRAFT: "decode", Provenance.THOUGHT: "thought"}
+# The event kind of a forward whose writes carry an explicit provenance (other codes: "verify"; a `Tag`: its own).
+KIND_OF = {Provenance.PREFILL: "prefill", Provenance.DRAFT: "decode"}
 
 # The recorder's names that are read through the cache too (``cache.events`` = ``cache.recorder.events``).
 READ_THROUGH = frozenset({"events", "rejected", "tagging", "provenance_of", "provenance", "mark", "snapshot",
@@ -61,8 +61,9 @@ class Recorder:
         self._cache = weakref.ref(cache)  # the cache it records (it owns the recorder)
         self.events: list[CacheEvent] = []  # every prefill, decode, verify, rollback, fork, overwrite, move
         self.rejected: list[RejectedSpan] = []  # rolled-back entries, kept while config.keep_rejected
-        self.next_provenance: Provenance | None = None  # one-shot: provenance of the next forward's writes
-        self._tags: list[Provenance] = []  # the `tagging` blocks in force, innermost last
+        self.next_provenance: Provenance | Tag | None = None  # one-shot: provenance of the next forward's writes
+        self._tags: list[Provenance | Tag] = []  # the `tagging` blocks in force, innermost last
+        self.owner_tags: dict[int, Tag] = {}  # code -> the owners' `Tag`s this cache has been given (summary columns)
 
     def __getstate__(self) -> dict:  # the cache re-binds itself on load (a weak reference does not pickle)
         return {k: v for k, v in self.__dict__.items() if k != "_cache"}
@@ -90,7 +91,7 @@ class Recorder:
         prov = self._explicit_provenance() if (self.next_provenance is not None or self._tags) else None
         if prov is not None:  # next_provenance / tagging: same label for every row
             code: int | list[int] = int(prov)
-            kind = KIND_OF.get(prov, "verify")
+            kind = prov.event if isinstance(prov, Tag) else KIND_OF.get(prov, "verify")
         elif 0 not in starts:  # default, decoding: the model's own tokens
             code, kind = int(Provenance.VERIFIED), "decode"
         else:  # default: a row's first write is its prompt (PREFILL), later writes the model's own (VERIFIED)
@@ -112,7 +113,7 @@ class Recorder:
 
     def forked(self, child: Recorder, ats: list[int]) -> None:
         """``child``'s cache was forked from this one, row ``r`` at length ``ats[r]``."""
-        child.events = []
+        child.events, child.owner_tags = [], dict(self.owner_tags)
         step = self.cache.forward_count
         for r, t in enumerate(ats):
             ev = CacheEvent("fork", r, 0, t, step)
@@ -124,19 +125,29 @@ class Recorder:
         step = self.cache.forward_count
         self.events += [CacheEvent("relocate", r, 0, n, step) for r, n in rows]
 
-    def overwrote(self, row: int, slots: torch.Tensor, positions, provenance: Provenance | None) -> None:
+    def overwrote(self, row: int, slots: torch.Tensor, positions, provenance: Provenance | Tag | None) -> None:
         """Physical ``slots`` of ``row`` (logical ``positions``) were given new keys and values."""
         st = self.cache.storage
         st.stamp[row, slots] = tick()
         if provenance is not None:
-            st.prov[row, slots] = int(Provenance(provenance))
+            st.prov[row, slots] = int(self.known(provenance))
         pos = torch.as_tensor(positions).reshape(-1)
         self.events.append(CacheEvent("overwrite", row, int(pos.min()), int(pos.max()) + 1, self.cache.forward_count))
 
-    def _explicit_provenance(self) -> Provenance | None:
+    def known(self, code) -> Provenance | Tag:
+        """``code`` as its label (`provenance.label`); an owner's `Tag` is remembered for the summary."""
+        lab = label(code)
+        if isinstance(lab, Tag):
+            seen = self.owner_tags.setdefault(int(lab), lab)
+            if (seen.name, seen.event) != (lab.name, lab.event):
+                raise ValueError(f"{lab!r} reuses code {int(lab)}, which this cache already knows as {seen!r}: "
+                                 "give each owner's Tag its own code")
+        return lab
+
+    def _explicit_provenance(self) -> Provenance | Tag | None:
         """The provenance a caller asked for (one-shot ``next_provenance``, then ``tagging``), else None."""
         if self.next_provenance is not None:
-            prov, self.next_provenance = Provenance(self.next_provenance), None
+            prov, self.next_provenance = self.known(self.next_provenance), None
             return prov
         return self._tags[-1] if self._tags else None
 
@@ -153,8 +164,8 @@ class Recorder:
 
     # ------------------------------------------------------------------ labels
     @contextlib.contextmanager
-    def tagging(self, provenance: Provenance):
-        """Tag every write inside the block with ``provenance``.
+    def tagging(self, provenance: Provenance | Tag):
+        """Tag every write inside the block with ``provenance`` (a `Provenance`, or an owner's `Tag`).
 
         Example::
 
@@ -163,7 +174,7 @@ class Recorder:
             >>> with tiny_cache().tagging(Provenance.DRAFT):
             ...     pass
         """
-        self._tags.append(Provenance(provenance))
+        self._tags.append(self.known(provenance))
         try:
             yield self.cache
         finally:
@@ -189,7 +200,7 @@ class Recorder:
         rows = [self.provenance_of(r) for r in range(max(1, len(self.cache.layout.lengths)))]
         return rows[0] if len(rows) == 1 else rows
 
-    def mark(self, start: int, end: int, prov: Provenance, row: int | None = None) -> None:
+    def mark(self, start: int, end: int, prov: Provenance | Tag, row: int | None = None) -> None:
         """Relabel logical positions ``[start, end)`` with ``prov`` (e.g. DRAFT -> VERIFIED).
 
         Example::
@@ -198,12 +209,12 @@ class Recorder:
             >>> from beliefscope.cache.testing import tiny_cache
             >>> tiny_cache().mark(0, 0, Provenance.VERIFIED)
         """
-        lay = self.cache.layout
+        lay, code = self.cache.layout, int(self.known(prov))
         for r in range(len(lay.lengths)) if row is None else [row]:
             if not 0 <= start <= end <= lay.lengths[r]:
                 raise ValueError(f"mark({start}, {end}) for row {r}: need 0 <= start <= end <= {lay.lengths[r]}.")
             if end > start:
-                self.cache.storage.prov[r, lay.slots(r, range(start, end))] = int(Provenance(prov))
+                self.cache.storage.prov[r, lay.slots(r, range(start, end))] = code
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self) -> Snapshot:
@@ -252,15 +263,16 @@ class Recorder:
         """
         cache = self.cache
         c, lay = cache.config, cache.layout
+        labels = [*Provenance, *sorted(self.owner_tags.values())]  # the cache's own, then its owners' (e.g. THOUGHT)
         lines = [f"KVCache #{cache.id} model={c.model_name} layers={c.n_layers} kv_heads={c.kv_heads} "
                  f"d_head={c.d_head} capacity={cache.capacity} physical_end={lay.end} nbytes={cache.nbytes:,} "
                  f"forks_sharing={0 if cache.storage is None else len(cache.storage.holders) - 1}",
-                 f"{'row':>4} {'length':>7} {'segments':>9} " + " ".join(f"{p.name:>9}" for p in Provenance)]
+                 f"{'row':>4} {'length':>7} {'segments':>9} " + " ".join(f"{p.name:>9}" for p in labels)]
         for r in range(len(lay.lengths)):
             counts = Counter(self.provenance_of(r).tolist())
             rej = sum(s.end - s.start for s in self.rejected if s.row == r)
             # live positions by provenance; REJECTED counts the rolled-back entries kept in `rejected`
-            cells = [rej if p == Provenance.REJECTED else counts.get(int(p), 0) for p in Provenance]
+            cells = [rej if p is Provenance.REJECTED else counts.get(int(p), 0) for p in labels]
             lines.append(f"{r:>4} {lay.lengths[r]:>7} {len(lay.segments[r]):>9} " + " ".join(f"{x:>9}" for x in cells))
         lines.append(f"events: {len(self.events)} total" + (", latest:" if self.events else ""))
         for e in self.events[-last_events:]:

@@ -3,7 +3,7 @@
 For each chunk of the prompt, the backbone appends the chunk to the context cache with S_i added
 at the input of block ``l_in`` (``blocks.{l_in}.hook_resid_pre``); when the chunk is
 complete, the Thinking block T reads its ``blocks.{l_out}.hook_resid_post`` states in its own
-`KVCache`, writes the thought tokens there tagged ``Provenance.THOUGHT``, and the span is rolled
+`KVCache`, writes the thought tokens there tagged ``THOUGHT`` (`models.thinking.THOUGHT`, a `cache.Tag`), and the span is rolled
 back (dropped, kept in ``thought_cache.rejected`` for study). C turns the thought into S_{i+1}.
 The backbone's context only ever holds the input and the answer.
 
@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.cache import KVCache, Provenance
+from beliefscope.cache import KVCache
 from beliefscope.decoding import engine
 from beliefscope.decoding.config import PREFILL_K
+from beliefscope.models.thinking.config import THOUGHT
 from beliefscope.models.thinking.prefill import SpeculativePrefill
 from beliefscope.models.thinking.drafter import ThoughtDrafter
 
@@ -76,7 +77,7 @@ def think_cached(model, h: torch.Tensor, tcache: KVCache) -> list[int]:
     base = tcache.seq_len
     hidden = T(inputs_embeds=h[None], past_key_values=tcache).last_hidden_state  # [1, c, d]
     z: list[int] = []
-    with tcache.tagging(Provenance.THOUGHT):
+    with tcache.tagging(THOUGHT):
         for _ in range(model.thinking_config.max_thought):
             nxt = int(head(hidden[0, -1]).argmax())
             z.append(nxt)

@@ -2,7 +2,10 @@
 
 import pytest
 import torch
-from beliefscope.cache import CacheConfig, KVCache, Provenance, Snapshot
+import copy
+import pickle
+
+from beliefscope.cache import CacheConfig, KVCache, Provenance, Snapshot, Tag
 from beliefscope.cache.testing import tiny_cache
 from beliefscope.models.testing import tiny_gpt2, tiny_llama
 
@@ -239,7 +242,35 @@ def test_provenance_snapshot_diff_keep_rejected(bridge):
     live = cache.provenance.tolist()
     assert int(table["PREFILL"]) == live.count(0) and int(table["VERIFIED"]) == live.count(2)
     assert int(table["REJECTED"]) == sum(s.end - s.start for s in cache.rejected) == 4  # two rollbacks of 2
-    assert int(table["THOUGHT"]) == 0
+    assert "THOUGHT" not in table  # an owner's tag is not the cache's: no column until a write carries one
+
+
+def test_an_owners_tag_labels_writes_logs_its_event_and_gets_a_column(bridge):
+    note = Tag(9, "NOTE", event="note")
+    cache = KVCache.for_model(bridge, keep_rejected=True)
+    fwd(bridge, torch.tensor([[1, 2, 3]]), past_key_values=cache)
+    with cache.tagging(note):
+        fwd(bridge, torch.tensor([[4, 5]]), past_key_values=cache)
+    cache.next_provenance = note
+    fwd(bridge, torch.tensor([[6]]), past_key_values=cache)
+    assert cache.provenance.tolist() == [0, 0, 0, 9, 9, 9]
+    assert [e.kind for e in cache.events] == ["prefill", "note", "note"]
+    cache.mark(1, 2, note)
+    head, row = cache.summary().splitlines()[1:3]
+    table = dict(zip(head.split(), row.split()))
+    assert int(table["NOTE"]) == 4 and int(table["PREFILL"]) == 2 and int(table["VERIFIED"]) == 0
+    cache.rollback(4)
+    assert cache.rejected[-1].provenance.tolist() == [9, 9]
+    for other in (cache.fork(), copy.deepcopy(cache), pickle.loads(pickle.dumps(cache))):
+        assert other.recorder.owner_tags == {9: note} and "NOTE" in other.summary().splitlines()[1]
+    assert pickle.loads(pickle.dumps(note)).event == "note"
+    with pytest.raises(ValueError, match="reuses code 9"):
+        cache.mark(0, 1, Tag(9, "OTHER", event="other"))
+    with pytest.raises(ValueError, match="neither a Provenance"):
+        cache.mark(0, 1, 7)
+    for bad, match in (((2, "X", "x"), "must be in"), ((5, "", "x"), "needs a name"), ((5, "X", "rollback"), "own event")):
+        with pytest.raises(ValueError, match=match):
+            Tag(*bad)
 
 
 def test_memory_flat_over_1000_decode_rollback_cycles():

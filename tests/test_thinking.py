@@ -3,7 +3,7 @@ from the context, the shipped checkpoint against its gold teacher-forced forward
 
 import pytest
 import torch
-from beliefscope.cache import Provenance
+from beliefscope.models.thinking import THOUGHT
 from beliefscope.decoding.thinking import run_thinking
 from beliefscope.models.thinking.data import make_batch
 from beliefscope.models.train_rope import RopeTrainConfig, build
@@ -50,12 +50,12 @@ def test_thoughts_never_enter_the_context(random_thinking):
     run = run_thinking(model, ids, max_new_tokens=2, stop_at_eos=False)
     assert run.cache.seq_len == len(ids) + 1  # prompt + the fed-back answer token, no thought
     assert run.thought_cache.seq_len == 0  # every thought was rolled back
-    written = [s for s in run.thought_cache.rejected if (s.provenance == Provenance.THOUGHT).any()]
+    written = [s for s in run.thought_cache.rejected if (s.provenance == THOUGHT).any()]
     assert len(written) == len(run.thoughts) >= 3  # the prompt's 3 chunks (+ one if the answer ends a chunk)
     kinds = [e.kind for e in run.thought_cache.events]
     assert kinds.count("rollback") == len(run.thoughts) and "thought" in kinds
     prov = run.cache.provenance_of(0)
-    assert not (prov == Provenance.THOUGHT).any()
+    assert not (prov == THOUGHT).any()
 
 
 def test_capture_sees_the_model_as_it_runs(random_thinking):

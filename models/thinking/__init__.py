@@ -4,7 +4,7 @@ beliefs exist, so it is the ground truth the instrument is checked against.
 | module | what it holds |
 |---|---|
 | `model` | `ThinkingStates`: the backbone, the Thinking block T and the Compression block C; teacher-forced loss |
-| `config` | `ThinkingConfig` (layers, chunking, thought length) and `chunk_spans` |
+| `config` | `ThinkingConfig` (layers, chunking, thought length), `chunk_spans`, and `THOUGHT`, the tag of T's thought positions |
 | `data` | gold thoughts and training batches from the tasks' labels |
 | `ckpt` | checkpoints: a whole model, or only the trained parts over a hashed backbone (`load_thinking`) |
 | `train` | training (`train_thinking`, the presets, cost measurement) and `cli` its command |
@@ -20,7 +20,7 @@ steps; ``decoding.thinking.run_thinking`` (one story) and ``decoding.thinking_ba
 'events'
 """
 
-from beliefscope.models.thinking.config import ThinkingConfig, chunk_spans
+from beliefscope.models.thinking.config import THOUGHT, ThinkingConfig, chunk_spans
 from beliefscope.models.thinking.model import ThinkingStates
 
-__all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans"]
+__all__ = ["THOUGHT", "ThinkingConfig", "ThinkingStates", "chunk_spans"]
