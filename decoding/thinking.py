@@ -24,6 +24,7 @@ import torch
 from beliefscope.cache import KVCache
 from beliefscope.decoding import engine
 from beliefscope.decoding.config import PREFILL_K
+from beliefscope.models.thinking.chunked import ChunkedThinking, ThoughtDecode
 from beliefscope.models.thinking.config import THOUGHT
 from beliefscope.models.thinking.prefill import SpeculativePrefill
 from beliefscope.models.thinking.drafter import ThoughtDrafter
@@ -73,18 +74,10 @@ def _chunk_forward(model, ids: list[int], cache: KVCache, S: torch.Tensor | None
 def think_cached(model, h: torch.Tensor, tcache: KVCache) -> list[int]:
     """T writes one thought after a chunk (chunk states ``h [c, d]``) in its own cache, greedily;
     the thought span is tagged THOUGHT, then the cache is rolled back to empty."""
-    T, head = model.T, model.backbone.get_output_embeddings()
     base = tcache.seq_len
-    hidden = T(inputs_embeds=h[None], past_key_values=tcache).last_hidden_state  # [1, c, d]
-    z: list[int] = []
+    hidden = model.T(inputs_embeds=h[None], past_key_values=tcache).last_hidden_state  # [1, c, d]
     with tcache.tagging(THOUGHT):
-        for _ in range(model.thinking_config.max_thought):
-            nxt = int(head(hidden[0, -1]).argmax())
-            z.append(nxt)
-            if nxt == model.eos_id or len(z) == model.thinking_config.max_thought:
-                break
-            emb = model.embed(torch.tensor([[nxt]], device=h.device))
-            hidden = T(inputs_embeds=emb, past_key_values=tcache).last_hidden_state
+        z = engine.run(ThoughtDecode(model, hidden, tcache)).thought
     tcache.rollback(base)
     return z
 
@@ -154,30 +147,22 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
         policy = engine.run(SpeculativePrefill(model, [ids], [[(a, e) for a, e, c in spans if c]], k, cache,
                                                drafter, lambda b: S, after))
         spans = [sp for sp in spans if sp[0] >= policy.end()]
-    cur_h: list[torch.Tensor] = []  # L_out states of the chunk in progress
-    for a, e, complete in spans:
-        logits, h = _chunk_forward(model, ids[a:e], cache, S)
+
+    def forward(step):  # one story: its chunk (or answer token) with the current S, every position's logits kept
+        logits, h = _chunk_forward(model, step.x[0, : step.lens[0]].tolist(), cache, S)
+        if step.prefill:
+            start = cache.seq_len - step.lens[0]
+            run.chunk_steps.append((start, cache.seq_len))
         logits_all.append(logits)
-        run.chunk_steps.append((a, e))
-        if complete:
-            after_chunk(h, e)
-        else:
-            cur_h = [h]
-    # decoding continues inside the last (incomplete) chunk; a chunk completed by decoding gets its thought
-    cur_start = spans[-1][0] if spans and not spans[-1][2] else len(ids)
-    seq = list(ids)
-    for i in range(max_new_tokens):  # (max_new_tokens=0: run the prompt only)
-        nxt = int(logits_all[-1][-1].argmax())
-        run.tokens.append(nxt)
-        seq.append(nxt)
-        if (stop_at_eos and nxt == model.eos_id) or i + 1 == max_new_tokens:
-            break  # the last token is returned, not fed back
-        logits, h = _chunk_forward(model, [nxt], cache, S)
-        logits_all.append(logits)
-        cur_h.append(h)
-        if model.spans(seq[cur_start:])[0][2]:  # the current chunk just completed
-            after_chunk(torch.cat(cur_h), len(seq))
-            cur_start, cur_h = len(seq), []
+        return {0: logits[step.need[0]]} if step.need else {}, h[None]
+
+    def completed(states, rows, ends):
+        for h, end in zip(states, ends, strict=True):
+            after_chunk(h, end)
+
+    last = [logits_all[-1][-1]] if logits_all else None  # a speculative prefill that read the prompt's end
+    run.tokens = engine.run(ChunkedThinking(model, [ids], max_new_tokens, stop_at_eos, forward, completed, [spans],
+                                            last)).tokens[0]
     run.logits = torch.cat(logits_all)
     return run
 

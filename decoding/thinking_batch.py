@@ -36,6 +36,7 @@ from beliefscope.cache import KVCache
 from beliefscope.decoding import engine
 from beliefscope.decoding.thinking import _check_room
 from beliefscope.decoding.config import PREFILL_K
+from beliefscope.models.thinking.chunked import ChunkedThinking
 from beliefscope.models.thinking.prefill import SpeculativePrefill, forward_rows, pad_id
 from beliefscope.models.thinking.drafter import ThoughtDrafter
 
@@ -98,52 +99,19 @@ def run_thinking_batch(model, prompts, max_new_tokens: int = 1, stop_at_eos: boo
                                                cache, drafter, lambda b: state.S[b], after, keep=keep))
         forwards = state.calls = policy.forwards  # one T call per drafting forward
         spans = [[sp for sp in s if not sp[2]] for s in spans]  # what is left: each story's incomplete chunk
-    steps = max(len(s) for s in spans)
-    widths = [max((s[j][1] - s[j][0] for s in spans if j < len(s)), default=0) for j in range(steps)]
-    pad = pad_id(model)
-    cur_h: list[list[torch.Tensor]] = [[] for _ in range(n)]  # L_out states of an incomplete last chunk
-    for j in range(steps):
-        lens = [s[j][1] - s[j][0] if j < len(s) else 0 for s in spans]
-        x = torch.full((n, widths[j]), pad or 0, dtype=torch.long)
-        for b, s in enumerate(spans):
-            if lens[b]:
-                x[b, : lens[b]] = torch.tensor(prompts[b][s[j][0]: s[j][1]])
-        ends = [b for b, s in enumerate(spans) if j == len(s) - 1]  # stories whose prompt ends at this step
-        logits, h = forward_rows(model, cache, x.to(dev), state.S, lens, keep=sorted({lens[b] - 1 for b in ends}))
+    else:
+        spans = None  # every chunk is left for the chunked policy
+
+    def forward(step):  # one [B, w] forward; only the logits the step needs are kept
+        nonlocal forwards
+        keep = sorted(set(step.need.values()))
+        logits, h = forward_rows(model, cache, step.x.to(dev), state.S, step.lens, keep=keep)
         forwards += 1
-        for b in ends:
-            last[b] = logits[b, sorted({lens[c] - 1 for c in ends}).index(lens[b] - 1)]
-        done = [b for b, s in enumerate(spans) if lens[b] and s[j][2]]
-        state.think([h[b, : lens[b]] for b in done], done, [spans[b][j][1] for b in done])
-        for b, s in enumerate(spans):
-            if j == len(s) - 1 and not s[j][2]:
-                cur_h[b] = [h[b, : lens[b]]]
-    tokens: list[list[int]] = [[] for _ in range(n)]
-    seqs = [list(p) for p in prompts]
-    starts = [s[-1][0] if s and not s[-1][2] else len(p) for s, p in zip(spans, prompts)]  # incomplete chunk start
-    active = list(range(n))
-    for i in range(max_new_tokens):
-        for b in active:
-            nxt = int(last[b].argmax())
-            tokens[b].append(nxt)
-            seqs[b].append(nxt)
-        active = [b for b in active if not (stop_at_eos and tokens[b][-1] == model.eos_id)]
-        if not active or i + 1 == max_new_tokens:
-            break  # the last token is returned, not fed back
-        lens = [1 if b in active else 0 for b in range(n)]
-        x = torch.tensor([[seqs[b][-1] if lens[b] else (pad or 0)] for b in range(n)])
-        logits, h = forward_rows(model, cache, x.to(dev), state.S, lens, keep=[0])
-        forwards += 1
-        done = []
-        for b in active:
-            last[b] = logits[b, 0]
-            cur_h[b].append(h[b, :1])
-            if model.spans(seqs[b][starts[b]:])[0][2]:  # the chunk in progress just completed
-                done.append(b)
-        state.think([torch.cat(cur_h[b]) for b in done], done, [len(seqs[b]) for b in done])
-        for b in done:
-            starts[b], cur_h[b] = len(seqs[b]), []
-    return BatchThinkingRun(tokens=tokens, thoughts=state.thoughts, backbone_forwards=forwards,
+        return {b: logits[b, keep.index(p)] for b, p in step.need.items()}, h
+
+    policy = engine.run(ChunkedThinking(model, prompts, max_new_tokens, stop_at_eos, forward, state.think, spans, last,
+                                        pad=pad_id(model)))
+    return BatchThinkingRun(tokens=policy.tokens, thoughts=state.thoughts, backbone_forwards=forwards,
                             think_calls=state.calls, cache=cache)
 
 

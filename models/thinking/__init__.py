@@ -10,10 +10,11 @@ beliefs exist, so it is the ground truth the instrument is checked against.
 | `train` | training (`train_thinking`, the presets, cost measurement) and `cli` its command |
 | `drafter` | `ThoughtDrafter`: drafts each chunk's thought before T verifies it |
 | `prefill` | `SpeculativePrefill`: speculative prefill as a policy of the decoding engine |
+| `chunked` | `ChunkedThinking` (chunked prefill and the greedy answer) and `ThoughtDecode` (T writing a thought): plain decoding as policies of the engine |
 
-The one seam to the engine is `prefill.SpeculativePrefill`, a policy that ``decoding.engine.run``
-steps; ``decoding.thinking.run_thinking`` (one story) and ``decoding.thinking_batch.run_thinking_batch``
-(many) hand it to the engine, and are the only Thinking States code that sits in ``decoding``.
+The seam to the engine is its policies (`prefill`, `chunked`), which ``decoding.engine.run`` steps:
+``decoding.thinking.run_thinking`` (one story, a batch of one) and ``decoding.thinking_batch.run_thinking_batch``
+(many) hand them to the engine, and are the only Thinking States code that sits in ``decoding``.
 
 >>> from beliefscope.models.thinking import ThinkingConfig
 >>> ThinkingConfig().chunking
