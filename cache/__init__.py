@@ -6,7 +6,9 @@ overrides. Its K/V tensors live in a ``Storage`` (storage.py): preallocated buff
 and its forks share, each holder owning its own physical slots. Which slots hold which logical
 positions of each row is the ``Layout`` (layout.py), a plain object of segments, lengths, the
 physical end and the write plan, with ``append``, ``rollback``, ``positions`` and ``live_mask``;
-everything else asks it rather than reading private fields. HF attention talks to one ``KVLayer``
+everything else asks it rather than reading private fields. A ``SlotLayout`` (slot_layout.py) is
+the other layout a storage can have: a fixed grid of rows by capacity, one length per row, the
+layout of the deterministic scheduler's fixed-shape cache (``decoding.slots.SlotCache``). HF attention talks to one ``KVLayer``
 per layer (layer.py), which writes through the layout's plan after ``validate.py`` checks shape,
 dtype and device. masks.py turns the layout into attention masks and position ids for ragged rows
 and holes; hf.py is the HF ``Cache`` protocol (``crop``, ``get_seq_length``, beam search's
@@ -40,6 +42,7 @@ from .kv import KVCache
 from .layer import KVLayer
 from .provenance import CacheEvent, Provenance, RejectedSpan, Tag
 from .recorder import Recorder
+from .slot_layout import SlotLayout
 from .snapshot import CacheDiff, RowDiff, Snapshot
 
 __all__ = [
@@ -52,6 +55,7 @@ __all__ = [
            "Recorder",
            "RejectedSpan",
            "RowDiff",
+           "SlotLayout",
            "Snapshot",
            "Tag",
            "UnguardedModelError",

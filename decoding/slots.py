@@ -7,9 +7,9 @@ nothing to verify in a pass, and free slots, are dummy rows (pad tokens whose wr
 their row's length and are overwritten before anyone attends to them). Since no shape depends on
 the batch composition or on the other rows' lengths, a request's verified logits do not either.
 
-Its buffers are a :class:`cache.storage.Storage`, the one a ``KVCache`` keeps; what differs is the layout:
-a fixed ``[B, C]`` grid with one length per row. Writes go to each row's own length (``scatter``
-along the position axis); rollback is moving a row's length, O(1).
+Its buffers are a :class:`cache.storage.Storage`, the one a ``KVCache`` keeps; what differs is the layout,
+a :class:`cache.slot_layout.SlotLayout`: a fixed ``[B, C]`` grid with one length per row. Writes go to
+each row's own length (``scatter`` along the position axis); rollback is moving a row's length, O(1).
 
 ``verify_rows`` is the other way, for kernels whose rows are bitwise independent of the batch
 (linear layers packed by `models.packed`, attention by `models.invariant_attention`): only the
@@ -26,7 +26,7 @@ torch.Size([2, 1, 3, 16])
 from __future__ import annotations
 
 import torch
-from beliefscope.cache.masks import apply_windows
+from beliefscope.cache.slot_layout import SlotLayout
 from beliefscope.cache.storage import Storage
 from beliefscope.decoding.core import forward, hf_logits, new_cache
 from beliefscope.models.profile import model_shapes
@@ -70,13 +70,25 @@ class SlotCache(Cache):
 
     def __init__(self, n_layers: int, slots: int, kv_heads: int, capacity: int, d_head: int, dtype, device,
                  windows: tuple | None = None):
-        self.capacity, self.slots, self.device = capacity, slots, torch.device(device)
-        self.windows = windows  # per layer sliding window (None = full attention), as models.profile reads it
-        self.lengths = torch.zeros(slots, dtype=torch.long)  # [B] committed tokens per row
+        self.slots, self.device = slots, torch.device(device)
+        self.layout = SlotLayout(torch.zeros(slots, dtype=torch.long), capacity, windows, self.device)  # [B] lengths
         self._width = 0  # W of the forward in progress (set by mask())
         # the K/V buffers [B, kv_heads, C, d_head] per layer: the storage a KVCache keeps, never grown here
         self.storage = Storage(n_layers, slots, kv_heads, d_head, capacity, dtype, self.device)
         super().__init__(layers=[SlotLayer(self, k, v) for k, v in zip(self.storage.k, self.storage.v)])
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """``[B]`` committed tokens per row (the layout's; move one to commit or roll back)."""
+        return self.layout.lengths
+
+    @property
+    def capacity(self) -> int:
+        return self.layout.capacity
+
+    @property
+    def windows(self) -> tuple | None:
+        return self.layout.windows
 
     @classmethod
     def for_model(cls, model, slots: int, capacity: int) -> SlotCache:
@@ -97,25 +109,15 @@ class SlotCache(Cache):
         b, h, w, d = shape
         pos = self.write_pos  # [B, W] on the device, set by a recording (`decoding.graphed.SlotReplays`)
         if pos is None:
-            pos = (self.lengths[:, None] + torch.arange(w)).clamp(max=self.capacity - 1).to(self.device)  # [B, W]
+            pos = self.layout.write_positions(w)  # [B, W]
         return pos[:, None, :, None].expand(b, h, w, d)
 
     def mask(self, width: int, lengths: torch.Tensor | None = None, span: int | None = None):
-        """Boolean ``[B, 1, W, C]``: query i of row r sees keys ``0 .. lengths[r] + i`` (and, on a
-        layer with a sliding window w, only the last w of them: a dict per layer type when layers differ).
-        ``lengths [n]`` and ``span``: the same for a subset of rows over their first ``span`` keys."""
-        lengths = self.lengths if lengths is None else lengths
-        if int(lengths.max()) + width > self.capacity:
-            raise ValueError(f"a slot would grow past its capacity {self.capacity}: raise the scheduler's "
-                             f"slot capacity (longest row {int(lengths.max())} + window {width})")
-        last = (lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W] last visible key per query
-        keys = torch.arange(self.capacity if span is None else span, device=self.device)  # [C]
-        mask = (keys[None, None, :] <= last[:, :, None])[:, None]  # [B, 1, W, C]
-        return apply_windows(mask, last, keys.expand(last.shape[0], -1), self.windows)
+        """Boolean ``[B, 1, W, C]`` over the whole capacity (`SlotLayout.mask`)."""
+        return self.layout.mask(width, lengths, span)
 
     def position_ids(self, width: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
-        lengths = self.lengths if lengths is None else lengths
-        return (lengths[:, None] + torch.arange(width)).to(self.device)  # [B, W]
+        return self.layout.position_ids(width, lengths)  # [B, W]
 
     def load(self, row: int, keys: list, values: list) -> None:
         """Put a prefilled context (per layer ``[kv_heads, n, d_head]``) into ``row``; its length becomes n."""
@@ -144,9 +146,7 @@ class SlotCache(Cache):
         v = SlotCache.__new__(SlotCache)
         Cache.__init__(v, layers=[SlotLayer(v, layer.keys[start:stop, :, :span], layer.values[start:stop, :, :span])
                                   for layer in self.layers])
-        v.capacity, v.slots, v.lengths, v._width = span, stop - start, self.lengths[start:stop], 0
-        v.windows = self.windows
-        v.device = self.device
+        v.layout, v.slots, v._width, v.device = self.layout.rows(start, stop, span), stop - start, 0, self.device
         return v
 
     def move(self, src: int, dst: int) -> None:
@@ -194,7 +194,7 @@ class RowsLayer(SlotLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         keys, values = super().update(key_states, value_states)  # into the copy, at each row's length
-        rows, pos = self.owner.rows.to(keys.device), self.owner.write_positions(key_states.shape[2])  # [n], [n, W]
+        rows, pos = self.owner.rows.to(keys.device), self.owner.layout.write_positions(key_states.shape[2])  # [n], [n, W]
         self.parent.keys[rows[:, None], :, pos] = key_states.transpose(1, 2)  # [n, W, kv_heads, d_head]
         self.parent.values[rows[:, None], :, pos] = value_states.transpose(1, 2)
         return keys, values
@@ -205,9 +205,6 @@ class RowsView(SlotCache):
     (the subset forward of `SlotCache.verify_rows`)."""
 
     def __init__(self, parent: SlotCache, rows: torch.Tensor, lengths: torch.Tensor, span: int):
-        self.rows, self.lengths, self.capacity, self.slots = rows, lengths, span, len(rows)
-        self.windows, self.device, self._width = parent.windows, parent.device, 0
+        self.rows, self.slots, self.device, self._width = rows, len(rows), parent.device, 0
+        self.layout = SlotLayout(lengths, span, parent.windows, parent.device)  # the chosen rows' lengths, a copy
         Cache.__init__(self, layers=[RowsLayer(self, layer) for layer in parent.layers])
-
-    def write_positions(self, width: int) -> torch.Tensor:
-        return (self.lengths[:, None] + torch.arange(width)).to(self.device)  # [n, W]
