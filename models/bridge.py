@@ -193,8 +193,21 @@ def _additive(mask, module):
 
 def cache_kwarg(hf_model) -> str:
     """The name ``hf_model``'s forward takes its cache under: ``cache`` from transformers 5.24 on (where
-    ``past_key_values`` still works but warns that it is deprecated), ``past_key_values`` before."""
-    params = inspect.signature(hf_model.forward).parameters
+    ``past_key_values`` still works but warns that it is deprecated), ``past_key_values`` before. Read
+    once per class (every decode step asks); a forward set on the instance (accelerate's dispatch) is read
+    each time."""
+    if "forward" in hf_model.__dict__:
+        return _cache_kwarg_in(hf_model.forward)
+    return _cache_kwarg_of_class(type(hf_model))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_kwarg_of_class(cls) -> str:
+    return _cache_kwarg_in(cls.forward)
+
+
+def _cache_kwarg_in(forward) -> str:
+    params = inspect.signature(forward).parameters
     return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
 
 

@@ -133,3 +133,20 @@ def test_hf_generate_on_the_bridged_model_runs_bare_and_its_scores_are_hf_bit_fo
             hooked = bridge.original_model.generate(X, attention_mask=torch.ones_like(X), **kw)
     assert torch.equal(hooked.sequences, theirs.sequences)
     assert max(float((a - b).abs().max()) for a, b in zip(hooked.scores, theirs.scores)) < 1e-4
+
+
+def test_the_cache_keyword_is_read_once_per_class_and_each_time_for_an_instances_own_forward(pair):
+    from beliefscope.models.bridge import cache_kwarg
+
+    _, hf = pair
+    # transformers 5.24 renamed the forward's cache keyword to `cache` (past_key_values still works, deprecated)
+    import inspect
+
+    takes = inspect.signature(LlamaForCausalLM.forward).parameters
+    assert cache_kwarg(hf) == ("cache" if "cache" in takes and "past_key_values" not in takes else "past_key_values")
+    hf.forward = lambda input_ids, past_key_values=None: None  # a forward set on the instance (accelerate's dispatch)
+    assert cache_kwarg(hf) == "past_key_values"
+    hf.forward = lambda input_ids, cache=None: None
+    assert cache_kwarg(hf) == "cache"
+    del hf.forward
+    assert cache_kwarg(hf) == cache_kwarg(copy.deepcopy(hf))
