@@ -8,7 +8,7 @@ tokens writes positions ``lengths[r] .. lengths[r] + W - 1`` of each row, every 
 place, and attends over the whole capacity through a mask, so no shape depends on the rows'
 lengths. Rollback moves a row's length: O(1). Like `Layout`, it holds no keys or values.
 
->>> lay = SlotLayout(torch.tensor([2, 0]), capacity=4)
+>>> lay = SlotLayout(torch.tensor([2, 0]), capacity=4, windows=None, device=torch.device("cpu"))
 >>> lay.write_positions(2).tolist()
 [[2, 3], [0, 1]]
 >>> lay.mask(1)[:, 0, 0].int().tolist()   # row 0's query sees its 2 keys and itself; row 1's, itself
@@ -27,7 +27,7 @@ class SlotLayout:
 
     __slots__ = ("lengths", "capacity", "windows", "device")
 
-    def __init__(self, lengths: torch.Tensor, capacity: int, windows: tuple | None = None, device="cpu"):
+    def __init__(self, lengths: torch.Tensor, capacity: int, windows: tuple | None, device: torch.device):
         self.lengths = lengths  # [B] committed positions per row (host, long); a view's is a slice of its parent's
         self.capacity = capacity  # positions per row (the attention width of every forward)
         self.windows = windows  # per layer sliding window (None = full attention), as models.profile reads it

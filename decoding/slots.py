@@ -194,7 +194,8 @@ class RowsLayer(SlotLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         keys, values = super().update(key_states, value_states)  # into the copy, at each row's length
-        rows, pos = self.owner.rows.to(keys.device), self.owner.layout.write_positions(key_states.shape[2])  # [n], [n, W]
+        rows = self.owner.rows.to(keys.device)  # [n]
+        pos = self.owner.layout.write_positions(key_states.shape[2])  # [n, W]
         self.parent.keys[rows[:, None], :, pos] = key_states.transpose(1, 2)  # [n, W, kv_heads, d_head]
         self.parent.values[rows[:, None], :, pos] = value_states.transpose(1, 2)
         return keys, values

@@ -3,8 +3,8 @@
 For each chunk of the prompt, the backbone appends the chunk to the context cache with S_i added
 at the input of block ``l_in`` (``blocks.{l_in}.hook_resid_pre``); when the chunk is
 complete, the Thinking block T reads its ``blocks.{l_out}.hook_resid_post`` states in its own
-`KVCache`, writes the thought tokens there tagged ``THOUGHT`` (`models.thinking.THOUGHT`, a `cache.Tag`), and the span is rolled
-back (dropped, kept in ``thought_cache.rejected`` for study). C turns the thought into S_{i+1}.
+`KVCache`, writes the thought tokens there tagged ``THOUGHT`` (`models.thinking.THOUGHT`, a `cache.Tag`),
+and the span is rolled back (dropped, kept in ``thought_cache.rejected`` for study). C turns the thought into S_{i+1}.
 The backbone's context only ever holds the input and the answer.
 
 >>> from beliefscope.models import load_model

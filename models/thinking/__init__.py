@@ -4,13 +4,13 @@ beliefs exist, so it is the ground truth the instrument is checked against.
 | module | what it holds |
 |---|---|
 | `model` | `ThinkingStates`: the backbone, the Thinking block T and the Compression block C; teacher-forced loss |
-| `config` | `ThinkingConfig` (layers, chunking, thought length), `chunk_spans`, and `THOUGHT`, the tag of T's thought positions |
+| `config` | `ThinkingConfig` (layers, chunking, thought length), `chunk_spans`, `THOUGHT` (T's cache tag) |
 | `data` | gold thoughts and training batches from the tasks' labels |
 | `ckpt` | checkpoints: a whole model, or only the trained parts over a hashed backbone (`load_thinking`) |
 | `train` | training (`train_thinking`, the presets, cost measurement) and `cli` its command |
 | `drafter` | `ThoughtDrafter`: drafts each chunk's thought before T verifies it |
 | `prefill` | `SpeculativePrefill`: speculative prefill as a policy of the decoding engine |
-| `chunked` | `ChunkedThinking` (chunked prefill and the greedy answer) and `ThoughtDecode` (T writing a thought): plain decoding as policies of the engine |
+| `chunked` | `ChunkedThinking` (chunked prefill, greedy answer) and `ThoughtDecode` (T's thought): engine policies |
 
 The seam to the engine is its policies (`prefill`, `chunked`), which ``decoding.engine.run`` steps:
 ``decoding.thinking.run_thinking`` (one story, a batch of one) and ``decoding.thinking_batch.run_thinking_batch``
