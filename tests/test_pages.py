@@ -169,11 +169,14 @@ def test_bash_blocks_run_as_written(workdir):
     # the numbers quoted beside the commands are what the commands print
     out = {code: _json_objects(stdout) for _, code, stdout in ran}
     steer = next(o for objs in out.values() for o in objs if "flip_rate" in o)
-    quoted = re.search(r"flip_rate ([0-9.]+) along the probe direction; random directions of the same norm: mean "
-                       r"([0-9.]+)", "\n".join(open(p).read() for p in pages() if os.path.exists(p)))
+    text = "\n".join(open(p).read() for p in pages() if os.path.exists(p))
+    quoted = re.search(r"flip_rate ([0-9.]+) along the probe direction \(([0-9.]+) on another CPU\); random directions "
+                       r"of the same norm: mean ([0-9.]+)", text)
     assert quoted, "the pages' steering numbers moved: update this test's pattern"
-    assert abs(steer["flip_rate"] - float(quoted.group(1))) <= 0.02, steer
-    assert abs(steer["random"]["mean"] - float(quoted.group(2))) <= 0.02, steer["random"]
+    # the layer-3 direction moves with ~1e-6 changes in the activations (the page's warning): the two CPUs we
+    # measured give the two quoted rates, and any other rate is a change to explain
+    assert min(abs(steer["flip_rate"] - float(quoted.group(i))) for i in (1, 2)) <= 0.02, steer
+    assert abs(steer["random"]["mean"] - float(quoted.group(3))) <= 0.02, steer["random"]
     thinking = next(o for objs in out.values() for o in objs if o.get("events") == "33-64" and "answer_accuracy" in o)
     assert thinking["answer_accuracy"] == thinking["thought_accuracy"] == 1.0  # quoted: "answer_accuracy 1.0, ..."
     det = next(o for objs in out.values() for o in objs if "fast_path_unique_max" in o)
