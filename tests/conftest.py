@@ -7,7 +7,15 @@ import torch
 
 from .helpers import DRAFT, ROOT, TARGET, toy_hf
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# One thread per pytest-xdist worker (`make test` runs one worker per core), else at most two.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files holding a slow test run first (pytest-xdist hands out whole files in this order), so the
+    two workers of `make test` finish together instead of one waiting on the last long sweep."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: each file's tests keep their order
 
 
 @pytest.fixture(scope="module")

@@ -78,6 +78,31 @@ def exact_joint(model, prompt, temperature, n=3):
     return seqs, lp.exp().numpy()
 
 
+def logit_table(model, prompt, n):
+    """Logits after ``prompt + s`` for every continuation s of length 0..n-1 (uncached, exact)."""
+    out = {}
+    with torch.no_grad():
+        for k in range(n):
+            for s in itertools.product(range(VOCAB), repeat=k):
+                out[s] = model(torch.tensor([prompt + list(s)])).logits[0, -1].double()
+    return out
+
+
+def chi2_p(samples, seqs, p):
+    """Chi-square p-value of the samples' counts against probabilities ``p`` of ``seqs`` (rare cells pooled)."""
+    import numpy as np
+    from scipy.stats import chisquare
+
+    index = {s: i for i, s in enumerate(seqs)}
+    counts = np.bincount([index[tuple(s)] for s in samples], minlength=len(seqs))
+    exp = p * len(samples)
+    big = exp >= 5
+    obs, exp = counts[big], exp[big]
+    if (~big).any():
+        obs, exp = np.append(obs, counts[~big].sum()), np.append(exp, (p * len(samples))[~big].sum())
+    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
 def browser_parts():
     """``((chrome, chromedriver), "")`` for the headless-browser tests, or ``(None, why they skip)``."""
     try:

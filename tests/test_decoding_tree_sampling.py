@@ -2,9 +2,6 @@
 chi-square against the exact joint of the next tokens, 20,000 seeded samples on 1-layer models
 (the rule on exact logits: fast; whole runs through the cache: slow, like the chain rule's test)."""
 
-import itertools
-
-import numpy as np
 import pytest
 import torch
 from beliefscope.decoding import (
@@ -16,23 +13,10 @@ from beliefscope.decoding import (
     speculative_generate,
 )
 from beliefscope.decoding.tree_drafters import one_hot
-from scipy.stats import chisquare
 
-from .helpers import VOCAB, exact_joint, sharp_model
+from .helpers import VOCAB, chi2_p, exact_joint, logit_table, sharp_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def chi2_p(samples, seqs, p):
-    """Chi-square p-value of the samples' counts against probabilities ``p`` of ``seqs`` (rare cells pooled)."""
-    index = {s: i for i, s in enumerate(seqs)}
-    counts = np.bincount([index[tuple(s)] for s in samples], minlength=len(seqs))
-    exp = p * len(samples)
-    big = exp >= 5
-    obs, exp = counts[big], exp[big]
-    if (~big).any():
-        obs, exp = np.append(obs, counts[~big].sum()), np.append(exp, (p * len(samples))[~big].sum())
-    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
 class FixedTree(Drafter):
@@ -46,16 +30,6 @@ class FixedTree(Drafter):
         return tree
 
 
-def _table(model, prompt, n):
-    """Logits after ``prompt + s`` for every continuation s of length 0..n-1 (uncached, exact)."""
-    out = {}
-    with torch.no_grad():
-        for k in range(n):
-            for s in itertools.product(range(VOCAB), repeat=k):
-                out[s] = model(torch.tensor([prompt + list(s)])).logits[0, -1].double()
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["model", "fixed"])
 def test_tree_rule_matches_target_distribution(drafter):
@@ -67,7 +41,7 @@ def test_tree_rule_matches_target_distribution(drafter):
     target, draft = sharp_model(1), sharp_model(2)
     prompt, T = [1, 3, 2], 1.0
     seqs, p = exact_joint(target, prompt, T, n=2)
-    tgt, drf = _table(target, prompt, 3), _table(draft, prompt, 2)
+    tgt, drf = logit_table(target, prompt, 3), logit_table(draft, prompt, 2)
     ids = torch.tensor(prompt)
     shape = TreeConfig(nodes=6, depth=2, branch=3)
     samples, accepted, later = [], 0, 0
@@ -104,14 +78,16 @@ def test_tree_sampling_matches_target_distribution(drafter):
     shape = TreeConfig(nodes=6, depth=2, branch=3)
     samples, accepted, drafted, off_first = [], 0, 0, 0
     d = ModelDrafter(sharp_model(2)) if drafter == "model" else FixedTree()  # start() resets it per run
-    for seed in range(20_000):
+    # the rule's own distribution is checked at 20,000 seeds above; this is the wiring (engine, cache, RNG)
+    # end to end, whose bugs move the joint grossly: 8,000 seeds detect an effect size w of about 0.07
+    for seed in range(8_000):
         cfg = SpecConfig(max_new_tokens=3, temperature=T, seed=seed, stop_at_eos=False, tree=shape, trace=True)
         out = speculative_generate(target, d, prompt, cfg)
         samples.append(out.tokens)
         accepted, drafted = accepted + out.accepted, drafted + out.drafted
         off_first += any(s.path and s.path[0] != 0 for s in out.trace.steps)  # a later candidate was accepted
     assert 0.05 < accepted / drafted < 0.95  # rejections and acceptances both exercised
-    assert off_first > 1000  # the multi-candidate part of the rule, not only the first child
+    assert off_first > 400  # the multi-candidate part of the rule, not only the first child
     assert chi2_p(samples, seqs, p) > 0.01
 
 
