@@ -18,8 +18,9 @@ from beliefscope.models.load import (
     resolve_store,
     shipped_names,
 )
-from beliefscope.models.profile import ModelProfile, ModelShapes, hf_of, model_profile, model_shapes
+from beliefscope.models.profile import ModelProfile, ModelShapes, hf_of, model_profile, model_shapes, writes_thoughts
+from beliefscope.models.runner import Runner
 
-__all__ = ["SHIPPED", "ModelLoadError", "ModelProfile", "ModelShapes", "bridge_from_hf", "checkpoint_path",
+__all__ = ["SHIPPED", "ModelLoadError", "ModelProfile", "ModelShapes", "Runner", "bridge_from_hf", "checkpoint_path",
            "default_device", "guard", "hf_of", "load_hf", "load_model", "model_profile", "model_shapes",
-           "resolve_store", "shipped_names"]
+           "resolve_store", "shipped_names", "writes_thoughts"]

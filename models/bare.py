@@ -53,6 +53,8 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from beliefscope.hooks.names import hf_of
+from beliefscope.models.errors import ThoughtsSkippedError
+from beliefscope.models.profile import writes_thoughts
 
 _STATE = "_beliefscope_bare"  # attribute of the HF model (in its __dict__, not a submodule) holding a _Bare
 _BRIDGE = "_beliefscope_bridge"  # a weak reference from the HF model to its bridge (its TL-only modes)
@@ -83,7 +85,17 @@ def bare_model(hf: torch.nn.Module) -> torch.nn.Module:
 
 def runnable(model) -> torch.nn.Module:
     """The module a forward of ``model`` (a bridge or a HF model) should call: its bare HF tree when no
-    hook needs the wrappers and the bridge runs no TransformerLens-only mode, else the wrapped HF model."""
+    hook needs the wrappers and the bridge runs no TransformerLens-only mode, else the wrapped HF model.
+
+    A Thinking States model (`models.thinking`) is refused: its HF model alone is its backbone without
+    the thoughts its answers are read after, so a forward here would be a silently different model."""
+    if writes_thoughts(model):
+        name = getattr(model, "name_or_path", "thinking")
+        raise ThoughtsSkippedError(
+            f"{name!r} is a Thinking States model: this path runs its HF model directly, which answers "
+            "without its thoughts. Decode it with beliefscope.decoding.thinking.run_thinking (what "
+            f"`beliefscope generate --model {name}` runs), or call the model itself, model(ids), whose "
+            "forward injects its thoughts")
     hf = hf_of(model)
     state = _state(hf)
     if state.model is hf or _plain_mode_off(hf) or _watched(state):

@@ -31,6 +31,7 @@ or a hub name ('org/model'); shipped names: target, draft, thinking, ..., smollm
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from beliefscope.models.adapters import load_adapted
 from beliefscope.models.bridge import build_bridge
@@ -63,6 +64,7 @@ from beliefscope.models.names import (  # noqa: F401 (re-exported)
     resolve_store,
     shipped_names,
 )
+from beliefscope.models.runner import Runner
 from beliefscope.models.thinking.ckpt import load_thinking
 
 
@@ -73,7 +75,7 @@ def bridge_from_hf(model, tok=None):
     return build_bridge(model, tok=tok)
 
 
-def load_model(name_or_path: str, device=None, dtype=None):
+def load_model(name_or_path: str, device=None, dtype=None) -> tuple[Runner, Any]:
     """Load a model as ``(TransformerBridge, tokenizer)``; see the module docstring for names.
 
     A Thinking States checkpoint comes back as ``(ThinkingStates, tokenizer)``, whose

@@ -77,7 +77,7 @@ def writes_thoughts(model) -> bool:
     >>> writes_thoughts(tiny_gpt2())
     False
     """
-    return hasattr(model, "thinking_config")
+    return "thinking_config" in getattr(model, "__dict__", ())  # ~0.1 us: every forward's door asks (models.bare)
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:

@@ -145,3 +145,42 @@ def test_a_cache_for_a_thinking_model_is_shaped_like_its_backbone_and_written(ra
     with torch.no_grad():
         model(ids, past_key_values=cache, return_type="logits")
     assert cache.seq_len == ids.shape[1]
+
+
+def test_the_forward_door_refuses_a_thinking_model_instead_of_skipping_its_thoughts(thinking):
+    """Every decoding loop runs a model through `models.bare.runnable`. Handed the shipped Thinking States
+    model, it used to run the backbone alone: plain greedy answered "heads" where the model, reading its
+    own thought after "Alice flips", answers "tails". The door now refuses, and names the path that reads it."""
+    from beliefscope.decoding import NGramDrafter, SpecConfig, generate, speculative_generate
+    from beliefscope.models.errors import ThoughtsSkippedError
+
+    model, tok = thinking
+    ids = tok("A coin is heads . Alice flips . State ?")["input_ids"]
+    assert tok.convert_ids_to_tokens(run_thinking(model, ids, max_new_tokens=2).tokens) == ["tails", "<eos>"]
+    backbone_alone = generate(model.bridge, ids, SpecConfig(max_new_tokens=2)).tokens  # what the loops ran
+    assert tok.convert_ids_to_tokens(backbone_alone)[0] == "heads"
+    for run in (lambda: generate(model, ids, SpecConfig(max_new_tokens=2)),
+                lambda: speculative_generate(model, NGramDrafter(3), ids, SpecConfig(max_new_tokens=2))):
+        with pytest.raises(ThoughtsSkippedError, match="'thinking' is a Thinking States model.*run_thinking"):
+            run()
+    logits = model(torch.tensor([ids]))  # its own forward injects the thoughts: the answer it decodes
+    assert tok.convert_ids_to_tokens([int(logits[0, -1].argmax())]) == ["tails"]
+
+
+def test_run_with_cache_and_hooks_see_the_forward_the_model_runs(thinking):
+    """TransformerLens's run_with_cache / run_with_hooks on a Thinking States model used to reach the bridge
+    and run the backbone without the thoughts (last-position logits 9.1 away). They now run its forward."""
+    model, tok = thinking
+    ids = torch.tensor([tok("A coin is heads . Alice flips . State ?")["input_ids"]])
+    ref = model(ids)  # its own forward, thoughts injected: answers "tails"
+    logits, cache = model.run_with_cache(ids, names_filter="blocks.1.hook_resid_post")
+    seen = []
+    hooked_logits = model.run_with_hooks(ids, fwd_hooks=[("blocks.1.hook_resid_post", lambda x, hook: seen.append(x))])
+    for out in (logits, hooked_logits):
+        assert torch.allclose(out, ref, atol=1e-4) and int(out[0, -1].argmax()) == int(ref[0, -1].argmax())
+    assert torch.equal(seen[0], cache["blocks.1.hook_resid_post"])
+    assert (model.bridge(ids) - ref).abs().max() > 1  # the backbone alone is another model
+    from beliefscope.models.errors import ThoughtsSkippedError
+
+    with pytest.raises(ThoughtsSkippedError, match="generate\\(\\) would decode its backbone without its thoughts"):
+        model.generate(ids)

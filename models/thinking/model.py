@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from beliefscope.cache.guard import GUARD
 from beliefscope.hooks.capture import hooked
 from beliefscope.models.bridge import build_bridge, cache_kwarg, guard_cache_handoff, input_device
+from beliefscope.models.errors import ThoughtsSkippedError
 from beliefscope.models.profile import decoder_layers, model_shapes
 from beliefscope.models.thinking.config import ThinkingConfig, chunk_spans
 from torch import nn
@@ -51,6 +52,12 @@ def _one_block_model(config):
             setattr(model, name, None)  # [vocab, d] unused: a SmolLM2-sized table is 113 MB per block
             return model, [f"{name}.weight"]
     return model, []
+
+
+# the bridge's methods that decode or run a forward of their own (TransformerLens 4): reached through a
+# Thinking States model they would run its backbone without the thoughts, so they are refused by name
+_DECODES_THE_BACKBONE = frozenset({"generate", "generate_stream", "hf_generate", "diffusion_generate",
+                                   "predict_next_sentence"})
 
 
 class ThinkingStates(nn.Module):
@@ -103,16 +110,40 @@ class ThinkingStates(nn.Module):
         except AttributeError:
             if name.startswith("_") or name in ("backbone", "T", "C", "out_proj"):
                 raise
+            if name in _DECODES_THE_BACKBONE:
+                raise ThoughtsSkippedError(
+                    f"{self.name_or_path!r} is a Thinking States model: the bridge's {name}() would decode its "
+                    "backbone without its thoughts. Decode it with beliefscope.decoding.thinking.run_thinking (what "
+                    f"`beliefscope generate --model {self.name_or_path}` runs)") from None
             return getattr(self.bridge, name)  # cfg, hook_dict, original_model, blocks, ...
 
     def forward(self, input_ids, return_type: str | None = "logits", **kwargs):
         """Run the model as it really runs: its own thoughts, then one bridge forward with the
         states injected at ``blocks.{l_in}.hook_resid_pre`` (the only pass hooks see)."""
-        ids = torch.as_tensor(input_ids).to(input_device(self.backbone))
-        ids = ids[None] if ids.dim() == 1 else ids  # [batch, pos]
+        ids = self._batch(input_ids)
         add, _ = self.self_states(ids)
         with self.injecting(add):
             return self.bridge(ids, return_type=return_type, **kwargs)
+
+    def run_with_cache(self, input_ids, *args, **kwargs):
+        """TransformerLens's ``run_with_cache`` over the forward the model runs (its thoughts injected), so
+        the cache holds what `forward` computes; ``blocks.{l_in}.hook_resid_pre`` is cached after the states
+        are added. Returns ``(output, ActivationCache)`` as the bridge's does."""
+        ids = self._batch(input_ids)
+        add, _ = self.self_states(ids)
+        with self.injecting(add):
+            return self.bridge.run_with_cache(ids, *args, **kwargs)
+
+    def run_with_hooks(self, input_ids, *args, **kwargs):
+        """TransformerLens's ``run_with_hooks`` over the forward the model runs (its thoughts injected)."""
+        ids = self._batch(input_ids)
+        add, _ = self.self_states(ids)
+        with self.injecting(add):
+            return self.bridge.run_with_hooks(ids, *args, **kwargs)
+
+    def _batch(self, input_ids) -> torch.Tensor:
+        ids = torch.as_tensor(input_ids).to(input_device(self.backbone))
+        return ids[None] if ids.dim() == 1 else ids  # [batch, pos]
 
     @contextmanager
     def injecting(self, add: torch.Tensor):

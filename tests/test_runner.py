@@ -1,0 +1,45 @@
+"""The `Runner` protocol: a bridge and a Thinking States model are run, hooked and captured the same way,
+and the forward door (`models.bare.runnable`) serves the one and refuses the other."""
+
+import pytest
+import torch
+from beliefscope.decoding.core import hf_logits
+from beliefscope.models import Runner, load_model, model_shapes, writes_thoughts
+from beliefscope.models.errors import ThoughtsSkippedError
+
+PROMPT = "A coin is heads . Alice flips . Bob stays . State ?"
+
+
+@pytest.fixture(scope="module", params=["target", "thinking"])
+def runner(request):
+    return load_model(request.param, device="cpu")
+
+
+def test_both_kinds_are_runners_with_one_surface(runner):
+    model, tok = runner
+    assert isinstance(model, Runner)
+    ids = torch.tensor([tok(PROMPT)["input_ids"]])  # [1, pos]
+    name = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+    with torch.no_grad():
+        ref = model(ids)  # [1, pos, d_vocab]: the forward the model runs
+        logits, cache = model.run_with_cache(ids, names_filter=name)
+        seen = []
+        hooked = model.run_with_hooks(ids, fwd_hooks=[(name, lambda x, hook: seen.append(x))])
+    assert ref.shape == (1, ids.shape[1], model.cfg.d_vocab)
+    for out in (logits, hooked):  # the capture and the hooks see the forward the model runs
+        assert torch.allclose(out, ref, atol=1e-4)
+    assert torch.equal(seen[0], cache[name])
+    assert model_shapes(model).n_layers == model.cfg.n_layers
+
+
+def test_the_door_serves_a_bridge_and_refuses_a_thinking_model(runner):
+    """hf_logits is the hot loops' forward (through `models.bare.runnable`): a bridge's logits there are its
+    forward's; a Thinking States model is refused rather than run without its thoughts."""
+    model, tok = runner
+    ids = torch.tensor([tok(PROMPT)["input_ids"]])
+    if writes_thoughts(model):
+        with pytest.raises(ThoughtsSkippedError, match="run_thinking"):
+            hf_logits(model, ids)
+        return
+    with torch.no_grad():
+        assert torch.allclose(hf_logits(model, ids), model(ids), atol=1e-5)
