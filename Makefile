@@ -8,7 +8,8 @@ STAMP   := $(VENV)/.beliefscope-installed
 TORCH   := torch==2.13.0
 OUT     ?= runs/demo
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test` (one thread each): whole test files at a time, slow files first
+# pytest-xdist workers for `make test` (one thread each): whole test files at a time, in the order
+# tests/conftest.py sorts them (the longest first; xdist would otherwise sort files by their test count)
 JOBS    ?= 2
 
 DEVICE  ?= auto
@@ -57,11 +58,11 @@ browser:
 	  else echo "make: no chromium/chromedriver and not root: the browser tests will skip (see the README)"; fi; fi
 
 test: $(STAMP) browser
-	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # While working: every test not marked slow (pyproject.toml's markers), in under 3 minutes on 2 cores.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n $(JOBS) --dist loadfile -m "not slow" --durations=5 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder -m "not slow" --durations=5 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/beliefscope bench all --json
