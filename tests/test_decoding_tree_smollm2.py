@@ -28,7 +28,7 @@ def test_smollm2_tree_greedy_exact():
     prompts = [tok(p)["input_ids"] for p in sample_prompts(20, seed=11, rendering="natural")]
     cfg = SpecConfig(max_new_tokens=8, stop_at_eos=False, tree=TreeConfig(nodes=6, depth=4, branch=2, min_share=0.0))
     n = torch.get_num_threads()
-    torch.set_num_threads(n if os.environ.get("PYTEST_XDIST_WORKER") else 2)  # one per xdist worker: no oversubscription
+    torch.set_num_threads(n if os.environ.get("PYTEST_XDIST_WORKER") else 2)  # 1 per xdist worker: no oversubscription
     try:
         ref = [generate(model, p, cfg, window=cfg.window_size).tokens for p in prompts]
         for drafter in (NGramDrafter(3), make_drafter("store:smollm2", model), EarlyExitDrafter(model, 4)):
