@@ -7,6 +7,10 @@ generated Reference and Results pages. ```python blocks of one page run in order
 folder, two lanes at a time (the analyses that read the probes a probe block fitted run after it, in
 its lane); ```text blocks are output and do not run. The set-up block (`make demo` / `make test`) is
 what CI itself runs. Numbers the pages quote next to a command are checked against its output.
+
+``beliefscope`` commands and python blocks run in forks of one pre-imported interpreter
+(tests/forked_cli.py): the same ``main`` with the same arguments, folder and environment, without some
+forty fresh imports of torch, transformers and TransformerLens.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import sys
 
 import pytest
 
+from . import forked_cli
 from .helpers import ROOT
 
 pytestmark = pytest.mark.slow
@@ -97,6 +102,23 @@ def _env():
     return env
 
 
+@pytest.fixture(scope="module")
+def forked(tmp_path_factory):
+    """The environment the blocks run in: `forked_cli`'s server started, its ``beliefscope`` first on PATH."""
+    d = tmp_path_factory.mktemp("forked")
+    env = _env()
+    env[forked_cli.SOCKET] = str(d / "socket")
+    server = subprocess.Popen([sys.executable, forked_cli.__file__, "--serve", env[forked_cli.SOCKET]], env=env,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert server.stdout.readline().strip() == "ready", "the forked command line did not start"
+        env["PATH"] = forked_cli.shim(str(d / "bin")) + os.pathsep + env["PATH"]
+        yield env
+    finally:
+        os.killpg(server.pid, 9)  # the server and any command still running
+        server.wait()
+
+
 def test_pages_have_the_blocks_this_test_runs():
     blocks = readme_blocks()
     assert blocks[0][2].startswith(SETUP) and "make test" in open(os.path.join(ROOT, ".ci", "run")).read()
@@ -108,18 +130,18 @@ def test_pages_have_the_blocks_this_test_runs():
 
 
 @pytest.mark.parametrize("page", [os.path.relpath(p, ROOT) for p in pages()])
-def test_python_blocks_run_as_written(page, tmp_path):
+def test_python_blocks_run_as_written(page, tmp_path, forked):
     code = "\n\n".join(c for _, lang, c in page_blocks(os.path.join(ROOT, page)) if lang == "python")
     if not code:
         pytest.skip(f"{page} has no python block")
     assert not os.path.abspath(tmp_path).startswith(ROOT)
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run([sys.executable, "-S", forked_cli.__file__, "-c", code], cwd=tmp_path, env=forked,
+                       capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, f"{page}:\n{r.stderr[-3000:]}"
 
 
-def _run_bash(heading: str, code: str, workdir) -> tuple[str, str, str]:
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=workdir, env=_env(), capture_output=True,
+def _run_bash(heading: str, code: str, workdir, env) -> tuple[str, str, str]:
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=workdir, env=env, capture_output=True,
                        text=True, timeout=900)
     assert r.returncode == 0, f"block under '{heading}' failed:\n{code}\n{r.stderr[-3000:]}"
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
@@ -157,11 +179,11 @@ def test_bash_lanes_keep_the_probe_blocks_in_order():
         assert all(fits(c) or "--probes" in c for _, c in lane[1:])
 
 
-def test_bash_blocks_run_as_written(workdir):
+def test_bash_blocks_run_as_written(workdir, forked):
     from concurrent.futures import ThreadPoolExecutor
 
     def run_lane(lane):
-        return [_run_bash(heading, code, workdir) for heading, code in lane]
+        return [_run_bash(heading, code, workdir, forked) for heading, code in lane]
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         ran = [block for lane in pool.map(run_lane, bash_lanes()) for block in lane]
