@@ -14,8 +14,8 @@ torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, tor
 # The longest files, longest first (seconds on a 2-core CPU, `make test`'s durations): pytest-xdist hands
 # out whole files in collection order, so starting these first lets both workers finish together. A stale
 # list only costs time, never a test.
-HEAVY = ("test_pages.py", "test_host_guard.py", "test_thinking_pretrained.py", "test_decoding_smollm2.py",
-         "test_decoding.py", "test_decoding_tree_smollm2.py", "test_decoding_tree_sampling.py",
+HEAVY = ("test_pages.py", "test_decoding_smollm2.py", "test_decoding_tree_smollm2.py", "test_thinking_pretrained.py",
+         "test_host_guard.py", "test_decoding.py", "test_decoding_tree_sampling.py",
          "test_decoding_tree.py", "test_decoding_sampling.py", "test_datastore.py", "test_analyses.py",
          "test_decoding_scheduler.py", "test_wheel.py")
 
