@@ -139,6 +139,7 @@ def test_demo_numbers_are_internally_consistent(demo):
 
 
 # ------------------------------------------------------------------------------ bad input
+@pytest.mark.slow  # the demo fixture: the quick demo, about 40 s
 def test_probe_from_another_model_is_refused_and_nothing_is_written(demo, tmp_path):
     from beliefscope.analyses.beliefs import BeliefsConfig, main
 
@@ -150,6 +151,7 @@ def test_probe_from_another_model_is_refused_and_nothing_is_written(demo, tmp_pa
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.slow  # the demo fixture: the quick demo, about 40 s
 def test_probe_of_same_shape_other_weights_is_refused(demo, target):
     from beliefscope.analyses.common import check_probe_matches, load_probe
     from beliefscope.probes.harvest import random_init_like
