@@ -23,6 +23,32 @@ import sys
 AREAS = ("beliefscope.models.cli", "beliefscope.decoding.cli", "beliefscope.probes.cli",
          "beliefscope.analyses.commands", "beliefscope.benchmarks.cli")
 
+# command -> (the area that registers it, the one-line help it registers there), in the order `--help` lists them.
+# `beliefscope --help` and `beliefscope CMD ...` import only CMD's area (the others import torch, seconds each);
+# tests/test_cli_help.py checks this table against what every area registers.
+COMMANDS = {
+    "train": (AREAS[0], "train a toy model: GPT-2 presets with a length curriculum, or the RoPE presets (direct-rope, "
+                        "cot-rope, thinking) on equal terms; or Thinking States over SmolLM2 (smollm2-thinking: "
+                        "resumable, re-run the same command to continue)"),
+    "eval": (AREAS[0], "exact match and answer accuracy of a model on a task"),
+    "generate": (AREAS[1], "generate with speculative decoding (verify + rollback)"),
+    "datastore": (AREAS[1], "build the n-gram store of the retrieval drafter (store:PATH) from the model's own greedy "
+                            "outputs on training prompts"),
+    "harvest": (AREAS[2], "store activations with per-token labels"),
+    "probe": (AREAS[2], "fit linear probes on a store, with controls"),
+    "steer": (AREAS[2], "add the probe direction and count answer flips"),
+    "beliefs": (AREAS[3], "belief trajectory of one prompt: heatmap + best-layer line"),
+    "forced": (AREAS[3], "forced answers vs probe at every event boundary of many prompts"),
+    "instrument": (AREAS[3], "validate the belief instrument: probe, forced answer, thought and truth at every event "
+                             "boundary, per model and length band, with controls and a causal check"),
+    "trace": (AREAS[3], "speculative-decoding trace: cache timeline, acceptance, beliefs"),
+    "determinism": (AREAS[3], "unique outputs vs co-batched requests, fast path vs verified (chart)"),
+    "demo": (AREAS[3], "every analysis on the shipped checkpoints -> report.html"),
+    "view": (AREAS[3], "one self-contained HTML page: every token coloured by the probe's belief, with every layer, "
+                       "the truth, forced answer, thought and KV-cache provenance on hover"),
+    "bench": (AREAS[4], "speed benchmarks (ratios against a baseline, measured in one run)"),
+}
+
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Each flag's default; the example (epilog) as written; no line break inside a hyphenated word."""
@@ -41,13 +67,22 @@ class _CommandParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``command``, only that command's area is imported and registered, and the
+    other commands are listed by name and help (what `--help` and a mistyped command need)."""
     parser = argparse.ArgumentParser(
         prog="beliefscope",
         description="Inspect what a language model believes while it generates.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
+    only = COMMANDS[command][0] if command in COMMANDS else None
     for mod in AREAS:
+        if command is not None and mod != only:  # listed, not built
+            if _area_exists(mod):
+                for name, (area, text) in COMMANDS.items():
+                    if area == mod:
+                        sub.add_parser(name, help=text)
+            continue
         try:
             module = importlib.import_module(mod)
         except ModuleNotFoundError as e:
@@ -58,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name, p in sub.choices.items():
         add_common_flags(p, name)
     return parser
+
+
+def _area_exists(mod: str) -> bool:
+    """``benchmarks`` exists only in a source checkout; the installed areas always do (asking for one would
+    import its package, and torch with it)."""
+    import importlib.util
+
+    package = mod.rsplit(".", 1)[0]
+    return package != "beliefscope.benchmarks" or importlib.util.find_spec(package) is not None
 
 
 NO_PROGRESS_HELP = "no progress bar"
@@ -116,7 +160,8 @@ def _silenced(quiet: bool, no_progress: bool = False):
 
 def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else "")
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -89,6 +89,40 @@ def test_bench_smollm2_folder_is_refused_for_a_benchmark_that_does_not_read_it(c
     assert "--smollm2 'some/folder' is read by bench overhead and determinism only, not by cache" in err
 
 
+def test_the_command_table_lists_what_the_areas_register():
+    """`beliefscope --help` and `beliefscope CMD` build from `cli.COMMANDS` instead of importing every area: the table
+    names each registered command, in order, with the area that registers it and the help it registers."""
+    from beliefscope.cli import COMMANDS as TABLE
+
+    sub = next(a for a in PARSER._actions if a.dest == "command")
+    registered = {c.dest: c.help for c in sub._choices_actions}
+    assert list(registered) == list(TABLE)
+    for name, (area, text) in TABLE.items():
+        assert registered[name] == text, name
+        one = next(a for a in build_parser(name)._actions if a.dest == "command")  # only name's area is built
+        assert {c.dest: c.help for c in one._choices_actions} == registered, name
+        assert one.choices[name].get_default("func") is not None, f"{name} is not registered by {area}"
+        assert one.choices[name].format_help() == COMMANDS[name].format_help(), name
+        others = [n for n, (a, _) in TABLE.items() if a != area]
+        assert all(one.choices[n].get_default("func") is None for n in others), name
+
+
+def test_help_and_a_mistyped_command_answer_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, beliefscope.cli as c\n"
+            "for argv in (['--help'], ['genrate'], []):\n"
+            "    try:\n"
+            "        c.main(argv)\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "generate" in r.stdout and "invalid choice: 'genrate'" in r.stderr
+
+
 def test_the_command_line_starts_without_scikit_learn():
     """Every command builds the whole parser, and most never fit with scikit-learn: building it, and importing
     `beliefscope.probes`, leaves scikit-learn (about 1 s with SciPy and pandas) unloaded until
