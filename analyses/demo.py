@@ -18,7 +18,8 @@ import typing
 from dataclasses import asdict, dataclass, field
 
 import torch
-from beliefscope.analyses import beliefs, demo_view, determinism, forced, plots, report, spec_trace, thinking_view
+from beliefscope.analyses import (beliefs, demo_view, determinism, forced, plots, readings, report, spec_trace,
+                                  thinking_view)
 from beliefscope.analyses.common import (
     check_writable_parent,
     progress_bar,
@@ -216,7 +217,7 @@ def _beliefs(run: DemoRun) -> None:
                                            out=os.path.join(run.figs, "beliefs.png"), layer=best),
                      bridge=run.model, tok=run.tok)
     run.summary["beliefs"] = b
-    run.sections.append(section("Belief trajectory of one story", report.reading_beliefs(b), b["files"],
+    run.sections.append(section("Belief trajectory of one story", readings.reading_beliefs(b), b["files"],
                                  ["Probe P(heads) at every layer and token; the strip below marks the true state.",
                                   f"Layer {best} over the tokens, true state as a step, forced answers as squares."],
                                  f"<p>Prompt: <code>{html.escape(b['prompt'])}</code></p>"))
@@ -232,7 +233,7 @@ def _forced(run: DemoRun) -> None:
                                             layer=run.summary["probe"]["best_layer"]),
                         bridge=run.model, tok=run.tok, progress=bar.update)
     run.summary["forced"] = f
-    run.sections.append(section("Forced answers vs probe at every event", report.reading_forced(f), f["files"],
+    run.sections.append(section("Forced answers vs probe at every event", readings.reading_forced(f), f["files"],
                                  ["Accuracy of both readouts and their agreement, by number of events completed.",
                                   "One story: forced answer (fork the KV cache, append the question) and probe."]))
 
@@ -251,7 +252,7 @@ def _trace(run: DemoRun) -> None:
         t = spec_trace.main(tcfg, target=run.model, tok=run.tok, drafter=drafter, progress=bar.update)
     run.summary["trace"] = t
     run.sections.append({"group": "decoding", **section(
-        "Speculative decoding: draft, verify, rollback", report.reading_trace(t), t["files"],
+        "Speculative decoding: draft, verify, rollback", readings.reading_trace(t), t["files"],
         ["The target's KV cache around the first rejected draft of one request, coloured by the cache's own "
          "provenance labels (rejected entries kept for study).",
          "Drafted tokens accepted and rejected at each verify step of that request.",
@@ -272,7 +273,7 @@ def _determinism(run: DemoRun) -> None:
                              bridge=run.model, tok=run.tok, progress=bar.update)
     run.summary["determinism"] = d
     run.sections.append({"group": "decoding", **section(
-        "Determinism among other requests", report.reading_determinism(d), d["files"],
+        "Determinism among other requests", readings.reading_determinism(d), d["files"],
         ["Distinct outputs per prompt against the number of co-batched requests."])})
 
 
@@ -282,7 +283,7 @@ def _steering_step(run: DemoRun) -> None:
     run.summary["steering"] = st
     path = os.path.join(run.figs, "steering.png")
     save_fig(plots.steering_chart(st["flip_rate"], st["random"]["flip_rates"], st["layer"], st["alpha"]), path)
-    run.sections.append(section("Steering along the probe direction", report.reading_steering(st), [path],
+    run.sections.append(section("Steering along the probe direction", readings.reading_steering(st), [path],
                                  ["Answers flipped by adding the probe direction, and by random directions of the "
                                   "same norm (one tick each)."],
                                  report.table([st], ["layer", "alpha", "added_norm", "flip_rate",
@@ -366,7 +367,7 @@ def _thinking(model, tok, pdir, plan, cfg: DemoConfig, bars, tmp, figs, summary,
     th = thinking_view.demo_step(model, tok, pdir, tdir, featured_prompt(plan), figs)
     summary["thinking"] = th
     sections.append(demo_view.instrument_section(cfg, summary))
-    sections.append({**section(thinking_view.TITLE, report.reading_thinking(th), th["files"], thinking_view.CAPTIONS),
+    sections.append({**section(thinking_view.TITLE, readings.reading_thinking(th), th["files"], thinking_view.CAPTIONS),
                      "group": "instrument"})
 
 

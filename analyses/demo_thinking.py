@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import asdict
 
-from beliefscope.analyses import report
+from beliefscope.analyses import readings, report
 from beliefscope.analyses.beliefs import BeliefsConfig
 from beliefscope.analyses.beliefs import main as beliefs_main
 from beliefscope.analyses.common import check_writable_parent, progress_bar, staged_output, write_json
@@ -42,10 +42,10 @@ def _eval_section(ev: dict) -> dict:
     rows = [{"events": band, "answer accuracy": r["answer_accuracy"], "thought accuracy": r.get("thought_accuracy")}
             for band, r in ev.items()]
     first, last = rows[0], rows[-1]
-    reading = (f"The model answers {report._pct(first['answer accuracy'])} of {first['events']}-event stories "
-               f"correctly and {report._pct(last['answer accuracy'])} at {last['events']} events; its thoughts "
-               f"name the true state after {report._pct(first['thought accuracy'])} and "
-               f"{report._pct(last['thought accuracy'])} of the chunks.")
+    reading = (f"The model answers {readings.pct(first['answer accuracy'])} of {first['events']}-event stories "
+               f"correctly and {readings.pct(last['answer accuracy'])} at {last['events']} events; its thoughts "
+               f"name the true state after {readings.pct(first['thought accuracy'])} and "
+               f"{readings.pct(last['thought accuracy'])} of the chunks.")
     return {"title": "What the model answers, and what it thinks, by story length", "reading": reading,
             "figures": [], "html": report.table(rows, ["events", "answer accuracy", "thought accuracy"])}
 
@@ -95,7 +95,7 @@ def main(cfg: DemoConfig) -> dict:
                                        out=story), bridge=model, tok=tok)
         summary["beliefs"] = b
         reading = (f"On one held-out story of {len(b['thoughts'])} events the thoughts name the true state at "
-                   f"{report._pct(b['thought_accuracy'])} of the events; the answer is {b['answer']}.")
+                   f"{readings.pct(b['thought_accuracy'])} of the events; the answer is {b['answer']}.")
         sections.append(section("One story, token by token", reading, [story],
                                  ["Truth at every token; the model's thought and its forced answer at every event "
                                   "boundary."]))
@@ -105,10 +105,10 @@ def main(cfg: DemoConfig) -> dict:
         c = inst["models"][cfg.model]["causal"]
         sections.append({"title": "Is the state causal? Swapping S at one chunk", "figures": [], "html": "",
                          "reading": f"Swapping S at one chunk for another state's changes the answer in "
-                                    f"{report._pct(c['answer_flip_rate_swap'])} of {c['n']} stories and every later "
+                                    f"{readings.pct(c['answer_flip_rate_swap'])} of {c['n']} stories and every later "
                                     f"thought follows the swapped state in "
-                                    f"{report._pct(c['downstream_thoughts_follow_swap'])}; random vectors of equal "
-                                    f"norm change the answer in {report._pct(c['answer_flip_rate_random'])}."})
+                                    f"{readings.pct(c['downstream_thoughts_follow_swap'])}; random vectors of equal "
+                                    f"norm change the answer in {readings.pct(c['answer_flip_rate_random'])}."})
         summary["seconds_total"] = round(time.perf_counter() - t_all, 1)
         meta = (f"model <code>{cfg.model}</code> · {time.strftime('%Y-%m-%d %H:%M')} · "
                 f"{summary['seconds_total']} s on {os.cpu_count()} CPU cores"

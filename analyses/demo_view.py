@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import os
 
-from beliefscope.analyses import plots, report
+from beliefscope.analyses import plots, readings, report
 from beliefscope.analyses.common import save_fig
 from beliefscope.analyses.instrument import InstrumentConfig, table_lines
 from beliefscope.analyses.instrument import main as instrument_main
@@ -27,7 +27,7 @@ def instrument_section(cfg, summary: dict) -> dict:
     summary["thinking_instrument"] = inst
     table = "<pre>" + html.escape("\n".join(table_lines(inst))) + "</pre>"
     return {"title": "The validated instrument: thinking, a model whose beliefs are known", "figures": [],
-            "reading": report.reading_instrument(inst["models"]["thinking"]), "html": table, "group": "instrument"}
+            "reading": readings.reading_instrument(inst["models"]["thinking"]), "html": table, "group": "instrument"}
 
 
 def viewer_section(cfg, tmp: str, summary: dict, bars) -> dict:
@@ -40,7 +40,7 @@ def viewer_section(cfg, tmp: str, summary: dict, bars) -> dict:
     bar.close()
     v["out"], v["files"] = "view.html", ["view.html"]
     summary["view"] = v
-    return {"title": "The belief viewer: every token, every layer", "figures": [], "reading": report.reading_view(v),
+    return {"title": "The belief viewer: every token, every layer", "figures": [], "reading": readings.reading_view(v),
             "group": "viewer",
             "html": f"<p><a href='view.html'>view.html</a> ({v['bytes']:,} bytes, one file, no network): hover or "
                     "focus a token for the truth, the probe at every layer, the forced answer, the thought and the "
@@ -61,7 +61,7 @@ def eval_section(ev: dict) -> dict:
     rows = [{"events": k, "answer accuracy": v,
              "chain-of-thought exact match": ev.get("exact_match_by_events", {}).get(k)}
             for k, v in ev["answer_accuracy_by_events"].items()]
-    return {"title": "Task accuracy", "reading": report.reading_eval(ev), "figures": [],
+    return {"title": "Task accuracy", "reading": readings.reading_eval(ev), "figures": [],
             "html": report.table(rows, ["events", "answer accuracy", "chain-of-thought exact match"])}
 
 
@@ -74,7 +74,7 @@ def probe_section(summary: dict, figs: str, key: str = "probe") -> dict:
                                    rep["embedding_accuracy"], rep["majority_accuracy"])
     path = os.path.join(figs, "probe_layers.png" if key == "probe" else f"{key}_layers.png")
     data = save_fig(fig, path)
-    reading = report.reading_probe(rep, "the target")
+    reading = readings.reading_probe(rep, "the target")
     if key != "probe":
         return {"title": "Probe at the question token (where the toy target computes its answer)",
                 "reading": reading + " Steering below uses this probe's direction.",
@@ -85,7 +85,7 @@ def probe_section(summary: dict, figs: str, key: str = "probe") -> dict:
         d = summary["draft_probe"]
         dbest = next(r for r in d["layers"] if r["layer"] == d["best_layer"])
         reading += (" The draft model's own probe (needed for the trace below) reaches "
-                    f"{report._pct(dbest['accuracy'])} at its best layer L{d['best_layer']}.")
+                    f"{readings.pct(dbest['accuracy'])} at its best layer L{d['best_layer']}.")
     cols = ["layer", "accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
             "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy"]
     cols = [c for c in cols if any(r.get(c) is not None for r in rows)]

@@ -6,6 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["beliefscope.analyses.common", "beliefscope.analyses.plots", "beliefscope.analyses.report",
+           "beliefscope.analyses.readings",
            "beliefscope.analyses.beliefs", "beliefscope.analyses.forced", "beliefscope.analyses.spec_trace",
            "beliefscope.analyses.determinism", "beliefscope.analyses.demo", "beliefscope.analyses.commands"]
 
