@@ -109,7 +109,8 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
                 raise ModelLoadError(f"{name_or_path!r} is a Thinking States checkpoint: load it with "
                                      "beliefscope.load_model (or models.thinking.ckpt.load_thinking), which adds its "
                                      "T and C blocks; the plain loader would drop them")
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **place)
+            with no_bar_if_small(path):
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **place)
             tok = AutoTokenizer.from_pretrained(path)
         elif looks_like_hub_name(name_or_path):
             model, tok = _load_from_hub(name_or_path, dtype)
@@ -159,6 +160,29 @@ def _gguf_bar_follows_transformers():
         return
     with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
         yield
+
+
+SMALL_WEIGHTS_BYTES = 64 * 2**20  # a local checkpoint with less loads in well under a second (the shipped toys)
+
+
+@contextlib.contextmanager
+def no_bar_if_small(folder: str):
+    """transformers draws a "Loading weights" bar for every load, even one of a few milliseconds, and a command
+    that loads several toys (the demo loads eight) then litters its own progress display with them. A local
+    folder whose weights are under `SMALL_WEIGHTS_BYTES` loads without the bar; a bigger one keeps it. The
+    switch is restored after."""
+    from transformers.utils import logging as hf_logging
+
+    size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)
+               if f.endswith((".safetensors", ".bin")))
+    if size >= SMALL_WEIGHTS_BYTES or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
 
 
 def dispatch(model, place: dict):

@@ -142,3 +142,21 @@ def test_card_with_table_sets_the_template_bands_and_keeps_the_rest():
     out = card_with_table(card, table, full)
     assert out["steps"] == 7 and out["eval_questions"] == table
     assert out["eval"] == {"1-8": {"answer_accuracy": 0.5, "n": 2, "events": "1-8"}, "9-16": {"answer_accuracy": 0.9}}
+
+
+@pytest.mark.parametrize("name", ["target", "thinking"])
+def test_a_small_checkpoint_loads_without_transformers_bar_and_a_big_one_keeps_it(name, capfd, monkeypatch):
+    """transformers' "Loading weights" bar littered the demo's display eight times; a shipped toy loads without
+    it, the bar's switch is left as it was, and weights past the threshold (set to 0 here) keep the bar."""
+    from transformers.utils import logging as hf_logging
+
+    import beliefscope.models.hf_load as hf_load
+
+    assert hf_logging.is_progress_bar_enabled()
+    capfd.readouterr()
+    load_model(name)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()
+    monkeypatch.setattr(hf_load, "SMALL_WEIGHTS_BYTES", 0)
+    load_model(name)
+    assert "Loading weights" in capfd.readouterr().err

@@ -33,7 +33,7 @@ import torch
 from beliefscope.models.cards import read_card
 from beliefscope.models.devices import HOST, default_device, resolve_dtype
 from beliefscope.models.errors import ModelLoadError
-from beliefscope.models.hf_load import load_hf
+from beliefscope.models.hf_load import load_hf, no_bar_if_small
 from beliefscope.models.lora import add_lora, merge_lora
 from beliefscope.models.names import checkpoint_path
 from beliefscope.models.thinking.model import ThinkingConfig, ThinkingStates
@@ -156,7 +156,8 @@ def load_thinking(name_or_path: str, device=None, dtype=None):
     if card.get("backbone"):  # only the trained parts: composed over a pretrained backbone
         return load_composed(name_or_path, path, card, device, dtype,
                              build=lambda backbone, tok: ThinkingStates(backbone, tok, cfg))
-    backbone = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    with no_bar_if_small(path):
+        backbone = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
     model = ThinkingStates(backbone, tok, cfg)
