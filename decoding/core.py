@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from beliefscope.cache import KVCache
 from beliefscope.decoding.config import SpecConfig
-from beliefscope.models.bare import runnable
+from beliefscope.models.bare import last_logits_only, runnable
 from beliefscope.models.bridge import cache_kwarg
 from beliefscope.models.profile import hf_of
 
@@ -27,9 +27,10 @@ def hf_model(model):
     return hf_of(model)
 
 
-def hf_logits(model, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+def hf_logits(model, tokens: torch.Tensor, last_only: bool = False, **kwargs) -> torch.Tensor:
     """Float logits ``[B, n, vocab]`` of ``tokens`` ``[B, n]`` on the host, whatever device the model is on
-    (the decoding loops keep their bookkeeping there); inputs move to the model's device.
+    (the decoding loops keep their bookkeeping there); inputs move to the model's device. ``last_only``: the
+    last position's alone, ``[B, 1, vocab]``, computed alone where the model allows (`models.bare.last_logits_only`).
 
     >>> from beliefscope.models.testing import tiny_gpt2
     >>> hf_logits(tiny_gpt2(), torch.tensor([[1, 2]])).shape
@@ -38,7 +39,10 @@ def hf_logits(model, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
     hf = runnable(model)  # the bare HF tree unless a hook or a TransformerLens-only mode needs the wrappers
     dev = next(hf.parameters()).device
     kwargs = {cache_kwarg(hf) if k == "past_key_values" else k: _to_device(v, dev) for k, v in kwargs.items()}
-    return hf(tokens.to(dev), use_cache=True, **kwargs).logits.float().cpu()
+    if last_only:
+        kwargs.update(last_logits_only(hf))
+    logits = hf(tokens.to(dev), use_cache=True, **kwargs).logits  # [B, n or 1, vocab]
+    return (logits[:, -1:] if last_only else logits).float().cpu()
 
 
 def _to_device(value, dev):
@@ -101,12 +105,14 @@ class CompiledForwards:
 
 
 @torch.no_grad()
-def forward(model, tokens: torch.Tensor, cache) -> torch.Tensor:
-    """Logits ``[n, vocab]`` of ``tokens`` ``[n]`` appended to ``cache`` (written in place); ``model`` may be
-    a `CompiledForwards` over that cache."""
+def forward(model, tokens: torch.Tensor, cache, last_only: bool = False) -> torch.Tensor:
+    """Logits ``[n, vocab]`` of ``tokens`` ``[n]`` appended to ``cache`` (written in place), or the last
+    position's alone, ``[1, vocab]`` (``last_only``: a prefill); ``model`` may be a `CompiledForwards` over
+    that cache."""
     if isinstance(model, CompiledForwards):
-        return model.logits(tokens[None])[0]
-    return hf_logits(model, tokens[None], past_key_values=cache)[0]
+        logits = model.logits(tokens[None])[0]
+        return logits[-1:] if last_only else logits
+    return hf_logits(model, tokens[None], last_only, past_key_values=cache)[0]
 
 
 def seeded_generator(seed: int, position: int, stream: str) -> torch.Generator:

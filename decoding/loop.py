@@ -96,7 +96,7 @@ class SpeculativeRun:
         self.res = res = Generation([], n_prompt, 0, 0, 0.0, trace=trace, cache=cache)
         self.caps = _capture_target(stack, model, cache, trace, cfg)
         t = time.perf_counter()
-        logits = forward(model, ids0, cache)[-1]  # [vocab]; prefill: cache = prompt (PREFILL)
+        logits = forward(model, ids0, cache, last_only=True)[-1]  # [vocab]; prefill: cache = prompt (PREFILL)
         res.target_seconds += time.perf_counter() - t
         res.target_forwards = 1
         self.buf[n_prompt] = pick(logits, cfg, n_prompt)

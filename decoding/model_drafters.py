@@ -80,12 +80,12 @@ class ModelDrafter(Drafter):
         self.cache = new_cache(self.model, ids.numel() + cfg.max_new_tokens + cfg.window_size + 1)
         self._fed = ids[:-1].tolist()
         if ids.numel() > 1:
-            forward(self.model, ids[:-1], self.cache)
+            forward(self.model, ids[:-1], self.cache, last_only=True)  # K/V only: its logits are not read
             self.forwards += 1
 
     def _step(self, x: torch.Tensor) -> torch.Tensor:
         self.forwards += 1
-        return forward(self.model, x, self.cache)[-1]
+        return forward(self.model, x, self.cache, last_only=True)[-1]
 
     def propose(self, ids, n, cfg):
         # ids[seen:] is the pending token, plus our own last draft after a full accept
@@ -200,7 +200,7 @@ class EarlyExitDrafter(Drafter):
         self.cache.next_provenance = Provenance.DRAFT
         run = runnable(self.target)  # the module this forward calls: shorten its block list, not another's
         with first_layers(run, self.k):
-            return forward(run, x, self.cache)[-1]
+            return forward(run, x, self.cache, last_only=True)[-1]
 
     def _give_back(self, start: int) -> None:
         """The target's cache as it was before drafting (layers >= k were never written)."""

@@ -105,6 +105,25 @@ def runnable(model) -> torch.nn.Module:
     return state.model
 
 
+def last_logits_only(hf: torch.nn.Module) -> dict:
+    """``{"logits_to_keep": 1}`` where a forward of ``hf`` may compute the last position's logits alone (what HF's
+    own ``generate`` passes at prefill: a SmolLM2 prefill of 512 tokens otherwise spends a third of its time on
+    logits it discards), else ``{}``. Its forward must take the argument, and its output layer must be the plain
+    module with no hook on it: a TransformerLens wrapper's hook points, or a user's hook, would otherwise see one
+    position instead of every one."""
+    head = hf.get_output_embeddings() if hasattr(hf, "get_output_embeddings") else None
+    if head is None or is_wrapper(head) or head._forward_hooks or head._forward_pre_hooks:
+        return {}
+    return {"logits_to_keep": 1} if _takes_logits_to_keep(type(hf)) else {}
+
+
+@functools.cache
+def _takes_logits_to_keep(cls: type) -> bool:
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(cls.forward).parameters
+
+
 def link_bridge(hf: torch.nn.Module, bridge) -> None:
     """Remember ``bridge`` as ``hf``'s bridge (weakly), so `runnable` sees its TransformerLens-only modes."""
     hf.__dict__[_BRIDGE] = weakref.ref(bridge)

@@ -150,3 +150,36 @@ def test_the_cache_keyword_is_read_once_per_class_and_each_time_for_an_instances
     assert cache_kwarg(hf) == "cache"
     del hf.forward
     assert cache_kwarg(hf) == cache_kwarg(copy.deepcopy(hf))
+
+
+def test_a_prefill_computes_the_last_logits_alone_as_hf_generate_does_unless_the_output_layer_is_watched(pair):
+    """`generate`'s prefill reads the last position's logits only; it asks HF for that one row
+    (``logits_to_keep=1``, what HF's ``generate`` passes), unless a hook watches the output layer, which then
+    sees every position as before. Reference: HF's own forward with and without ``logits_to_keep``."""
+    from beliefscope.decoding.config import SpecConfig
+    from beliefscope.decoding.core import hf_logits
+    from beliefscope.decoding.loop import generate
+    from beliefscope.models.bare import last_logits_only
+
+    bridge, ref = pair
+    assert last_logits_only(runnable(bridge)) == {"logits_to_keep": 1}
+    got = hf_logits(bridge, X, last_only=True)  # [1, 1, vocab]
+    assert got.shape == (1, 1, 40)
+    with torch.no_grad():
+        assert torch.equal(got, ref(X, logits_to_keep=1).logits.float())
+        assert torch.allclose(got[:, -1], ref(X).logits[:, -1], atol=1e-5)
+    seen = []
+    handle = bare_model(bridge.original_model).lm_head.register_forward_hook(lambda m, a, out: seen.append(out.shape))
+    try:
+        assert last_logits_only(runnable(bridge)) == {}
+        hf_logits(bridge, X, last_only=True)
+    finally:
+        handle.remove()
+    assert seen == [torch.Size([1, 7, 40])]  # the watched output layer saw every position
+    with bridge.hooks(fwd_hooks=[("unembed.hook_out", lambda act, hook: None)]):  # the wrapped tree runs
+        assert last_logits_only(runnable(bridge)) == {}
+    x = X.clone()  # plain greedy by uncached forwards of the untouched copy (HF's generate would suppress EOS)
+    with torch.no_grad():
+        for _ in range(6):
+            x = torch.cat([x, ref(x).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert generate(bridge, X[0].tolist(), SpecConfig(max_new_tokens=6, stop_at_eos=False)).tokens == x[0, 7:].tolist()
