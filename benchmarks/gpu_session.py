@@ -86,7 +86,8 @@ def part_overhead(args, smol: str, compiled: bool = True) -> dict:
         os.environ["BELIEFSCOPE_BENCH_OUT"] = os.path.join(args.out, dtype)
         with model_defaults(device=args.device, dtype=dtype):
             res = overhead.main(quick=False, config=cfg, smollm2=smol)
-        out[dtype] = {size: {k: res[size].get(k) for k in ("forward", "capture", "generate", "generate_tokens_equal",
+        out[dtype] = {size: {k: res[size].get(k) for k in ("forward", "capture", "generate", "prefill",
+                                                           "generate_tokens_equal", "prefill_tokens_equal",
                                                            "compiled_tokens_equal_ours", "compiled_tokens_equal_hf")}
                       for size in ("tiny", "smollm2") if size in res}
         print(f"  overhead {dtype}:", json.dumps(out[dtype]), flush=True)

@@ -6,10 +6,14 @@ Run ``beliefscope bench overhead`` (a tiny random Llama, then SmolLM2-135M when 
 - **forward**: the bridge's forward (``bridge(tokens)``) against the HF model's;
 - **capture**: every block's ``hook_resid_post`` with `hooks.capture` against HF's ``output_hidden_states``,
   beside TransformerLens's ``run_with_cache`` on the same bridge (and nnsight's, where installed);
-- **generate**: `decoding.loop.generate` (greedy, ``new_tokens`` tokens) against HF's ``generate``.
+- **generate**: `decoding.loop.generate` (greedy, ``new_tokens`` tokens) against HF's ``generate``;
+- **prefill**: the same with a long prompt and few new tokens (``long_prompt_len``, ``long_new_tokens``), where
+  the prompt's forward dominates.
 
 "wrapped" is the bridge made to run TransformerLens's wrappers (one no-op hook on ``hook_embed``): what
-every forward cost before `models.bare`, so before/after come from the same run. The bare HF baseline is
+every forward cost before `models.bare`, so before/after come from the same run; the prefill row's "all_logits"
+is ours with a no-op hook on the output layer, which computes every prompt position's logits as each prefill
+did before it asked for the last one alone. The bare HF baseline is
 a deep copy of the HF model with no wrapper and no hook of ours.
 """
 
@@ -41,6 +45,8 @@ class OverheadBenchConfig:
     smollm2_shape: tuple = (4, 128)  # [batch, positions] of SmolLM2's forward and capture
     new_tokens: int = 64  # tokens each generate decodes (greedy, no early stop)
     prompt_len: int = 32  # prompt tokens of generate
+    long_prompt_len: int = 384  # prompt tokens of the prefill row (a generate dominated by the prompt's forward)
+    long_new_tokens: int = 8  # tokens the prefill row decodes
     repeats: int = 7  # interleaved timed repeats per row (medians reported)
     smollm2: bool = True  # also SmolLM2-135M when its wheel is installed (or `smollm2_model` is a folder)
     compiled: bool = True  # also `generate` with SpecConfig(compile=True) (CUDA graphs on a GPU, torch.compile on
@@ -49,7 +55,8 @@ class OverheadBenchConfig:
     #   random twin built from SmolLM2's config on a GPU machine without the wheel
 
 
-QUICK = OverheadBenchConfig(tiny_shape=(2, 16), new_tokens=8, prompt_len=8, repeats=3, smollm2=False, compiled=False)
+QUICK = OverheadBenchConfig(tiny_shape=(2, 16), new_tokens=8, prompt_len=8, long_prompt_len=64, long_new_tokens=4,
+                            repeats=3, smollm2=False, compiled=False)
 
 
 def tiny_bridge():
@@ -115,20 +122,30 @@ def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, prog
     def tl_capture():
         return bridge.run_with_cache(x, names_filter=lambda n: n in names)[1][names[0]]
 
+    long_prompt = torch.randint(0, vocab, (cfg.long_prompt_len,), generator=g).tolist()
     spec = SpecConfig(max_new_tokens=cfg.new_tokens, stop_at_eos=False)
-    ids = torch.tensor([prompt], device=dev)
 
-    def hf_generate():
-        return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=cfg.new_tokens,
-                           min_new_tokens=cfg.new_tokens, do_sample=False,
-                           pad_token_id=0)[0, len(prompt):].tolist()
+    def hf_generate(prompt=prompt, n=cfg.new_tokens):
+        ids = torch.tensor([prompt], device=dev)
+        return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                           do_sample=False, pad_token_id=0)[0, len(prompt):].tolist()
 
-    def ours_generate():
-        return generate(bridge, prompt, spec).tokens
+    def ours_generate(prompt=prompt, n=cfg.new_tokens):
+        return generate(bridge, prompt, replace(spec, max_new_tokens=n)).tokens
 
     def old_generate():
         with wrapped(bridge):
             return generate(bridge, prompt, spec).tokens
+
+    def all_logits_generate(prompt, n):
+        """Ours with a no-op hook on the output layer: the prefill then computes every position's logits, as
+        every prefill did before it asked for the last one alone (``logits_to_keep=1``)."""
+        head = bare_model(bridge.original_model).get_output_embeddings()
+        handle = head.register_forward_hook(lambda module, args, out: None)
+        try:
+            return ours_generate(prompt, n)
+        finally:
+            handle.remove()
 
     modes = set()  # what each compiled run ran: "cuda-graphs", "torch.compile", or "eager: why"
 
@@ -149,12 +166,17 @@ def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, prog
         if cfg.compiled:
             gens["compiled"] = compiled_generate
         rows["generate"] = interleaved(gens, repeats=max(3, cfg.repeats // 2), progress=progress)
+        rows["prefill"] = interleaved({"hf": lambda: hf_generate(long_prompt, cfg.long_new_tokens),
+                                       "ours": lambda: ours_generate(long_prompt, cfg.long_new_tokens),
+                                       "all_logits": lambda: all_logits_generate(long_prompt, cfg.long_new_tokens)},
+                                      repeats=max(3, cfg.repeats // 2), progress=progress)
         ref_logits = hf(x).logits
         out["forward_bit_equal"] = bool(torch.equal(bridge(x), ref_logits))
         want_h = hf(x, output_hidden_states=True).hidden_states
         out["capture_bit_equal"] = bool(torch.equal(ours_capture(), want_h[1]))
     gen = rows["generate"]
     out["generate_tokens_equal"] = gen["hf"]["outputs"] == gen["ours"]["outputs"]
+    out["prefill_tokens_equal"] = rows["prefill"]["hf"]["outputs"] == rows["prefill"]["ours"]["outputs"]
     if cfg.compiled:  # the compiled decode against our eager one (the same cache, another shape of attention)
         out["compiled_tokens_equal_ours"] = gen["compiled"]["outputs"] == gen["ours"]["outputs"]
         out["compiled_tokens_equal_hf"] = gen["compiled"]["outputs"] == gen["hf"]["outputs"]
@@ -208,23 +230,26 @@ def main(quick: bool = False, progress=None, config: OverheadBenchConfig | None 
                  else f"SmolLM2-sized model from {cfg.smollm2_model}")
         result["smollm2"] = bench_model(smol, label, cfg.smollm2_shape, cfg, progress)
     result[HEADLINE] = result["tiny"]["forward"]["ours_ratio"]
-    result["outputs_identical"] = all(r["forward_bit_equal"] and r["capture_bit_equal"] and r["generate_tokens_equal"]
-                                      for k, r in result.items() if k in ("tiny", "smollm2"))
+    keys = ("forward_bit_equal", "capture_bit_equal", "generate_tokens_equal", "prefill_tokens_equal")
+    result["outputs_identical"] = all(r[k] for size, r in result.items() if size in ("tiny", "smollm2") for k in keys)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     write_result("overhead", result, quick)
     return result
 
 
 def table(result: dict) -> list[list]:
-    """Rows printed by ``beliefscope bench overhead``: each candidate's time as a multiple of bare HF."""
-    rows = [["model", "what", "bare HF ms", "ours", "wrapped (before)", "TransformerLens", "nnsight", "compiled"]]
+    """Rows printed by ``beliefscope bench overhead``: each candidate's time as a multiple of bare HF; "before" is
+    the wrapped path (forward, capture, generate) or a prefill of every position's logits (prefill)."""
+    rows = [["model", "what", "bare HF ms", "ours", "before", "TransformerLens", "nnsight", "compiled"]]
     for size in ("tiny", "smollm2"):
         r = result.get(size)
         if not r:
             continue
-        for what in ("forward", "capture", "generate"):
-            c = r[what]
-            rows.append([size, what, c["hf_ms"], c.get("ours_ratio"), c.get("wrapped_ratio"),
+        for what in ("forward", "capture", "generate", "prefill"):
+            c = r.get(what)
+            if c is None:  # a result written before the row existed
+                continue
+            rows.append([size, what, c["hf_ms"], c.get("ours_ratio"), c.get("wrapped_ratio", c.get("all_logits_ratio")),
                          c.get("transformerlens_ratio", "-"), c.get("nnsight_ratio", "-"),
                          c.get("compiled_ratio", "-")])
     return rows

@@ -186,26 +186,36 @@ def overhead_page(d: Doc) -> str:
     intro = """
 The instrument beside the bare Hugging Face model, same weights and inputs (`beliefscope bench overhead`;
 `benchmarks/README.md`). Each figure is a time ratio over the bare model: our forward, a capture of every
-`resid_post` (against `output_hidden_states`), and greedy generation; "wrapped" is the TransformerLens-wrapped
-path used before `models.bare`.
+`resid_post` (against `output_hidden_states`), greedy generation, and "prefill": greedy generation of a few
+tokens after a long prompt, where the prompt's forward dominates. "Before" is the TransformerLens-wrapped path
+used before `models.bare`, and for the prefill a prefill that computes every prompt position's logits, as each
+did before it asked for the last position's alone (HF's `logits_to_keep`, what HF's own `generate` does).
 """
     f = functools.partial(d.fig, OVERHEAD)
     rows = []
     for part in ("tiny", "smollm2"):
-        for what in ("forward", "capture", "generate"):
+        for what in ("forward", "capture", "generate", "prefill"):
             k = (part, what)
+            if not d.has(OVERHEAD, *k):  # a result written before the row existed
+                continue
             rows.append([f"{'tiny Llama' if part == 'tiny' else 'SmolLM2'}, {what}", f(k + ("hf_ms",), "f1"),
-                         f(k + ("ours_ratio",), "x2"), f(k + ("wrapped_ratio",), "x2"),
+                         f(k + ("ours_ratio",), "x2"),
+                         d.opt(OVERHEAD, k + ("all_logits_ratio" if what == "prefill" else "wrapped_ratio",), "x2"),
                          d.opt(OVERHEAD, k + ("transformerlens_ratio",), "x2"),
                          d.opt(OVERHEAD, k + ("nnsight_ratio",), "x2")])
     models = " ".join(f"{t}: {f((p, 'model'), 'str')}, input {_shape(d, p)}." for p, t in (("tiny", "Tiny"),
                                                                                            ("smollm2", "SmolLM2")))
+    if d.has(OVERHEAD, "config", "long_prompt_len"):
+        models += (f" Prefill: a prompt of {f(('config', 'long_prompt_len'), 'int')} tokens, then "
+                   f"{f(('config', 'long_new_tokens'), 'int')} new tokens.")
     equal = ", ".join(f"{p} forward {f((p, 'forward_bit_equal'), 'yesno')}, "
                       f"capture {f((p, 'capture_bit_equal'), 'yesno')}, "
-                      f"generated tokens {f((p, 'generate_tokens_equal'), 'yesno')}" for p in ("tiny", "smollm2"))
+                      f"generated tokens {f((p, 'generate_tokens_equal'), 'yesno')}"
+                      + (f", after the long prompt {f((p, 'prefill_tokens_equal'), 'yesno')}"
+                         if d.has(OVERHEAD, p, "prefill_tokens_equal") else "") for p in ("tiny", "smollm2"))
     return page("What the instrument costs", intro,
-                models + "\n\n" + table(["model, path", "bare HF ms", "ours", "wrapped (before)", "TransformerLens",
-                                         "nnsight"], rows),
+                models + "\n\n" + table(["model, path", "bare HF ms", "ours", "before", "TransformerLens", "nnsight"],
+                                        rows),
                 f"Bit-equal to the bare model: {equal}.", d.bench_source(OVERHEAD, "overhead"),
                 _overhead_gpu(d), _compiled_gpu(d))
 
@@ -219,21 +229,23 @@ def _overhead_gpu(d: Doc) -> str:
     rows, first = [], OVERHEAD_H100["bfloat16"]
     for dtype, rel in OVERHEAD_H100.items():
         for part in ("tiny", "smollm2"):
-            for what in ("forward", "capture", "generate"):
+            for what in ("forward", "capture", "generate", "prefill"):
                 k = (part, what)
+                if not d.has(rel, *k):  # a result written before the row existed
+                    continue
                 compiled = NONE
                 if what == "generate" and d.has(rel, part, "generate", "compiled_ratio"):
                     compiled = (d.fig(rel, k + ("compiled_ratio",), "x2") + ", tokens equal: "
                                 + d.fig(rel, (part, "compiled_tokens_equal_ours"), "yesno"))  # to our eager decode
                 rows.append([f"{dtype}, {'tiny Llama' if part == 'tiny' else 'SmolLM2 shape'}, {what}",
                              d.fig(rel, k + ("hf_ms",), "f1"), d.fig(rel, k + ("ours_ratio",), "x2"),
-                             d.fig(rel, k + ("wrapped_ratio",), "x2"),
+                             d.opt(rel, k + ("all_logits_ratio" if what == "prefill" else "wrapped_ratio",), "x2"),
                              d.opt(rel, k + ("transformerlens_ratio",), "x2"), compiled])
     gpu = d.fig(COMPILED_H100, ("machine", "gpu"), "str") + ", torch " + d.fig(first, ("machine", "torch"), "str")
     return ("## On an H100\n\nThe SmolLM2 rows use a model with SmolLM2-135M-Instruct's config and random weights "
             f"(the machine has no network), input {_shape_of(d, first, 'smollm2')}; the tiny Llama's input is "
             f"{_shape_of(d, first, 'tiny')}.\n\n"
-            + table(["dtype, model, path", "bare HF ms", "ours", "wrapped (before)", "TransformerLens",
+            + table(["dtype, model, path", "bare HF ms", "ours", "before", "TransformerLens",
                      "compiled (`--compile`)"], rows) + "\n\n"
             + "The compiled column is `generate --compile` (CUDA graphs over the cache's buffers) in the same "
             "interleaved run, as a ratio to HF's eager `generate` (below 1 is faster). Its tokens are compared with "
@@ -271,7 +283,7 @@ def _shape_of(d: Doc, rel: str, part: str) -> str:
 
 
 def _shape(d: Doc, part: str) -> str:
-    return " × ".join(d.fig(OVERHEAD, (part, "shape", i), "int") for i in range(len(d.get(OVERHEAD, part, "shape"))))
+    return _shape_of(d, OVERHEAD, part)
 
 
 DET = f"{RES}/determinism.json"
