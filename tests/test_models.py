@@ -160,3 +160,27 @@ def test_a_small_checkpoint_loads_without_transformers_bar_and_a_big_one_keeps_i
     monkeypatch.setattr(hf_load, "SMALL_WEIGHTS_BYTES", 0)
     load_model(name)
     assert "Loading weights" in capfd.readouterr().err
+
+
+def test_direct_answers_read_the_last_logits_of_the_bare_model_as_hf_computes_them():
+    """`direct_answers` runs the bare HF tree with ``logits_to_keep=1``: its answers and top words are those of
+    an untouched HF copy's full forward (every position's logits, the last row read), over padded batches."""
+    from beliefscope.models.evaluate import _answer_ids, direct_answers
+    from beliefscope.tasks import get_task
+
+    bridge, tok = load_model(TARGET)
+    ref = copy_of(load_hf(TARGET)[0]).eval()
+    exs = get_task("coinflip").examples(24, 3, (1, 8))  # several lengths: left padding in every batch
+    top1: list = []
+    got = direct_answers(bridge.original_model, tok, exs, batch_size=8, top1=top1)
+    names, ids = exs[0].state_names, torch.tensor(_answer_ids(tok, exs[0].state_names))
+    want, want_top = [], []
+    for i in range(0, len(exs), 8):
+        enc = tok([e.prompt for e in exs[i: i + 8]], return_tensors="pt", padding=True)
+        pos = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            logits = ref(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], position_ids=pos).logits
+        want += [names[j] for j in logits[:, -1, ids].argmax(-1).tolist()]
+        want_top += [tok.decode([t]).strip() for t in logits[:, -1].argmax(-1).tolist()]
+    assert got == want and top1 == want_top
+    assert len(set(len(tok(e.prompt)["input_ids"]) for e in exs)) > 1
