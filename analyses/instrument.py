@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from beliefscope.analyses import plots
 from beliefscope.analyses.causal import causal_check
 from beliefscope.analyses.common import save_fig
 from beliefscope.analyses.forced import forced_answers
@@ -365,37 +366,10 @@ def write(res: dict, folder: str) -> list[str]:
     paths = [os.path.join(folder, f) for f in names]
     atomic_write_json(paths[0], res, sort_keys=False)
     atomic_write_text(paths[1], "\n".join(table_lines(res)) + "\n")
-    save_fig(figure(res), paths[2])
+    save_fig(plots.instrument_chart(res), paths[2])
     first = next(iter(res["models"].values()))
     panels = [{"name": name, **r["trajectory"]} for name, r in res["models"].items()]
     band = list(first["bands"])[-1]
     save_fig(strips_figure(panels, first["state_names"], f"One held-out {first['task']} story ({band} events), "
                            "token by token"), paths[3])
     return paths
-
-
-def figure(res: dict):
-    """Grouped bars: for each model and band, probe / forced / thought accuracy and probe=forced."""
-    from matplotlib.figure import Figure
-
-    keys = [("probe_accuracy", "probe", "#5b8fd9"), ("forced_accuracy", "forced answer", "#f2994a"),
-            ("thought_accuracy", "thought", "#bb6bd9"), ("control_accuracy", "control task", "#bdbdbd")]
-    models = list(res["models"])
-    bands = list(next(iter(res["models"].values()))["bands"])
-    fig = Figure(figsize=(2.2 + 2.6 * len(models), 3.4))
-    axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
-    for ax, name in zip(axes, models, strict=True):
-        r = res["models"][name]
-        for k, (key, label, color) in enumerate(keys):
-            vals = [r["bands"][b].get(key, np.nan) for b in bands]
-            ax.bar(np.arange(len(bands)) + (k - 1.5) * 0.2, vals, 0.2, color=color, label=label)
-        ax.axhline(1 / len(r.get("state_names", (0, 1))), color="k", lw=0.6, ls=":")  # chance
-        ax.set_xticks(range(len(bands)), [f"{b} ev." for b in bands], fontsize=8)
-        ax.set_title(f"{name}\nprobe at {r['hook']}", fontsize=9)
-        ax.set_ylim(0, 1.05)
-    axes[0].set_ylabel("accuracy at event boundaries")
-    axes[-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle("The belief instrument: probe, forced answer and thought against the truth, by story length",
-                 fontsize=10)
-    fig.tight_layout()
-    return fig

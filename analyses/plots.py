@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -276,4 +278,30 @@ def loss_curve(history: list[dict], title: str = "Training loss", marks: dict | 
     ax.set_ylabel("loss")
     ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))  # clear of the marks
     ax.set_title(title, fontsize=10)
+    return fig
+
+
+def instrument_chart(res: dict) -> Figure:
+    """`beliefscope instrument`'s grouped bars (``res``: its JSON): for each model and band, probe / forced / thought
+    accuracy beside the control task, chance dotted."""
+    keys = [("probe_accuracy", "probe", "#5b8fd9"), ("forced_accuracy", "forced answer", "#f2994a"),
+            ("thought_accuracy", "thought", "#bb6bd9"), ("control_accuracy", "control task", "#bdbdbd")]
+    models = list(res["models"])
+    bands = list(next(iter(res["models"].values()))["bands"])
+    fig = Figure(figsize=(2.2 + 2.6 * len(models), 3.4))
+    axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
+    for ax, name in zip(axes, models, strict=True):
+        r = res["models"][name]
+        for k, (key, label, color) in enumerate(keys):
+            vals = [r["bands"][b].get(key, np.nan) for b in bands]
+            ax.bar(np.arange(len(bands)) + (k - 1.5) * 0.2, vals, 0.2, color=color, label=label)
+        ax.axhline(1 / len(r.get("state_names", (0, 1))), color="k", lw=0.6, ls=":")  # chance
+        ax.set_xticks(range(len(bands)), [f"{b} ev." for b in bands], fontsize=8)
+        ax.set_title(f"{name}\nprobe at {r['hook']}", fontsize=9)
+        ax.set_ylim(0, 1.05)
+    axes[0].set_ylabel("accuracy at event boundaries")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    title = "The belief instrument: probe, forced answer and thought against the truth, by story length"
+    fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() / 0.075)), fontsize=10)  # about 0.075 in a character
+    fig.tight_layout()
     return fig

@@ -211,8 +211,8 @@ model with random weights. The causal check swaps the state vector S at one chun
             out.append(f"The JSON's config lists {_names(d, rel)}; its other rows come from another run with "
                        "the same settings.")
         out.append(picture(f"results-instrument-{anchor}.png", f"instrument bars, {title}",
-                           f"Probe, forced answer, thought and control by band (`analyses.instrument.figure`, drawn "
-                           f"from `{rel}`)."))
+                           "Probe, forced answer, thought and control by band (`analyses.plots.instrument_chart`, "
+                           f"drawn from `{rel}`)."))
         if all("trajectory" in m for m in d.get(rel, "models").values()) and anchor != "variables-next-token":
             out.append(picture(f"results-trajectory-{anchor}.png", f"one story token by token, {title}",
                                "One held-out story token by token: the truth, the probe (its cell fades with its "

@@ -102,9 +102,9 @@ def draw_determinism(inputs: list[dict]):
 
 
 def draw_instrument(inputs: list[dict]):
-    from beliefscope.analyses.instrument import figure
+    from beliefscope.analyses.plots import instrument_chart
 
-    return figure(inputs[0])
+    return instrument_chart(inputs[0])
 
 
 def draw_trajectory(inputs: list[dict]):
