@@ -325,6 +325,9 @@ def run_data(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_
     (or skipped or cut, and counted) before any forward, and every label goes into the store by name."""
     check_writable_parent(os.path.join(cfg.out, "manifest.json"))
     data = cfg.load()
+    if say and data.shared_texts:
+        say(f"{data.shared_texts} record(s) repeat an earlier record's text: each joins that record's fold group, so "
+            "no probe is scored on a text it was fitted on")
     dtype = store_dtype(cfg.dtype, model_profile(cfg.model).rendering)
     if cfg.n is not None:
         if cfg.n < 1:
@@ -345,7 +348,7 @@ def run_data(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_
                              extra)
     for r in result.values():
         r.update(records=len(examples), labels={n: data.classes[n] for n in data.label_names},
-                 skipped=len(fitted["skipped"]), truncated=len(fitted["truncated"]))
+                 skipped=len(fitted["skipped"]), truncated=len(fitted["truncated"]), shared_texts=data.shared_texts)
     return result
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from beliefscope.models.profile import model_shapes
 from beliefscope.probes.store import DTYPES, LABEL_NAMES
 from beliefscope.tasks.base import Example
+from beliefscope.tasks.folds import join_same_texts
 from beliefscope.tasks.records import Data, Record, Track
 
 
@@ -75,6 +76,8 @@ def fit_to_context(data: Data, tok, n_ctx: int, *, truncate: bool = False, skip_
                              f"{n_ctx}: shorten it, or pass --skip-long (drop such records) or --truncate (cut them)")
     if not kept:
         raise ValueError(f"every record is longer than the model's context of {n_ctx} tokens: nothing to harvest")
+    if report["truncated"]:  # texts cut to the same words join one group too
+        kept, _ = join_same_texts(kept, data.source)
     return replace(data, records=kept), report
 
 

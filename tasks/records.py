@@ -12,7 +12,9 @@ A record is a dict. Field names are defaults; `DataConfig` maps them.
 - **token spans** (each field of ``spans_field``, default ``spans``): a list of
   ``{"start", "end", "label"}`` character offsets; tokens overlapping a span take its label.
 - optional ``id`` (unique), ``split`` (records whose split is test, heldout or validation are held out) and
-  ``group`` (cross-validation folds never split a group; default: the record itself).
+  ``group`` (cross-validation folds never split a group; default: the record itself). Records with the same
+  text (up to whitespace) join one group, so no fold is scored on a text it was trained on, and the same
+  text in a training and a held-out record is refused.
 
 Every label is a named track; unlabelled tokens carry -1. Bad input is refused before any model runs,
 with the record, the value and the fix named.
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from beliefscope.tasks.base import Event, Example
+from beliefscope.tasks.folds import join_same_texts
 from beliefscope.tasks.sources import describe, read_rows
 
 KINDS = ("text", "events", "spans")  # a label read at the last token; states along the text; token spans
@@ -122,7 +125,8 @@ class Record:
     text: str  # the text
     tracks: dict  # label name -> Track
     heldout: bool = False  # its split is one of the held-out splits
-    group: str = ""  # cross-validation group (the id when the data has no group field)
+    group: str = ""  # cross-validation group (the id when the data has no group field), shared by records that
+    #   share a text or a group (the first such record's)
 
 
 @dataclass
@@ -135,6 +139,7 @@ class Data:
     kinds: dict  # label name -> "text" / "events" / "spans"
     source: str  # where the records came from
     config: DataConfig = field(default_factory=DataConfig)  # the mapping used
+    shared_texts: int = 0  # records whose text an earlier record already has (each joined that record's group)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -216,7 +221,9 @@ def load_data(source, config: DataConfig | None = None, **overrides) -> Data:
         group = row.get(cfg.group_field)
         records.append(Record(id=rid, text=text, tracks=tracks, heldout=str(split) in HELDOUT_SPLITS,
                               group=str(group) if group is not None else rid))
-    return Data(records=records, label_names=list(kinds), classes=classes, kinds=kinds, source=where, config=cfg)
+    records, shared = join_same_texts(records, where)
+    return Data(records=records, label_names=list(kinds), classes=classes, kinds=kinds, source=where, config=cfg,
+                shared_texts=shared)
 
 
 def _label_kinds(cfg: DataConfig, rows: list[dict], where: str) -> dict[str, str]:

@@ -118,3 +118,30 @@ def test_boxes_format():
     data = load_data(rows, format="boxes")
     assert data.records[0].text.endswith("Box 1 contains") and data.classes["content"] == ["the car"]
     assert data.records[0].group == "1"
+
+
+def test_records_with_one_text_share_a_fold_group_and_cannot_straddle_the_split():
+    """A user's file with repeated stories: every record with the same text (up to whitespace) joins the first
+    one's group, transitively through declared groups, so GroupKFold never trains on a text it scores; a text
+    in both a training and a held-out record is refused, naming both."""
+    from beliefscope.probes.controls import prompt_folds
+    from beliefscope.probes.harvest_data import data_examples
+
+    ev = [{"end": 3, "state": "a"}]
+    rows = [{"text": f"s{i % 4} x", "events": ev} for i in range(12)]  # 4 stories, each 3 times
+    rows += [{"text": "s0  x", "events": ev},  # s0 again, spaced differently
+             {"text": "t1 x", "events": ev, "group": "g"}, {"text": "t2 x", "events": ev, "group": "g"},
+             {"text": "t2 x", "events": ev}]  # joins g through its text
+    data = load_data(rows)
+    groups = [r.group for r in data.records]
+    assert groups[:12] == ["0", "1", "2", "3"] * 3 and groups[12] == "0" and groups[13:] == ["g", "g", "g"]
+    assert data.shared_texts == 10  # 8 repeats of s0-s3, the spaced s0 and the second t2
+    index = [ex.meta["group_index"] for ex in data_examples(data)]
+    for train, test in prompt_folds(np.asarray(index), 3):
+        seen = {" ".join(data.records[i].text.split()) for i in train}
+        assert not seen & {" ".join(data.records[i].text.split()) for i in test}
+    held = [{"id": "a", "text": "same", "events": ev}, {"id": "b", "text": "other", "events": ev},
+            {"id": "c", "text": "same", "events": ev, "split": "test"}]
+    with pytest.raises(ValueError, match=r"record 0 \(id a, training\) and record 2 \(id c, held out\)"):
+        load_data(held)
+    assert load_data(rows[:4]).shared_texts == 0 and [r.group for r in load_data(rows[:4]).records] == list("0123")

@@ -1,0 +1,49 @@
+"""Which records must share a cross-validation fold: a probe scored on a text it was fitted on reads a story it
+has seen, and its held-out accuracy is silently too high.
+
+`join_same_texts` joins records that share a text (up to whitespace) or a declared group into one group, and
+refuses the same text in a training and a held-out record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+
+def join_same_texts(records: list, where: str) -> tuple[list, int]:
+    """Records that share a text (up to whitespace) or a group end up in one group, the first such record's:
+    a fold that held one of them out and trained on another would score a text it had seen. The same text in
+    a training and a held-out record is refused for the same reason. Returns the records and how many had a
+    text an earlier record already had.
+
+    >>> from beliefscope.tasks.records import Record
+    >>> rs, n = join_same_texts([Record("a", "x  y", {}, group="a"), Record("b", "z", {}, group="b"),
+    ...                           Record("c", "x y", {}, group="c")], "data")
+    >>> [r.group for r in rs], n
+    (['a', 'b', 'a'], 1)
+    """
+    parent = list(range(len(records)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict = {}  # ("text", words) or ("group", name) -> index of the first record with it
+    shared = 0
+    for i, r in enumerate(records):
+        for key in (("text", " ".join(r.text.split())), ("group", r.group)):
+            j = first.setdefault(key, i)
+            if j == i:
+                continue
+            if key[0] == "text":
+                shared += 1
+                if records[j].heldout != r.heldout:
+                    train, held = (j, i) if r.heldout else (i, j)
+                    raise ValueError(f"{where}: record {train} (id {records[train].id}, training) and record {held} "
+                                     f"(id {records[held].id}, held out) have the same text: a held-out score would "
+                                     "read a training story; drop one of them or give both the same split")
+            a, b = root(i), root(j)
+            parent[max(a, b)] = min(a, b)  # the earlier record's group names the joined one
+    return [replace(r, group=records[root(i)].group) for i, r in enumerate(records)], shared
