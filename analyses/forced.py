@@ -40,7 +40,8 @@ from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile, writes_thoughts
 from beliefscope.models.thinking.data import thought_state, thought_word_id
 from beliefscope.tasks import get_task, parse_events_range
-from beliefscope.tasks.records import DataSource
+from beliefscope.tasks.records import DataSource, class_counts
+from beliefscope.tasks.score_checks import require_two_classes
 
 
 @dataclass
@@ -262,6 +263,7 @@ def data_examples_for_forced(config: ForcedConfig) -> list:
                          "e.g. --question ' Where is the key now? It is in the'")
     data = config.load()
     label = data.check_label(config.label or data.label_names[0])
+    require_two_classes(class_counts(data, label), label, data.source)
     n = len(data) if config.n is None else config.n
     if n < 1:
         raise ValueError(f"--n {n}: read at least 1 record")

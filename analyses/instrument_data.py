@@ -22,6 +22,8 @@ from beliefscope.analyses.instrument import _hooks, agreement, collect, fit_prob
 from beliefscope.models.load import check_model_name, load_model
 from beliefscope.probes.controls import majority_accuracy
 from beliefscope.probes.harvest import random_twin
+from beliefscope.tasks.records import class_counts
+from beliefscope.tasks.score_checks import require_two_classes
 
 
 def split_records(data) -> tuple[list[int], list[int]]:
@@ -52,6 +54,7 @@ def main_data(config, progress=None) -> dict:
 
     data = config.load()  # every record checked before any model loads
     label = data.check_label(config.label or data.label_names[0])
+    require_two_classes(class_counts(data, label), label, data.source)
     if data.kinds[label] == "spans":
         raise ValueError(f"label {label!r} tags spans; the instrument reads states at event ends: pass --label of a "
                          "per-text or events label")

@@ -19,7 +19,7 @@ import numpy as np
 from beliefscope.models.profile import model_shapes
 from beliefscope.probes.store import DTYPES, LABEL_NAMES
 from beliefscope.tasks.base import Example
-from beliefscope.tasks.folds import join_same_texts
+from beliefscope.tasks.score_checks import join_same_texts
 from beliefscope.tasks.records import Data, Record, Track
 
 

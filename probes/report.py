@@ -28,6 +28,7 @@ from beliefscope.probes.harvest import EMBED_HOOK
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers, fit_problems
 from beliefscope.probes.store import ActivationStore
 from beliefscope.tasks import parse_events_range
+from beliefscope.tasks.score_checks import require_two_classes
 
 
 @dataclass
@@ -164,6 +165,9 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     mi = np.nonzero(main)[0]
     if len(mi) == 0:
         raise ValueError(f"no prompts with {lo}-{hi} events in {store.path}: set --train-events to the harvested range")
+    present, counts = np.unique(lab[cfg.label][mi], return_counts=True)  # the training rows' classes
+    require_two_classes({class_names[k] if class_names else str(k): int(n) for k, n in zip(present, counts)},
+                        cfg.label, f"{store.path} (its training rows)")
     folds = prompt_folds(lab["group_id" if "group_id" in lab else "prompt_id"][mi], cfg.folds)
     boundary = lab["is_event_boundary"][mi].astype(bool)
     maj = np.mean([majority_accuracy(lab[cfg.label][mi][tr], lab[cfg.label][mi][te]) for tr, te in folds])

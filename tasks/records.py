@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from beliefscope.tasks.base import Event, Example
-from beliefscope.tasks.folds import join_same_texts
+from beliefscope.tasks.score_checks import join_same_texts
 from beliefscope.tasks.sources import describe, read_rows
 
 KINDS = ("text", "events", "spans")  # a label read at the last token; states along the text; token spans

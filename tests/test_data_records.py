@@ -145,3 +145,32 @@ def test_records_with_one_text_share_a_fold_group_and_cannot_straddle_the_split(
     with pytest.raises(ValueError, match=r"record 0 \(id a, training\) and record 2 \(id c, held out\)"):
         load_data(held)
     assert load_data(rows[:4]).shared_texts == 0 and [r.group for r in load_data(rows[:4]).records] == list("0123")
+
+
+def test_a_label_whose_records_hold_one_class_is_refused_where_it_would_be_scored(tmp_path, capsys):
+    """A constant label would read 100% for every probe, forced answer and verdict (the instrument called such a
+    model one that "keeps a running state"): forced and instrument refuse it before any model loads, probe before
+    any fit; another label of the same store is probed as usual."""
+    from beliefscope.cli import main as cli
+
+    from .tiny_llama import tiny_llama_folder
+
+    rooms = ["hall", "den"]
+    rows = [{"text": f"The box {i} is in the {rooms[i % 2]}.", "place": [{"end": 20, "state": rooms[i % 2]}],
+             "still": [{"end": 20, "state": "box"}]} for i in range(12)]
+    path = tmp_path / "one.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = tiny_llama_folder(str(tmp_path / "tiny"), [r["text"] for r in rows])
+    said = "every record of label 'still' holds class 'box'"
+    q = ["--question", " Where is it? In the", "--quiet"]
+    for argv in (["forced", "--model", model, "--data", str(path), "--events-field", "still", *q],
+                 ["instrument", "--models", model, "--data", str(path), "--events-field", "still", *q]):
+        capsys.readouterr()
+        assert cli(argv) == 2 and said in capsys.readouterr().err, argv
+    acts = str(tmp_path / "acts")
+    assert cli(["harvest", "--model", model, "--data", str(path), "--events-field", "place,still", "--out", acts,
+                "--no-random-init", "--quiet"]) == 0
+    capsys.readouterr()
+    assert cli(["probe", "--acts", acts, "--label", "still", "--folds", "3", "--quiet"]) == 2
+    assert said in capsys.readouterr().err
+    assert cli(["probe", "--acts", acts, "--label", "place", "--folds", "3", "--quiet"]) == 0

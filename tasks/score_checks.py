@@ -1,8 +1,10 @@
-"""Which records must share a cross-validation fold: a probe scored on a text it was fitted on reads a story it
-has seen, and its held-out accuracy is silently too high.
+"""What keeps a score on a researcher's own records honest, checked before any model runs.
 
-`join_same_texts` joins records that share a text (up to whitespace) or a declared group into one group, and
-refuses the same text in a training and a held-out record.
+- `join_same_texts`: records that share a text (up to whitespace) or a declared group form one
+  cross-validation group, and the same text in a training and a held-out record is refused. Otherwise a
+  probe scored on a text it was fitted on reads a story it has seen, and its accuracy is silently too high.
+- `require_two_classes`: a label whose records hold one class is refused where it would be scored. Every
+  probe, forced answer and verdict would read 100% with nothing to tell apart.
 """
 
 from __future__ import annotations
@@ -47,3 +49,18 @@ def join_same_texts(records: list, where: str) -> tuple[list, int]:
             a, b = root(i), root(j)
             parent[max(a, b)] = min(a, b)  # the earlier record's group names the joined one
     return [replace(r, group=records[root(i)].group) for i, r in enumerate(records)], shared
+
+
+def require_two_classes(counts: dict, label: str, where: str) -> None:
+    """Refuse ``label`` when ``counts`` (class -> records or events carrying it) holds fewer than two classes.
+
+    >>> require_two_classes({"box": 5, "bag": 0}, "place", "data.jsonl")
+    Traceback (most recent call last):
+    ...
+    ValueError: data.jsonl: every record of label 'place' holds class 'box': ...
+    """
+    present = [name for name, n in counts.items() if n]
+    if len(present) < 2:
+        raise ValueError(f"{where}: every record of label {label!r} holds class {(present or ['none'])[0]!r}: a probe "
+                         "or a forced answer would score 100% with nothing to tell apart; pass a label whose records "
+                         "hold two or more classes (--label, --events-field or --label-field)")
