@@ -39,6 +39,7 @@ from beliefscope.hooks import hook_name
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile, writes_thoughts
 from beliefscope.models.thinking.data import thought_state, thought_word_id
+from beliefscope.models.tokenizer import answer_token_ids
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.records import DataSource, class_counts
 from beliefscope.tasks.score_checks import require_two_classes
@@ -62,14 +63,6 @@ def split_story(ex) -> tuple[str, str]:
         raise ValueError("an example with no events has no event boundaries to read")
     end = ex.events[-1].span[1]
     return ex.prompt[:end], ex.prompt[end:]
-
-
-def answer_token_ids(tok, state_names) -> list[int]:
-    """First token of " <state>" for each state name; they must differ."""
-    ids = [tok(" " + s, add_special_tokens=False)["input_ids"][0] for s in state_names]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"state names {state_names} share a first token under this tokenizer")
-    return ids
 
 
 def _state_probs(logits: torch.Tensor, ans: list[int]) -> np.ndarray:

@@ -16,14 +16,10 @@ from beliefscope.models.bare import last_logits_only, runnable
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import hf_of, writes_thoughts
 from beliefscope.models.thinking.data import gold_thought, state_words, thought_state, thought_word_id
+from beliefscope.models.tokenizer import answer_token_ids
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.coinflip_free import free_examples
 from beliefscope.tasks.questions import in_chat
-
-
-def _answer_ids(tok, names):
-    """First token id of each answer word, as it follows the prompt (leading space)."""
-    return [tok(" " + n, add_special_tokens=False)["input_ids"][0] for n in names]
 
 
 @torch.no_grad()
@@ -34,7 +30,7 @@ def direct_answers(hf_model, tok, examples, batch_size=64, progress=None, top1: 
     watches the bridge's wrappers (`models.bare.runnable`: HF's logits, bit for bit), and computes the last
     position's logits alone where it may: every position's, for 64 SmolLM2 prompts of 100 tokens, take 1.3 GB."""
     names = examples[0].state_names
-    ids = torch.tensor(_answer_ids(tok, names))
+    ids = torch.tensor(answer_token_ids(tok, names))
     run = runnable(hf_model)
     last = last_logits_only(run)
     preds = []

@@ -27,3 +27,23 @@ def toy_tokenizer(words: list[str] | None = None) -> PreTrainedTokenizerFast:
         tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
         padding_side="left", clean_up_tokenization_spaces=False,
     )
+
+
+def answer_token_ids(tok, names) -> list[int]:
+    """The first token of " <name>" (the word as it follows a prompt) for each answer word: what a direct answer,
+    a forced answer or a steering flip is read from. Two words that share it could not be told apart, so that is
+    refused, naming them.
+
+    >>> answer_token_ids(toy_tokenizer(), ["heads", "tails"]) == [toy_tokenizer().convert_tokens_to_ids(w)
+    ...                                                           for w in ("heads", "tails")]
+    True
+    """
+    ids = [tok(" " + n, add_special_tokens=False)["input_ids"][0] for n in names]
+    first: dict = {}
+    for name, i in zip(names, ids):
+        if i in first:
+            raise ValueError(f"answer words {first[i]!r} and {name!r} share their first token {tok.decode([i])!r} "
+                             "under this tokenizer, so an answer read from it cannot tell them apart: pass answer "
+                             "words that start differently (--answers)")
+        first[i] = name
+    return ids

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from beliefscope.hooks import hook_name, hooked
 from beliefscope.hooks.capture import capture
+from beliefscope.models.tokenizer import answer_token_ids
 
 
 @dataclass
@@ -50,14 +51,6 @@ class SteerCommandConfig:
     random_seed: int = 0  # seed of the random directions
     boundary: bool = True  # steer the token that completes the last event
     batch_size: int = 32  # prompts per forward (prompts are batched by equal token length)
-
-
-def answer_token_ids(tokenizer, state_names) -> list[int]:
-    """First token id of " <state>" for each state; they must differ."""
-    ids = [tokenizer(" " + s, add_special_tokens=False)["input_ids"][0] for s in state_names]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"answers {state_names} share a first token under this tokenizer; cannot score flips")
-    return ids
 
 
 def _batches(lengths: list[int], size: int):

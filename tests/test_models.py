@@ -165,7 +165,8 @@ def test_a_small_checkpoint_loads_without_transformers_bar_and_a_big_one_keeps_i
 def test_direct_answers_read_the_last_logits_of_the_bare_model_as_hf_computes_them():
     """`direct_answers` runs the bare HF tree with ``logits_to_keep=1``: its answers and top words are those of
     an untouched HF copy's full forward (every position's logits, the last row read), over padded batches."""
-    from beliefscope.models.evaluate import _answer_ids, direct_answers
+    from beliefscope.models.evaluate import direct_answers
+    from beliefscope.models.tokenizer import answer_token_ids
     from beliefscope.tasks import get_task
 
     bridge, tok = load_model(TARGET)
@@ -173,7 +174,7 @@ def test_direct_answers_read_the_last_logits_of_the_bare_model_as_hf_computes_th
     exs = get_task("coinflip").examples(24, 3, (1, 8))  # several lengths: left padding in every batch
     top1: list = []
     got = direct_answers(bridge.original_model, tok, exs, batch_size=8, top1=top1)
-    names, ids = exs[0].state_names, torch.tensor(_answer_ids(tok, exs[0].state_names))
+    names, ids = exs[0].state_names, torch.tensor(answer_token_ids(tok, exs[0].state_names))
     want, want_top = [], []
     for i in range(0, len(exs), 8):
         enc = tok([e.prompt for e in exs[i: i + 8]], return_tensors="pt", padding=True)
@@ -184,3 +185,15 @@ def test_direct_answers_read_the_last_logits_of_the_bare_model_as_hf_computes_th
         want_top += [tok.decode([t]).strip() for t in logits[:, -1].argmax(-1).tolist()]
     assert got == want and top1 == want_top
     assert len(set(len(tok(e.prompt)["input_ids"]) for e in exs)) > 1
+
+
+def test_answer_words_that_share_a_first_token_are_refused_naming_them():
+    """Direct answers, forced answers and steering flips read one token per answer word; two words that begin
+    with the same token would be scored as one (eval had no such check). Under the toy word-level tokenizer
+    every unknown word is the one <unk> token."""
+    from beliefscope.models.tokenizer import answer_token_ids, toy_tokenizer
+
+    tok = toy_tokenizer()
+    assert answer_token_ids(tok, ["heads", "tails"]) == [tok.convert_tokens_to_ids(w) for w in ("heads", "tails")]
+    with pytest.raises(ValueError, match=r"'bedroom' and 'bathroom' share their first token '<unk>'"):
+        answer_token_ids(tok, ["heads", "bedroom", "bathroom"])
