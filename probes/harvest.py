@@ -30,6 +30,7 @@ from beliefscope.models.profile import model_profile, model_shapes
 from beliefscope.probes.harvest_data import (
     check_context,
     data_examples,
+    data_notes,
     fit_to_context,
     store_dtype,
     store_label_names,
@@ -325,9 +326,8 @@ def run_data(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_
     (or skipped or cut, and counted) before any forward, and every label goes into the store by name."""
     check_writable_parent(os.path.join(cfg.out, "manifest.json"))
     data = cfg.load()
-    if say and data.shared_texts:
-        say(f"{data.shared_texts} record(s) repeat an earlier record's text: each joins that record's fold group, so "
-            "no probe is scored on a text it was fitted on")
+    for line in data_notes(data) if say else ():
+        say(line)
     dtype = store_dtype(cfg.dtype, model_profile(cfg.model).rendering)
     if cfg.n is not None:
         if cfg.n < 1:

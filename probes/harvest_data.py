@@ -19,7 +19,7 @@ import numpy as np
 from beliefscope.models.profile import model_shapes
 from beliefscope.probes.store import DTYPES, LABEL_NAMES
 from beliefscope.tasks.base import Example
-from beliefscope.tasks.score_checks import join_same_texts
+from beliefscope.tasks.score_checks import join_same_texts, look_alike_classes
 from beliefscope.tasks.records import Data, Record, Track
 
 
@@ -53,6 +53,18 @@ def _spans_example(data: Data, i: int, label: str):
                    state_names=tuple(data.classes[label]), initial=-1, events=(),
                    answer_span=(len(r.text), len(r.text)),
                    meta={"record": r.id, "label": label, "split": "heldout" if r.heldout else "train"})
+
+
+def data_notes(data: Data) -> list[str]:
+    """What `harvest --data` tells the researcher about their records before the model loads."""
+    notes = []
+    if data.shared_texts:
+        notes.append(f"{data.shared_texts} record(s) repeat an earlier record's text: each joins that record's fold "
+                     "group, so no probe is scored on a text it was fitted on")
+    notes += [f"label {label!r} has classes that differ only in case or spacing: {names}; if they are one class, "
+              "write it one way in the data (a probe treats them as different classes)"
+              for label, names in look_alike_classes(data.classes)]
+    return notes
 
 
 def fit_to_context(data: Data, tok, n_ctx: int, *, truncate: bool = False, skip_long: bool = False):

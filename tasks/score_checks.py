@@ -5,6 +5,8 @@
   probe scored on a text it was fitted on reads a story it has seen, and its accuracy is silently too high.
 - `require_two_classes`: a label whose records hold one class is refused where it would be scored. Every
   probe, forced answer and verdict would read 100% with nothing to tell apart.
+- `look_alike_classes`: class names that differ only in case or spacing ("Hall", "hall "), most often one
+  class written two ways, which a probe would have to tell apart; `harvest` names them.
 """
 
 from __future__ import annotations
@@ -64,3 +66,19 @@ def require_two_classes(counts: dict, label: str, where: str) -> None:
         raise ValueError(f"{where}: every record of label {label!r} holds class {(present or ['none'])[0]!r}: a probe "
                          "or a forced answer would score 100% with nothing to tell apart; pass a label whose records "
                          "hold two or more classes (--label, --events-field or --label-field)")
+
+
+def look_alike_classes(classes: dict) -> list[tuple[str, list[str]]]:
+    """``[(label, [names])]``: for each label (``classes``: label -> class names), the class names that are one
+    name up to case and spacing.
+
+    >>> look_alike_classes({"room": ["Hall", "den", "hall", "hall "], "negated": ["no", "yes"]})
+    [('room', ['Hall', 'hall', 'hall '])]
+    """
+    found = []
+    for label, names in classes.items():
+        by_key: dict = {}
+        for name in names:
+            by_key.setdefault(" ".join(str(name).lower().split()), []).append(name)
+        found += [(label, same) for same in by_key.values() if len(same) > 1]
+    return found

@@ -174,3 +174,17 @@ def test_a_label_whose_records_hold_one_class_is_refused_where_it_would_be_score
     assert cli(["probe", "--acts", acts, "--label", "still", "--folds", "3", "--quiet"]) == 2
     assert said in capsys.readouterr().err
     assert cli(["probe", "--acts", acts, "--label", "place", "--folds", "3", "--quiet"]) == 0
+
+
+def test_harvest_notes_repeated_texts_and_classes_written_two_ways():
+    """What `harvest --data` says before the model loads: how many records repeated a text, and class names
+    that are one name up to case and spacing (a probe would treat "Hall" and "hall" as two rooms)."""
+    from beliefscope.probes.harvest_data import data_notes
+
+    rows = [{"text": "The box is in the hall.", "events": [{"end": 23, "state": "Hall"}]},
+            {"text": "The box is in the hall.", "events": [{"end": 23, "state": "hall"}]},
+            {"text": "The box is in the den.", "events": [{"end": 22, "state": "den"}]}]
+    notes = data_notes(load_data(rows))
+    assert len(notes) == 2 and notes[0].startswith("1 record(s) repeat")
+    assert "label 'events' has classes that differ only in case or spacing: ['Hall', 'hall']" in notes[1]
+    assert data_notes(load_data(rows[1:])) == []
