@@ -69,7 +69,8 @@ def prompt_folds(prompt_ids: np.ndarray, k: int = 5) -> list[tuple[np.ndarray, n
 
     n_prompts = len(np.unique(prompt_ids))
     if n_prompts < k:
-        raise ValueError(f"{n_prompts} prompts cannot be split into {k} folds: harvest more prompts or lower --folds")
+        raise ValueError(f"{n_prompts} prompts cannot be split into {k} folds (with your own records, records that "
+                         "share a text or a group count once): harvest more prompts or lower --folds")
     return list(GroupKFold(n_splits=k).split(np.zeros(len(prompt_ids)), groups=prompt_ids))
 
 
