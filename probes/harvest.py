@@ -32,6 +32,7 @@ from beliefscope.probes.harvest_data import (
     data_examples,
     data_notes,
     fit_to_context,
+    join_same_texts,
     store_dtype,
     store_label_names,
 )
@@ -326,13 +327,13 @@ def run_data(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_
     (or skipped or cut, and counted) before any forward, and every label goes into the store by name."""
     check_writable_parent(os.path.join(cfg.out, "manifest.json"))
     data = cfg.load()
-    for line in data_notes(data) if say else ():
-        say(line)
     dtype = store_dtype(cfg.dtype, model_profile(cfg.model).rendering)
     if cfg.n is not None:
         if cfg.n < 1:
             raise ValueError(f"--n {cfg.n}: harvest at least 1 record")
-        data.records = data.records[:cfg.n]
+        data.records, data.shared_texts = join_same_texts(data.records[:cfg.n], data.source)  # repeats in the n
+    for line in data_notes(data) if say else ():
+        say(line)
     model, tok = load_model(cfg.model)
     data, fitted = fit_to_context(data, tok, model_shapes(model).n_ctx, truncate=cfg.truncate, skip_long=cfg.skip_long)
     if say and (fitted["skipped"] or fitted["truncated"]):
