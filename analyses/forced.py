@@ -17,7 +17,7 @@ are read beside the forced answers and the probe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -40,6 +40,7 @@ from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile, writes_thoughts
 from beliefscope.models.thinking.data import thought_state, thought_word_id
 from beliefscope.models.tokenizer import answer_token_ids
+from beliefscope.probes.crossfit import CrossFitted
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.records import DataSource, class_counts
 from beliefscope.tasks.score_checks import require_two_classes
@@ -186,6 +187,7 @@ class ForcedVsProbe:
     probe_p: np.ndarray | None  # [n, K] probe distribution at the same token (None: no probe)
     true_state: np.ndarray  # [n] true state index
     thought: np.ndarray | None = None  # [n] state named by a Thinking States thought (-1: none); None otherwise
+    scored_on: dict = field(default_factory=dict)  # how the probe read the records: out-of-fold / held-out -> count
 
     @property
     def forced(self) -> np.ndarray:
@@ -226,15 +228,22 @@ class ForcedVsProbe:
         return out
 
 
-def forced_vs_probe_many(bridge, tok, probe, hook: str | None, examples, progress=None) -> ForcedVsProbe:
+def forced_vs_probe_many(bridge, tok, probe, hook: str | None, examples, progress=None,
+                         crossfit=None) -> ForcedVsProbe:
     """Forced answers (through cache forks) and the probe's distribution at `hook` (when a probe is given),
-    at every event boundary."""
+    at every event boundary. With `crossfit` (a `CrossFitted`), a record the probe was fitted on is read by
+    the fold probe that did not see it; `scored_on` counts the records read each way."""
 
     cols = {k: [] for k in ("prompt", "event", "forced", "probe", "true_state", "thought")}
+    scored_on: dict = {}
     for i, ex in enumerate(examples):
         fa = forced_answers(bridge, tok, ex)
         if probe is not None:
-            cols["probe"] += list(probe_distribution(bridge, probe, fa.story_ids, [hook])[0][fa.positions])
+            use, how = probe, "held-out" if crossfit is None else ""
+            if crossfit is not None:
+                use, how = crossfit.for_text(ex.meta["text"])
+            scored_on[how or "unknown"] = scored_on.get(how or "unknown", 0) + 1
+            cols["probe"] += list(probe_distribution(bridge, use, fa.story_ids, [hook])[0][fa.positions])
         cols["prompt"] += [i] * len(fa.positions)
         cols["event"] += list(range(1, len(fa.positions) + 1))
         cols["forced"] += list(fa.p_state)
@@ -244,9 +253,10 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str | None, examples, progres
         if progress:
             progress(1)
     arrays = {k: np.asarray(v) for k, v in cols.items()}
-    return ForcedVsProbe(arrays["prompt"], arrays["event"], arrays["forced"],
-                         arrays["probe"] if probe is not None else None, arrays["true_state"],
-                         thought=arrays["thought"] if cols["thought"] else None)
+    res = ForcedVsProbe(arrays["prompt"], arrays["event"], arrays["forced"],
+                        arrays["probe"] if probe is not None else None, arrays["true_state"],
+                        thought=arrays["thought"] if cols["thought"] else None, scored_on=scored_on)
+    return res
 
 
 def data_examples_for_forced(config: ForcedConfig) -> list:
@@ -293,10 +303,16 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
         check_probe_rendering(probe, rendering)
         examples = get_task("coinflip", rendering=rendering, fmt="direct", split="all").examples(n, config.seed,
                                                                                                    (lo, hi))
-    res = forced_vs_probe_many(bridge, tok, probe, hook, examples, progress)
+    crossfit = CrossFitted.load(config.probes, probe) if probe is not None and config.data else None
+    if probe is not None and config.data and crossfit is None:
+        raise ValueError(f"{config.probes} holds no cross-fitted probes (fitted by an older beliefscope): its final "
+                         "probe would score the records it was fitted on; fit it again with `beliefscope probe "
+                         f"--out {config.probes}`")
+    res = forced_vs_probe_many(bridge, tok, probe, hook, examples, progress, crossfit=crossfit)
     rates, by_event = res.rates(), res.by_event()
     files = _figures(bridge, tok, res, by_event, examples, layer, out) if out else []
-    head = {"model": config.model, "probes": config.probes, "layer": layer, "n_prompts": len(examples)}
+    head = {"model": config.model, "probes": config.probes, "layer": layer, "n_prompts": len(examples),
+            "probe_scored_on": res.scored_on if probe is not None else None}
     if config.data:
         head.update(data=config.data, label=examples[0].meta["label"], question=config.question,
                     state_names=list(examples[0].meta["classes"]), answers=list(examples[0].state_names))

@@ -93,10 +93,15 @@ def probe_lines(rep: dict) -> list[str]:
     return [f"{rep['model']}: label={rep['label']} positions={rep['positions']} prompts={rep['n_prompts']} "
             f"tokens={rep['n_rows']} folds={rep['folds']} (by prompt) trainer={rep['trainer']}",
             f"majority {rep['majority_accuracy']:.3f}  embedding {rep['embedding_accuracy']:.3f} "
-            f"(control {rep['embedding_control_accuracy']:.3f})",
+            + (f"(control {rep['embedding_control_accuracy']:.3f})" if rep.get("embedding_control_accuracy")
+               is not None else "(control task left out)"),
+            *(f"  baseline {k}: {v['accuracy']:.3f} [{v['interval'][0]:.3f}, {v['interval'][1]:.3f}] "
+              f"({v['description']})" for k, v in rep.get("baselines", {}).items()),
+            *([f"  control task: {rep['control']['note']}"] if rep.get("control", {}).get("defined") is False else []),
             "  ".join(f"{c[:14]:>14}" for c in cols),
             *("  ".join(f"{'-' if r.get(c) is None else r[c]:>14}" for c in cols) for r in rep["layers"]),
-            f"best layer: {rep['best_layer']}"]
+            f"best layer: {rep['best_layer']} (every accuracy {rep.get('scored_on', 'out-of-fold')})",
+            *([rep["verdict"]] if rep.get("verdict") else [])]
 
 
 def steer_run(cfg, progress) -> dict:

@@ -33,6 +33,7 @@ from beliefscope.probes.harvest_data import (
     data_notes,
     fit_to_context,
     join_same_texts,
+    store_classes,
     store_dtype,
     store_label_names,
 )
@@ -40,6 +41,7 @@ from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore, plan_
 from beliefscope.probes.twin import checkpoint_hash, random_init_like, random_twin  # noqa: F401 (re-exported)
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.records import DataSource
+from beliefscope.tasks.score_checks import text_key
 
 from beliefscope.base.config_flags import add_config_flags, config_from_args
 from beliefscope.base.files import check_writable_parent
@@ -343,8 +345,9 @@ def run_data(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_
               "layers": cfg.layers, "dtype": dtype, "random_init_seed": cfg.random_init_seed,
               "truncate": bool(cfg.truncate), "skip_long": bool(cfg.skip_long)}
     extra = {"source": "data", "data_source": data.source, "label_names": store_label_names(data),
-             "label_classes": data.classes, "label_kinds": data.kinds, "primary_label": data.label_names[0],
-             "record_ids": [r.id for r in data.records], "context_fit": fitted}
+             "label_classes": store_classes(data), "label_kinds": data.kinds, "primary_label": data.label_names[0],
+             "record_ids": [r.id for r in data.records], "text_keys": [text_key(r.text) for r in data.records],
+             "context_fit": fitted}
     result = harvest_targets(cfg, model, tok, examples, config, progress_factory, rank, world_size, barrier, say,
                              extra)
     for r in result.values():

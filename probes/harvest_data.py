@@ -20,6 +20,7 @@ from beliefscope.models.profile import model_shapes
 from beliefscope.probes.store import DTYPES, LABEL_NAMES
 from beliefscope.tasks.base import Example
 from beliefscope.tasks.score_checks import join_same_texts, look_alike_classes
+from beliefscope.tasks.surface import last_named, surface_column
 from beliefscope.tasks.records import Data, Record, Track
 
 
@@ -41,7 +42,14 @@ def data_examples(data: Data, label: str | None = None) -> list:
 
 
 def _labeller(data: Data, i: int):
-    return lambda offsets: data.token_labels(i, np.asarray(offsets))
+    def labels(offsets):
+        offsets = np.asarray(offsets)
+        out = data.token_labels(i, offsets)
+        text = data.records[i].text
+        for column, name in surface_columns(data).items():  # each label's surface baseline: the class named last
+            out[column] = last_named(text, data.classes[name], offsets[:, 1])
+        return out
+    return labels
 
 
 def _spans_example(data: Data, i: int, label: str):
@@ -106,8 +114,20 @@ def _truncated(r: Record, cut: int) -> Record:
 
 
 def store_label_names(data: Data) -> list[str]:
-    """The store's label columns for `data`: the built-in ones, the group, then every named label."""
-    return list(dict.fromkeys([*LABEL_NAMES, "group_id", *data.label_names]))
+    """The store's label columns for `data`: the built-in ones, the group, every named label, then each label's
+    last-named class (`tasks.surface`)."""
+    return list(dict.fromkeys([*LABEL_NAMES, "group_id", *data.label_names, *surface_columns(data)]))
+
+
+def surface_columns(data: Data) -> dict[str, str]:
+    """``{column: label}``: the store column of each label's last-named class, where no label of the data is
+    already called that."""
+    return {surface_column(n): n for n in data.label_names if surface_column(n) not in data.label_names}
+
+
+def store_classes(data: Data) -> dict[str, list]:
+    """Class names of every named store column: the labels', and each surface column's (its label's)."""
+    return {**data.classes, **{c: data.classes[n] for c, n in surface_columns(data).items()}}
 
 
 def estimate_bytes(n_rows: int, n_hooks: int, width: int, dtype: str, n_labels: int) -> int:

@@ -22,9 +22,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
+from beliefscope.probes.baselines import control_defined
 from beliefscope.probes.controls import control_labels, majority_accuracy, prompt_folds
+from beliefscope.probes.crossfit import save_folds
 from beliefscope.probes.data import _row_selection, load_probe_data
 from beliefscope.probes.harvest import EMBED_HOOK
+from beliefscope.probes.honest import baseline_predictions, describe, layer_reading, verdict
+from beliefscope.probes.intervals import scored
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers, fit_problems
 from beliefscope.probes.store import ActivationStore
 from beliefscope.tasks import parse_events_range
@@ -48,6 +52,9 @@ class ReportConfig:
     max_iter: int = 300  # optimiser iterations per fit
     control_seed: int = 0  # seed of the control task's random labels
     layers_per_fit: int = 8  # hooks fitted together (bounds memory: rows x d x this many floats)
+    baseline_label: str = ""  # comma-separated labels of the store to score as baselines (each as a rule: its value
+    #   -> the label's most common class on the training folds), e.g. lastbox
+    text_baseline: bool = True  # score a bag-of-words of the text so far as a baseline (cross-fitted like the probe)
 
 
 @dataclass
@@ -91,6 +98,11 @@ class ProbeReport:
     heldout_templates: dict = field(default_factory=dict)  # sizes, if the store has held-out templates (or splits)
     class_names: list | None = None  # the label's class names, in index order (None for a count label)
     seconds: float | None = None  # wall time of the fits
+    scored_on: str = "out-of-fold"  # every accuracy here: each row scored by the fold probe that did not see it
+    n_groups: int = 0  # record groups of the main split (the folds' and the intervals' unit)
+    baselines: dict = field(default_factory=dict)  # name -> accuracy, interval, rows, groups, description
+    control: dict = field(default_factory=dict)  # whether the control task is defined on the scored rows, and why
+    verdict: str = ""  # the best block's reading against its strongest baseline, in words
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -120,7 +132,7 @@ def _oof(X, labels, folds, cfg: ReportConfig, n_classes, hooks, final: bool = Fa
         test = torch.as_tensor(folds[j % len(folds)][1])
         for i, h in enumerate(hooks):
             preds[j // len(folds)][i, test] = probe.predict(X[i, test], h)
-    return preds, (probes[-1] if final else None)
+    return preds, ((probes[-1], probes[: len(folds)]) if final else None)
 
 
 def _acc(pred, y, rows=None):
@@ -168,22 +180,29 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     present, counts = np.unique(lab[cfg.label][mi], return_counts=True)  # the training rows' classes
     require_two_classes({class_names[k] if class_names else str(k): int(n) for k, n in zip(present, counts)},
                         cfg.label, f"{store.path} (its training rows)")
-    folds = prompt_folds(lab["group_id" if "group_id" in lab else "prompt_id"][mi], cfg.folds)
+    groups = lab["group_id" if "group_id" in lab else "prompt_id"][mi]
+    folds = prompt_folds(groups, cfg.folds)
     boundary = lab["is_event_boundary"][mi].astype(bool)
     maj = np.mean([majority_accuracy(lab[cfg.label][mi][tr], lab[cfg.label][mi][te]) for tr, te in folds])
+    control_ok, control_note = control_defined(lab["token_id"][mi], lab["position"][mi])
+    wanted = [b.strip() for b in cfg.baseline_label.split(",") if b.strip()]
+    static = {k: v == y[mi].numpy() for k, v in
+              baseline_predictions(store, lab, mi, folds, cfg.label, wanted, cfg.text_baseline).items()}
+    chance, embed_correct = 1 / n_classes, None
     rows, finals, embed = [], [], {}
     hooks = chosen_hooks(store.hooks, cfg.layers)
     for start in range(0, len(hooks), cfg.layers_per_fit):
         block = hooks[start:start + cfg.layers_per_fit]
         data = load_probe_data(store, cfg.positions, block, sel)
         X = data.X[:, torch.as_tensor(mi)]  # [L, n_main, d]
-        (acc, ctl), final = _oof(X, [y[mi], yc[mi]], folds, cfg, n_classes, block, final=True)
-        racc = [None] * len(block)
+        (acc, ctl), (final, fold_probes) = _oof(X, [y[mi], yc[mi]], folds, cfg, n_classes, block, final=True)
+        racc, twin_pred = [None] * len(block), None
         if random_store is not None:
             RX = load_probe_data(random_store, cfg.positions, block, rsel).X[:, torch.as_tensor(mi)]
-            racc = _acc(_oof(RX, [y[mi]], folds, cfg, n_classes, block)[0][0], y[mi])
+            twin_pred = _oof(RX, [y[mi]], folds, cfg, n_classes, block)[0][0]
+            racc = _acc(twin_pred, y[mi])
             del RX
-        finals.append((final, X.norm(dim=2).mean(1)))
+        finals.append((final, X.norm(dim=2).mean(1), fold_probes))
         held = {}
         held_name = "heldout_split_accuracy" if is_data_store(store) else "heldout_template_accuracy"
         for name, test_rows in (("heldout_length_accuracy", long_rows), (held_name, held_tpl)):
@@ -193,20 +212,39 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
         a, c = _acc(acc, y[mi]), _acc(ctl, yc[mi])
         ab, ao = _acc(acc, y[mi], boundary), _acc(acc, y[mi], ~boundary)
         for i, h in enumerate(block):
-            row = {"layer": layer_index(h), "hook": h, "accuracy": a[i], "control_accuracy": c[i],
-                   "selectivity": round(a[i] - c[i], 4), "random_init_accuracy": racc[i],
+            correct = (acc[i] == y[mi]).numpy()
+            row = {"layer": layer_index(h), "hook": h, "accuracy": a[i],
+                   "control_accuracy": c[i] if control_ok else None,
+                   "selectivity": round(a[i] - c[i], 4) if control_ok else None, "random_init_accuracy": racc[i],
                    "accuracy_event_tokens": ab[i], "accuracy_other_tokens": ao[i],
                    **{k: v[i] for k, v in held.items()}}
+            others = dict(static)
+            if embed_correct is not None:
+                others["embedding"] = embed_correct
+            if twin_pred is not None:
+                others["random_init"] = (twin_pred[i] == y[mi]).numpy()
+                row["random_init_interval"] = scored(others["random_init"], groups).to_json()["interval"]
+            row.update(layer_reading(correct, others, groups, chance))
             if h == EMBED_HOOK:
-                embed = row
+                embed, embed_correct = row, correct
             else:
                 rows.append(row)
         del data, X
         if progress:
             progress(len(block))
     best = max(rows, key=lambda r: r["accuracy"]) if rows else embed
+    n_groups = len(np.unique(groups))
+    base_json = {k: {**scored(v, groups).to_json(), "description": describe(k)} for k, v in static.items()}
+    if embed_correct is not None:
+        base_json["embedding"] = {**scored(embed_correct, groups).to_json(), "description": describe("embedding")}
     if out:
         _save_final(finals, store, cfg, out, class_names)
+        keys = store.manifest.get("text_keys")
+        if keys:  # records: each training text's fold, so `forced` reads it with a probe that never saw it
+            pids = lab["prompt_id"][mi]
+            text_fold = {keys[int(p)]: k for k, (_, te) in enumerate(folds) for p in np.unique(pids[te])}
+            meta = LinearProbe.load(out).meta
+            save_folds(out, [_concat([f[k] for _, _, f in finals], meta) for k in range(len(folds))], text_fold)
     return ProbeReport(
         label=cfg.label, positions=cfg.positions, store=store.path, store_hash=store.hash,
         model=store.manifest["model"]["id"], n_prompts=len(np.unique(lab["prompt_id"][mi])), n_rows=len(mi),
@@ -217,7 +255,9 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
                          "test_rows": int(long_rows.sum())},
         heldout_templates={"test_prompts": len(np.unique(lab["prompt_id"][held_tpl])),
                            "test_rows": int(held_tpl.sum())},
-        class_names=class_names, seconds=round(time.perf_counter() - t0, 2),
+        class_names=class_names, seconds=round(time.perf_counter() - t0, 2), n_groups=n_groups,
+        baselines=base_json, control={"defined": control_ok, "note": control_note},
+        verdict=verdict(best, cfg.label, n_groups, chance),
     )
 
 
@@ -271,16 +311,20 @@ def chosen_hooks(hooks: list[str], layers: str) -> list[str]:
 
 def _save_final(finals, store, cfg: ReportConfig, out: str, class_names=None) -> None:
     """Concatenate the per-block final probes into one `LinearProbe` and save it."""
-    probes = [p for p, _ in finals]
-    norms = torch.cat([n for _, n in finals])
+    probes = [p for p, _, _ in finals]
+    norms = torch.cat([n for _, n, _ in finals])
     hooks = [h for p in probes for h in p.hooks]
-    probe = LinearProbe(hooks=hooks, mean=torch.cat([p.mean for p in probes]), std=torch.cat([p.std for p in probes]),
-                        W=torch.cat([p.W for p in probes]), b=torch.cat([p.b for p in probes]),
-                        n_classes=probes[0].n_classes,
-                        meta={"label": cfg.label, "positions": cfg.positions, "store": os.path.abspath(store.path),
+    probe = _concat(probes, {"label": cfg.label, "positions": cfg.positions, "store": os.path.abspath(store.path),
                          "store_hash": store.hash, "model": store.manifest["model"]["id"],
                          "harvest_config": store.manifest["config"],
                          "state_names": class_names, "source": store.manifest.get("source", "task"),
                          "resid_norm": {h: round(float(n), 5) for h, n in zip(hooks, norms, strict=True)},
                          "trainer": cfg.trainer, "C": cfg.C})
     probe.save(out)
+
+
+def _concat(probes: list, meta: dict) -> LinearProbe:
+    """One `LinearProbe` over the hooks of per-block probes (in order)."""
+    return LinearProbe(hooks=[h for p in probes for h in p.hooks], mean=torch.cat([p.mean for p in probes]),
+                       std=torch.cat([p.std for p in probes]), W=torch.cat([p.W for p in probes]),
+                       b=torch.cat([p.b for p in probes]), n_classes=probes[0].n_classes, meta=meta)

@@ -178,7 +178,7 @@ class Data:
                        state_names=tuple(answers), initial=track.initial, events=tuple(events),
                        answer_span=(len(prompt), len(prompt)),
                        meta={"record": r.id, "label": label, "split": "heldout" if r.heldout else "train",
-                             "classes": tuple(names)})
+                             "classes": tuple(names), "text": r.text})
 
 
 def load_data(source, config: DataConfig | None = None, **overrides) -> Data:

@@ -11,7 +11,18 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
+
+
+def text_key(text: str) -> str:
+    """A short key of a text up to whitespace: records (and stories) with one key are one text, wherever
+    they come from; probes remember the keys they were fitted on.
+
+    >>> text_key("a  b  ") == text_key("a b")
+    True
+    """
+    return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()[:16]
 
 
 def join_same_texts(records: list, where: str) -> tuple[list, int]:

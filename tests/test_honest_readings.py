@@ -1,0 +1,205 @@
+"""Honest readings: group-bootstrap intervals, cross-fitted baselines (last-named class, bag-of-words, any label),
+controls only where defined, and verdicts against the strongest baseline, each against a hand computation or
+scikit-learn, and end to end on the shipped locations records (harvest -> probe)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GroupKFold
+
+from beliefscope.cli import main as cli
+from beliefscope.probes.baselines import control_defined, lookup_baseline, prefix_counts, text_so_far_baseline
+from beliefscope.probes.honest import layer_reading, verdict
+from beliefscope.probes.intervals import group_interval, margin_interval
+from beliefscope.tasks.surface import last_named
+
+from .tiny_llama import tiny_llama_folder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tasks", "data", "locations.jsonl")
+
+
+def test_interval_counts_groups_not_rows():
+    """20 groups of 10 identical rows carry 20 draws of information, not 200: the interval must be as wide as
+    20 independent rows' (normal approximation), not as narrow as 200's."""
+    rng = np.random.default_rng(3)
+    per_group = rng.random(20) < 0.6
+    correct, groups = np.repeat(per_group, 10).astype(float), np.repeat(np.arange(20), 10)
+    p = correct.mean()
+    lo, hi = group_interval(correct, groups, n_boot=4000)
+    want = 2 * 1.96 * np.sqrt(p * (1 - p) / 20)
+    assert 0.75 * want <= hi - lo <= 1.25 * want
+    assert hi - lo > 2 * (2 * 1.96 * np.sqrt(p * (1 - p) / 200))
+
+
+def test_margin_of_a_scorer_over_itself_is_exactly_zero_and_pairing_narrows():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(40), 5)
+    a = (rng.random(200) < 0.7).astype(float)
+    assert margin_interval(a, a, groups) == (0.0, 0.0, 0.0)
+    b = a.copy()
+    b[:10] = 1 - b[:10]  # b differs from a on 10 rows of 2 groups
+    m, lo, hi = margin_interval(a, b, groups)
+    alo, ahi = group_interval(a, groups)
+    assert m == pytest.approx(a.mean() - b.mean()) and hi - lo < (ahi - alo) / 2  # shared noise cancels
+
+
+def test_last_named_by_hand():
+    text = "The key is in the Hall. Ada walks down the hallway. She puts it in the den, not the hall."
+    ends = np.array([3, 23, 51, 77, 89])
+    # "hallway" is not "hall"; case is ignored; the den then the hall
+    assert last_named(text, ["den", "hall"], ends).tolist() == [-1, 1, 1, 0, 1]
+    assert last_named(text, ["attic"], ends).tolist() == [-1] * 5
+
+
+def test_lookup_baseline_is_cross_fitted():
+    feat = np.array([0, 0, 0, 1, 1, 1, 0, 1])
+    y = np.array([1, 1, 0, 0, 0, 1, 1, 0])
+    folds = [(np.arange(4, 8), np.arange(0, 4)), (np.arange(0, 4), np.arange(4, 8))]
+    # fold 1 trains on rows 4-7: value 0 -> 1 (row 6), value 1 -> 0 (rows 5 and 7 -> 1, 0: tie -> the lower class)
+    # fold 2 trains on rows 0-3: value 0 -> 1 (two 1s, one 0); value 1 -> 0
+    assert lookup_baseline(feat, y, folds).tolist() == [1, 1, 1, 0, 0, 0, 1, 0]
+
+
+def test_text_so_far_equals_scikit_learn_on_the_same_folds():
+    rng = np.random.default_rng(1)
+    n_prompts, T, V = 60, 6, 12
+    token_id = rng.integers(0, V, size=(n_prompts, T))
+    prompt_id = np.repeat(np.arange(n_prompts), T)
+    position = np.tile(np.arange(T), n_prompts)
+    y_prompt = (token_id == 3).any(1).astype(int)  # the label: did word 3 occur
+    at = position == T - 1  # scored at each text's last token
+    counts = prefix_counts(token_id.ravel(), prompt_id, position, prompt_id[at], position[at])
+    dense = np.zeros((n_prompts, V))
+    for p in range(n_prompts):
+        for t in token_id[p]:
+            dense[p, t] += 1
+    np.testing.assert_array_equal(counts.toarray()[:, :V], dense)
+    folds = list(GroupKFold(5).split(dense, groups=np.arange(n_prompts)))
+    ours = text_so_far_baseline(counts, y_prompt, folds)
+    ref = np.zeros(n_prompts, dtype=int)
+    for tr, te in folds:
+        ref[te] = LogisticRegression(C=1.0, max_iter=2000).fit(np.log1p(dense[tr]), y_prompt[tr]).predict(
+            np.log1p(dense[te]))
+    np.testing.assert_array_equal(ours, ref)
+    assert (ours == y_prompt).mean() > 0.9
+
+
+def test_control_is_left_out_where_every_scored_token_is_one_type():
+    pos = np.arange(200) % 40
+    assert control_defined(np.full(200, 7), pos)[0] is False
+    assert "1.0 effective word types" in control_defined(np.full(200, 7), pos)[1]
+    assert control_defined(np.arange(200) % 3, np.full(200, 5))[0] is False  # 3 keys: a random class is a coin
+    assert control_defined(np.arange(200) % 50, pos)[0] is True
+
+
+def test_verdict_reads_the_strongest_baseline_and_flags_below_chance():
+    groups = np.repeat(np.arange(60), 4)
+    rng = np.random.default_rng(2)
+    probe = rng.random(240) < 0.41
+    bases = {"majority": rng.random(240) < 0.24, "last_named": rng.random(240) < 0.40}
+    row = {"hook": "blocks.2.hook_resid_post", "accuracy": round(float(probe.mean()), 4),
+           **layer_reading(probe, bases, groups, chance=0.2)}
+    assert row["strongest_baseline"] == "last_named"
+    text = verdict(row, "box", 60, 0.2)
+    assert "no evidence beyond the class named last so far" in text and "blocks.2" in text
+    low = rng.random(240) < 0.15
+    row2 = {"hook": "blocks.9.hook_resid_post", "accuracy": float(low.mean()),
+            **layer_reading(low, {"majority": rng.random(240) < 0.5}, groups, chance=0.5)}
+    assert row2["below_chance"] and "below chance" in verdict(row2, "truth", 60, 0.5)
+
+
+@pytest.fixture(scope="module")
+def locations(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("honest")
+    texts = [json.loads(line)["text"] for line in open(DATA)]
+    model = tiny_llama_folder(str(tmp / "tiny"), texts)
+    acts = str(tmp / "acts")
+    assert cli(["harvest", "--model", model, "--data", DATA, "--events-field", "location", "--label-field", "negated",
+                "--out", acts, "--quiet"]) == 0
+    return tmp, acts
+
+
+def _report(capsys, acts, *more) -> dict:
+    capsys.readouterr()
+    assert cli(["probe", "--acts", acts, *more, "--json", "--quiet"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_report_names_the_strongest_baseline_on_own_records(locations, capsys):
+    """Before: the report measured the probe against chance and the majority only. The objects of the shipped
+    records move to named rooms, so "the room named last" is right most of the time; the report must score it
+    (cross-fitted, equal to the rule computed here by hand) and read the verdict against it."""
+    from beliefscope.probes.store import ActivationStore
+
+    _, acts = locations
+    rep = _report(capsys, acts, "--label", "location", "--baseline-label", "negated")
+    assert rep["scored_on"] == "out-of-fold" and rep["n_groups"] == 160
+    base = rep["baselines"]
+    assert {"majority", "last_named", "text_so_far", "embedding", "label:negated"} <= set(base)
+    lab = ActivationStore.open(acts).load_labels()
+    rows = (lab["location"] >= 0) & (lab["template_split"] == 0) & (lab["in_prompt"] == 1)
+    direct = float(np.mean(lab["location_last_named"][rows] == lab["location"][rows]))
+    # the cross-fitted rule maps each named room to itself (the names are the classes), so it equals the raw rule
+    assert base["last_named"]["accuracy"] == pytest.approx(direct, abs=1e-4)
+    lo, hi = base["last_named"]["interval"]
+    assert lo < base["last_named"]["accuracy"] < hi and base["last_named"]["n_groups"] == 160
+    for r in rep["layers"]:
+        assert r["strongest_baseline"] in base or r["strongest_baseline"] == "random_init"
+        assert r["accuracy_interval"][0] <= r["accuracy"] <= r["accuracy_interval"][1]
+    assert "class named last so far" in rep["verdict"] and "out-of-fold" in rep["verdict"]
+
+
+def test_control_left_out_at_the_last_token(locations, capsys):
+    """Before: a per-text label scored at each text's final "." drew a control bar from one word type."""
+    _, acts = locations
+    rep = _report(capsys, acts, "--label", "negated")
+    assert rep["control"]["defined"] is False and "effective word types" in rep["control"]["note"]
+    assert all(r["control_accuracy"] is None and r["selectivity"] is None for r in rep["layers"])
+    assert rep["baselines"]["text_so_far"]["accuracy"] > rep["baselines"]["majority"]["accuracy"]
+
+
+def test_baseline_label_that_is_not_in_the_store_is_refused(locations, capsys):
+    _, acts = locations
+    assert cli(["probe", "--acts", acts, "--label", "location", "--baseline-label", "lastbox", "--quiet"]) == 2
+    assert "--baseline-label 'lastbox' is not a label" in capsys.readouterr().err
+
+
+def test_probe_folder_maps_each_training_text_to_the_fold_that_held_it_out(locations, capsys):
+    """`forced` reads a training record with the fold probe that never saw it: crossfit.json must send every
+    training text to exactly the fold whose test rows hold it, and that fold's probe must equal its refit."""
+    import torch
+
+    from beliefscope.probes.controls import prompt_folds
+    from beliefscope.probes.crossfit import CrossFitted
+    from beliefscope.probes.linear import fit_all_layers
+    from beliefscope.probes.store import ActivationStore
+    from beliefscope.tasks.records import load_data
+
+    tmp, acts = locations
+    out = str(tmp / "probes")
+    _report(capsys, acts, "--label", "location", "--out", out)
+    cf = CrossFitted.load(out)
+    data = load_data(DATA, events_field=("location",), label_field=("negated",))
+    train = [r for r in data.records if not r.heldout]
+    assert len(cf.folds) == 5 and len(cf.text_fold) == len(train)
+    assert cf.for_text([r for r in data.records if r.heldout][0].text) == (cf.final, "held-out")
+    store = ActivationStore.open(acts)
+    lab = store.load_labels()
+    rows = np.nonzero((lab["location"] >= 0) & (lab["template_split"] == 0) & (lab["in_prompt"] == 1))[0]
+    rows = rows[np.lexsort((lab["position"][rows], lab["prompt_id"][rows]))]
+    folds = prompt_folds(lab["group_id"][rows], 5)
+    for k, (tr, te) in enumerate(folds):
+        for p in np.unique(lab["prompt_id"][rows[te]]):
+            probe, how = cf.for_text(data.records[int(p)].text)
+            assert how == "out-of-fold" and probe is cf.folds[k]
+    # fold 0's probe is the probe fitted on fold 0's training rows alone (scikit-learn's objective, any trainer)
+    h = "blocks.1.hook_resid_post"
+    X = store.load_hook(h)[torch.as_tensor(rows)]  # [n, d]
+    tr0 = folds[0][0]
+    ref = fit_all_layers(X[None, tr0], torch.as_tensor(lab["location"][rows[tr0]]), hooks=[h], trainer="sklearn")
+    agree = (cf.folds[0].predict(X, h) == ref.predict(X, h)).float().mean()
+    assert agree > 0.98
