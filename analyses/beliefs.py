@@ -31,6 +31,7 @@ from beliefscope.analyses.common import (
     check_writable_parent,
     load_probe,
     probe_distribution,
+    probe_for_record,
     probe_hooks_by_layer,
     probe_state_names,
     save_fig,
@@ -207,6 +208,9 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
         return _thinking_beliefs(config, bridge, tok, ex, probe, out)
     check_probe_matches(probe, bridge, config.model)
     layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
+    scored_on = None
+    if ex is not None:  # a record the probe was fitted on is read by the fold probe that did not see it
+        probe, scored_on = probe_for_record(probe, config.probes, ex)
     traj = trajectory(bridge, tok, probe, ex if ex is not None else config.prompt, checked=True)
     forced = forced_answers(bridge, tok, ex) if config.forced and ex is not None and ex.task != "data" else None
     heat, line = figures(traj, layer, forced)
@@ -224,6 +228,7 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
            "p_state0": np.round(traj.p_state, 4).tolist(), "true_state": traj.true_state.tolist(),
            "event_boundaries": traj.boundaries.tolist(),
            "accuracy_at_layer": None if acc is None else round(acc, 4), "scored_tokens": int(traj.scored().sum()),
+           "probe_scored_on": scored_on,
            "answer": ex.answer if ex is not None and ex.events else None, "files": [out, line_path]}
     if forced is not None:
         res["forced_p_state0"] = np.round(forced.p_state[:, 0], 4).tolist()

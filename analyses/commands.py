@@ -57,11 +57,20 @@ def _beliefs_lines(res: dict) -> list[str]:
 
 def _forced_lines(res: dict) -> list[str]:
     head = f"{res['n_boundaries']} event boundaries of {res['n_prompts']} prompts: "
+    ci = res.get("intervals") or {}
+
+    def rate(k: str) -> str:
+        lo_hi = ci.get(k)
+        return f"{res[k]:.1%}" + (f" [{lo_hi[0]:.1%}, {lo_hi[1]:.1%}]" if lo_hi else "")
+
+    chance = f" (chance {ci['chance']:.1%}; 95% intervals over {ci['n_records']} records)" if ci else ""
     if "agreement" not in res:
-        return [head + f"the forced answer names the true state on {res['forced_accuracy']:.1%} (argmax over "
-                f"{len(res.get('state_names') or ())} answers)", *_files(res)]
-    return [head + f"probe (layer {res['layer']}) agrees with the forced answer on {res['agreement']:.1%}; forced "
-            f"accuracy {res['forced_accuracy']:.1%}, probe accuracy {res['probe_accuracy']:.1%}", *_files(res)]
+        return [head + f"the forced answer names the true state on {rate('forced_accuracy')} (argmax over "
+                f"{len(res.get('state_names') or ())} answers){chance}", *_files(res)]
+    how = ", ".join(f"{n} {k}" for k, n in (res.get("probe_scored_on") or {}).items())
+    return [head + f"probe (blocks.{res['layer']}) agrees with the forced answer on {rate('agreement')}; forced "
+            f"accuracy {rate('forced_accuracy')}, probe accuracy {rate('probe_accuracy')}{chance}"
+            + (f"; the probe read {how} records" if how else ""), *_files(res)]
 
 
 def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:

@@ -136,6 +136,24 @@ def probe_hooks_by_layer(probe) -> list[tuple[int, str]]:
     return sorted(((layer_index(h), h) for h in probe.hooks), key=lambda t: t[0])
 
 
+def probe_for_record(probe, folder: str, ex, crossfit=None):
+    """(the probe to read example `ex` with, how: "out-of-fold", "held-out", or None for a task's prompt).
+
+    A record of your data is read by the fold probe that did not see it where the probe was fitted on it
+    (`probes.crossfit`), and by the final probe otherwise; a folder without cross-fitted probes is refused for
+    records, since its final probe would score the records it was fitted on."""
+    if "text" not in ex.meta:
+        return probe, None
+    from beliefscope.probes.crossfit import CrossFitted
+
+    crossfit = crossfit or CrossFitted.load(folder, probe)
+    if crossfit is None:
+        raise ValueError(f"{folder} holds no cross-fitted probes (fitted by an older beliefscope, or not by `probe "
+                         "--out`): its final probe would score the records it was fitted on; fit it again with "
+                         f"`beliefscope probe --acts ACTS --out {folder}`")
+    return crossfit.for_text(ex.meta["text"])
+
+
 def check_probe_states(probe, ex) -> None:
     """Refuse a probe read on a text whose truth has other states, or another label, than it was fitted on
     (its accuracy would compare unrelated class indices)."""

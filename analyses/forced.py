@@ -29,6 +29,7 @@ from beliefscope.analyses.common import (
     check_probe_states,
     check_writable_parent,
     load_probe,
+    probe_for_record,
     probe_distribution,
     save_fig,
     sibling,
@@ -41,6 +42,7 @@ from beliefscope.models.profile import model_profile, writes_thoughts
 from beliefscope.models.thinking.data import thought_state, thought_word_id
 from beliefscope.models.tokenizer import answer_token_ids
 from beliefscope.probes.crossfit import CrossFitted
+from beliefscope.probes.intervals import group_interval
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.records import DataSource, class_counts
 from beliefscope.tasks.score_checks import require_two_classes
@@ -62,6 +64,9 @@ def split_story(ex) -> tuple[str, str]:
     """(story, question): the prompt up to the end of the last event, and the rest of it."""
     if not ex.events:
         raise ValueError("an example with no events has no event boundaries to read")
+    if "question" in ex.meta:  # a record: its text (all of it, even after the last event) and its own question
+        q = ex.meta["question"]
+        return ex.prompt[: len(ex.prompt) - len(q)], q
     end = ex.events[-1].span[1]
     return ex.prompt[:end], ex.prompt[end:]
 
@@ -216,6 +221,15 @@ class ForcedVsProbe:
                 out["probe_thought_agreement"] = float(np.mean(pp == self.thought))
         return out
 
+    def intervals(self) -> dict:
+        """95% bootstrap intervals over prompts (records) of every rate, and the chance level ``1 / K``."""
+        fp, pp = self._preds()
+        hits = {"forced_accuracy": fp == self.true_state}
+        if pp is not None:
+            hits.update(probe_accuracy=pp == self.true_state, agreement=fp == pp)
+        out = {k: [round(x, 4) for x in group_interval(v.astype(float), self.prompt)] for k, v in hits.items()}
+        return {**out, "chance": round(1 / self.forced_p.shape[1], 4), "n_records": len(np.unique(self.prompt))}
+
     def by_event(self) -> dict:
         fp, pp = self._preds()
         ks = sorted(set(self.event.tolist()))
@@ -239,10 +253,8 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str | None, examples, progres
     for i, ex in enumerate(examples):
         fa = forced_answers(bridge, tok, ex)
         if probe is not None:
-            use, how = probe, "held-out" if crossfit is None else ""
-            if crossfit is not None:
-                use, how = crossfit.for_text(ex.meta["text"])
-            scored_on[how or "unknown"] = scored_on.get(how or "unknown", 0) + 1
+            use, how = probe_for_record(probe, "", ex, crossfit) if crossfit is not None else (probe, "held-out")
+            scored_on[how] = scored_on.get(how, 0) + 1
             cols["probe"] += list(probe_distribution(bridge, use, fa.story_ids, [hook])[0][fa.positions])
         cols["prompt"] += [i] * len(fa.positions)
         cols["event"] += list(range(1, len(fa.positions) + 1))
@@ -261,10 +273,12 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str | None, examples, progres
 
 def data_examples_for_forced(config: ForcedConfig) -> list:
     """Your records as examples whose prompt is the text and the question, whose states are the answer words."""
-    if not config.question.strip():
-        raise ValueError("forced answers on your data need the question asked at every event end: pass --question, "
-                         "e.g. --question ' Where is the key now? It is in the'")
     data = config.load()
+    if not config.question.strip() and not data.has_questions():
+        raise ValueError("forced answers on your data need the question asked at every event end: pass --question, "
+                         "e.g. --question ' Where is the key now? It is in the' (or a template over the record's "
+                         f"fields, ' Where is the {{object}} now?'), or give every record a {config.question_field!r} "
+                         "field")
     label = data.check_label(config.label or data.label_names[0])
     require_two_classes(class_counts(data, label), label, data.source)
     n = len(data) if config.n is None else config.n
@@ -303,11 +317,10 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
         check_probe_rendering(probe, rendering)
         examples = get_task("coinflip", rendering=rendering, fmt="direct", split="all").examples(n, config.seed,
                                                                                                    (lo, hi))
-    crossfit = CrossFitted.load(config.probes, probe) if probe is not None and config.data else None
-    if probe is not None and config.data and crossfit is None:
-        raise ValueError(f"{config.probes} holds no cross-fitted probes (fitted by an older beliefscope): its final "
-                         "probe would score the records it was fitted on; fit it again with `beliefscope probe "
-                         f"--out {config.probes}`")
+    crossfit = None
+    if probe is not None and config.data:
+        crossfit = CrossFitted.load(config.probes, probe)
+        probe_for_record(probe, config.probes, examples[0], crossfit)  # refuses a folder without fold probes
     res = forced_vs_probe_many(bridge, tok, probe, hook, examples, progress, crossfit=crossfit)
     rates, by_event = res.rates(), res.by_event()
     files = _figures(bridge, tok, res, by_event, examples, layer, out) if out else []
@@ -319,7 +332,7 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     else:
         head.update(events=f"{lo}-{hi}", seed=config.seed, rendering=rendering)
     return {**head, **{k: round(v, 4) if isinstance(v, float) else v for k, v in rates.items()},
-            "by_event": by_event, "files": files}
+            "intervals": res.intervals(), "by_event": by_event, "files": files}
 
 
 def _figures(bridge, tok, res, by_event, examples, layer, out) -> list[str]:

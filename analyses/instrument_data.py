@@ -58,9 +58,10 @@ def main_data(config, progress=None) -> dict:
     if data.kinds[label] == "spans":
         raise ValueError(f"label {label!r} tags spans; the instrument reads states at event ends: pass --label of a "
                          "per-text or events label")
-    if not config.question.strip():
+    if not config.question.strip() and not data.has_questions():
         raise ValueError("the instrument forces an answer at every event end: pass --question, e.g. "
-                         "--question ' Where is the key now? It is in the'")
+                         "--question ' Where is the key now? It is in the' (or a template over the record's fields, "
+                         f"' Where is the {{object}} now?'), or give every record a {config.question_field!r} field")
     for name in config.models:
         check_model_name(name)
     train_i, test_i = split_records(data)

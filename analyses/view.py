@@ -32,6 +32,7 @@ from beliefscope.analyses.common import (
     check_probe_rendering,
     check_writable_parent,
     load_probe,
+    probe_for_record,
     probe_hooks_by_layer,
     probe_state_names,
     token_strings,
@@ -194,13 +195,14 @@ def decode_story(model, tok, drafter, ex, gamma: int, max_new_tokens: int) -> di
 
 def _data_stories(cfg: ViewConfig) -> list:
     """The first `n` records of `--data` (held-out ones first: the probe never saw them) as examples of the label."""
-    if not cfg.question.strip():
-        raise ValueError("the viewer shows the forced answer at every event end: pass --question, e.g. "
-                         "--question ' Where is the key now? It is in the'")
     if not any(cfg.probes):
         raise ValueError("with --data the viewer reads a probe fitted on your records: pass --probes DIR "
                          "(from `beliefscope probe --acts ACTS --label NAME --out DIR`)")
     data = cfg.load()
+    if not cfg.question.strip() and not data.has_questions():
+        raise ValueError("the viewer shows the forced answer at every event end: pass --question, e.g. "
+                         "--question ' Where is the key now? It is in the' (or a template over the record's fields, "
+                         f"' Where is the {{object}} now?'), or give every record a {cfg.question_field!r} field")
     label = cfg.label or _probe_label(cfg.probes[0]) or data.label_names[0]
     label = data.label_names[0] if label == "state" else data.check_label(label)
     order = sorted(range(len(data)), key=lambda i: not data.records[i].heldout)
@@ -279,11 +281,15 @@ def build(cfg: ViewConfig, progress=None) -> dict:
         else:
             probe, rows, best, source = fit_here(model, tok, name, cfg.task, cfg.n_train, cfg.seed + 1)
         hits, n_tok = 0, 0
+        scored_on: dict = {}
         for ex, story in zip(examples, data["stories"]):
             lab = ex.labels(tok, text=ex.prompt)
+            # a record the probe was fitted on is read by the fold probe that did not see it
+            use, how = probe_for_record(probe, folder, ex) if folder else (probe, None)
+            scored_on[how or "held-out"] = scored_on.get(how or "held-out", 0) + 1
             panel = {"tokens": token_strings(tok, lab.input_ids), "truth": lab.state.tolist(),
-                     "boundaries": np.nonzero(lab.is_event_boundary)[0].tolist(),
-                     **story_panel(model, tok, probe, rows, ex)}
+                     "boundaries": np.nonzero(lab.is_event_boundary)[0].tolist(), "probe_scored_on": how,
+                     **story_panel(model, tok, use, rows, ex)}
             story["models"][name] = panel
             start = panel["boundaries"][0] if panel["boundaries"] else 0
             pred = np.asarray(panel["p"][best]).argmax(-1)[start:]
@@ -293,7 +299,7 @@ def build(cfg: ViewConfig, progress=None) -> dict:
                 progress(1)
         data["models"].append({"name": name, "thinking": thinking, "layers": [r[0] for r in rows],
                                "hooks": [r[1] for r in rows], "best": best, "probe": source,
-                               "probe_accuracy_at_best": round(hits / max(1, n_tok), 4)})
+                               "probe_accuracy_at_best": round(hits / max(1, n_tok), 4), "probe_scored_on": scored_on})
         if decode == "auto" and not thinking:
             decode = name
     data["decode"] = None

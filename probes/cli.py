@@ -79,9 +79,16 @@ def probe_run(cfg, progress) -> dict:
     report_cfg = ReportConfig(**{f.name: getattr(cfg, f.name) for f in fields(ReportConfig)})
     data = probe_report(store, report_cfg, twin, out=cfg.out, progress=progress).to_json()
     if cfg.out:
-        from beliefscope.base.files import atomic_write_json
+        from beliefscope.base.files import atomic_save, atomic_write_json
+        from beliefscope.probes.chart import probe_layers_figure
 
         atomic_write_json(os.path.join(cfg.out, "report.json"), data)
+        fig, png = probe_layers_figure(data), os.path.join(cfg.out, "probe-layers.png")
+        atomic_save(png, lambda tmp: fig.savefig(tmp, dpi=130, format="png"))
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        data["files"] = [png]
     return data
 
 

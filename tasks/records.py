@@ -59,6 +59,8 @@ class DataConfig:
     id_field: str = "id"  # unique record id (optional; default: the record's index)
     split_field: str = "split"  # records whose split is test, heldout or validation are held out of the folds
     group_field: str = "group"  # records of one group stay in one cross-validation fold (optional)
+    question_field: str = "question"  # a record's own question, asked after each event where --question is empty
+    #   (optional); --question may also be a template over the record's fields, e.g. ' Where is the {object}?'
     format: str = "records"  # records (the contract above) or boxes (Kim & Schuster 2023 entity tracking)
 
     def mapping(self) -> DataConfig:
@@ -127,6 +129,7 @@ class Record:
     heldout: bool = False  # its split is one of the held-out splits
     group: str = ""  # cross-validation group (the id when the data has no group field), shared by records that
     #   share a text or a group (the first such record's)
+    fields: dict = field(default_factory=dict)  # the record's plain (string or number) fields, for question templates
 
 
 @dataclass
@@ -173,12 +176,35 @@ class Data:
         for end, c in marks:
             events.append(Event(span=(start, end), kind="event", state_after=int(c)))
             start = end
+        question = self.question(i, question)
         prompt = r.text + question
         return Example(task="data", rendering="natural", fmt="direct", prompt=prompt, completion="",
                        state_names=tuple(answers), initial=track.initial, events=tuple(events),
                        answer_span=(len(prompt), len(prompt)),
                        meta={"record": r.id, "label": label, "split": "heldout" if r.heldout else "train",
-                             "classes": tuple(names), "text": r.text})
+                             "classes": tuple(names), "text": r.text, "question": question})
+
+    def has_questions(self) -> bool:
+        """Whether every record carries its own question (the `question_field`)."""
+        f = self.config.question_field
+        return bool(f) and all(str(r.fields.get(f, "")).strip() for r in self.records)
+
+    def question(self, i: int, asked: str = "") -> str:
+        """The question asked of record `i`: `asked` (a template over its fields where it holds ``{field}``), or
+        the record's own question field where `asked` is empty."""
+        r = self.records[i]
+        if not asked:
+            return str(r.fields.get(self.config.question_field, ""))
+        if "{" not in asked:
+            return asked
+        try:
+            return asked.format_map(r.fields)
+        except KeyError as e:
+            raise ValueError(f"--question {asked!r} names the field {e.args[0]!r}, which record {i} (id {r.id}) lacks; "
+                             f"its fields are {sorted(r.fields)}") from None
+        except (ValueError, IndexError) as e:
+            raise ValueError(f"--question {asked!r} is not a template of field names in braces ({e}): write "
+                             "' Where is the {object} now?'") from None
 
 
 def load_data(source, config: DataConfig | None = None, **overrides) -> Data:
@@ -219,8 +245,9 @@ def load_data(source, config: DataConfig | None = None, **overrides) -> Data:
                   kinds.items()}
         split = row.get(cfg.split_field)
         group = row.get(cfg.group_field)
+        plain = {k: v for k, v in row.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
         records.append(Record(id=rid, text=text, tracks=tracks, heldout=str(split) in HELDOUT_SPLITS,
-                              group=str(group) if group is not None else rid))
+                              group=str(group) if group is not None else rid, fields=plain))
     records, shared = join_same_texts(records, where)
     return Data(records=records, label_names=list(kinds), classes=classes, kinds=kinds, source=where, config=cfg,
                 shared_texts=shared)
@@ -342,7 +369,9 @@ def _track(row, name, kind, names, text, where, cfg: DataConfig) -> Track:
 
 def example_path(name: str = "locations.jsonl") -> str:
     """Path of a dataset shipped with beliefscope: ``locations.jsonl`` (200 stories of an object moving
-    between four rooms, a location after every sentence and a per-text ``negated`` label).
+    between four rooms, a location after every sentence and a per-text ``negated`` label) or ``tracking.jsonl``
+    (200 entity-tracking stories: five objects in five boxes, moves, the watched object's ``box`` after every
+    sentence and each record's own ``question``).
 
     >>> len(load_data(example_path(), events_field=("location",), label_field=("negated",)))
     200
@@ -351,7 +380,7 @@ def example_path(name: str = "locations.jsonl") -> str:
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", name)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no shipped dataset {name!r}; there is locations.jsonl")
+        raise FileNotFoundError(f"no shipped dataset {name!r}; there are locations.jsonl and tracking.jsonl")
     return path
 
 

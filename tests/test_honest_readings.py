@@ -181,7 +181,8 @@ def test_probe_folder_maps_each_training_text_to_the_fold_that_held_it_out(locat
 
     tmp, acts = locations
     out = str(tmp / "probes")
-    _report(capsys, acts, "--label", "location", "--out", out)
+    rep = _report(capsys, acts, "--label", "location", "--out", out)
+    assert rep["files"] == [os.path.join(out, "probe-layers.png")] and os.path.getsize(rep["files"][0]) > 10_000
     cf = CrossFitted.load(out)
     data = load_data(DATA, events_field=("location",), label_field=("negated",))
     train = [r for r in data.records if not r.heldout]
@@ -203,3 +204,39 @@ def test_probe_folder_maps_each_training_text_to_the_fold_that_held_it_out(locat
     ref = fit_all_layers(X[None, tr0], torch.as_tensor(lab["location"][rows[tr0]]), hooks=[h], trainer="sklearn")
     agree = (cf.folds[0].predict(X, h) == ref.predict(X, h)).float().mean()
     assert agree > 0.98
+
+
+def test_a_question_per_record_from_its_field_or_a_template():
+    """Before: one --question for every record, and text after the last event was put before the question."""
+    from beliefscope.analyses.forced import split_story
+    from beliefscope.tasks.records import load_data
+
+    recs = [{"text": "The key is in Box A. Move it to Box B. Tom waves.", "object": "key",
+             "events": [{"end": 20, "state": "A"}, {"end": 38, "state": "B"}], "question": " Where is the key?"},
+            {"text": "The pen is in Box B. Ann sings.", "object": "pen", "events": [{"end": 20, "state": "B"}],
+             "question": " Where is the pen?"}]
+    data = load_data(recs)
+    assert data.has_questions()
+    ex = data.example(0, "events")
+    assert ex.meta["question"] == " Where is the key?" and ex.prompt.endswith("Tom waves. Where is the key?")
+    # the text after the last event stays in the story; the question is the record's own, not "Tom waves. Where..."
+    assert split_story(ex) == ("The key is in Box A. Move it to Box B. Tom waves.", " Where is the key?")
+    assert data.example(1, "events", question=" Is the {object} in Box B?").meta["question"] == " Is the pen in Box B?"
+    with pytest.raises(ValueError, match=r"names the field 'colour', which record 0 \(id 0\) lacks; its fields are"):
+        data.example(0, "events", question=" Is it {colour}?")
+    assert not load_data([{k: v for k, v in recs[0].items() if k != "question"}]).has_questions()
+
+
+def test_shipped_tracking_stories_have_a_strong_but_imperfect_last_named_baseline():
+    """The entity-tracking set moves other objects between boxes, so the box named last is often not the
+    watched object's: the surface baseline a probe must beat, neither trivial nor perfect."""
+    from beliefscope.tasks.records import example_path, load_data
+
+    data = load_data(example_path("tracking.jsonl"), events_field=("box",))
+    assert len(data) == 200 and data.classes["box"] == ["A", "B", "C", "D", "E"] and data.has_questions()
+    hits = n = 0
+    for r in data.records:
+        for end, c in r.tracks["box"].items:
+            hits += int(last_named(r.text, data.classes["box"], np.array([end]))[0] == c)
+            n += 1
+    assert 0.3 < hits / n < 0.8, hits / n

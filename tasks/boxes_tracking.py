@@ -1,0 +1,55 @@
+"""Entity-tracking stories in the style of Kim & Schuster (2023, "Entity Tracking in Language Models"):
+objects in lettered boxes, then moves, and one watched object whose box is the state after every sentence.
+
+Each record has ``text``; ``box``, a list of ``{"end", "state"}`` events (the watched object's box after
+every sentence from the one that places it, held until the next sentence ends); ``object`` (the watched
+object); ``question`` (its own question, ``" Where is the <object> now? It is in Box"``); ``split`` (one
+record in five is "test"); and ``id``.
+
+Moves of the *other* objects name boxes too, so "the box named last so far" is often wrong: it is the
+surface baseline a probe of the watched object's box has to beat (`tasks.surface`).
+
+>>> r = tracking_records(2)[0]
+>>> r["box"][-1]["end"] == len(r["text"]) and r["question"].startswith(" Where is the ")
+True
+"""
+
+from __future__ import annotations
+
+import random
+
+SEED = 20261128  # the seed of the stream
+BOXES = ["A", "B", "C", "D", "E"]
+OBJECTS = ["key", "coin", "ring", "pen", "cup", "map", "shoe", "bell", "leaf", "card"]
+PLACE = ["Box {b} contains the {o}.", "The {o} is in Box {b}.", "Box {b} holds the {o}."]
+MOVE = ["Move the {o} from Box {a} to Box {b}.", "The {o} goes from Box {a} into Box {b}.",
+        "Someone puts the {o} from Box {a} in Box {b}."]
+
+
+def story(rng: random.Random, i: int) -> dict:
+    objects = rng.sample(OBJECTS, len(BOXES))
+    where = dict(zip(objects, rng.sample(BOXES, len(BOXES))))
+    watched = rng.choice(objects)
+    sentences = [(rng.choice(PLACE).format(b=where[o], o=o), where[watched] if o == watched else None)
+                 for o in objects]  # (sentence, the watched object's box once it is placed)
+    for _ in range(rng.randint(2, 6)):
+        # a move of the watched object one time in three, of another object otherwise
+        o = watched if rng.random() < 1 / 3 else rng.choice([x for x in objects if x != watched])
+        b = rng.choice([x for x in BOXES if x != where[o]])
+        sentences.append((rng.choice(MOVE).format(o=o, a=where[o], b=b), None))
+        where[o] = b
+        sentences[-1] = (sentences[-1][0], where[watched])
+    text, events, state = "", [], None
+    for s, b in sentences:
+        text += (" " if text else "") + s
+        state = b or state
+        if state is not None:
+            events.append({"end": len(text), "state": state})
+    return {"id": f"track-{i:03d}", "text": text, "box": events, "object": watched,
+            "question": f" Where is the {watched} now? It is in Box", "split": "test" if i % 5 == 4 else "train"}
+
+
+def tracking_records(n: int, seed: int = SEED) -> list[dict]:
+    """The first ``n`` stories of the seeded stream."""
+    rng = random.Random(seed)
+    return [story(rng, i) for i in range(n)]
