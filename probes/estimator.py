@@ -107,20 +107,20 @@ class ProbeClassifier(ClassifierMixin, BaseEstimator):
         return self.probe_
 
 
-def hook_xy(store, hook: str, label: str, positions: str = "after_first_event"):
-    """``(X [n, d], y [n], groups [n])`` of one hook of an `ActivationStore`: activations, the label,
-    and the prompt id of each row (for ``GroupKFold``), tokens chosen by ``positions``
-    (``after_first_event`` / ``boundary`` / ``all``), sorted by (prompt, position).
+def hook_xy(store, hook: str, label: str, positions: str = "auto"):
+    """``(X [n, d], y [n], groups [n])`` of one hook of an `ActivationStore`: the rows `beliefscope probe`
+    cross-validates for `label` (tokens chosen by ``positions``, as its ``--positions``: auto is labelled for your
+    data and after_first_event for a task; its main split, without held-out records or lengths), sorted by
+    (prompt, position), with each row's group for ``GroupKFold`` (the data's group where it has one, else the
+    prompt): the same groups, folds and rows as the command line.
 
-    Example::
+    Usage (not run as a doctest: it needs stored activations)::
 
-        Usage (not run as a doctest: it needs stored activations, probes or a model)::
-
-            X, y, groups = hook_xy(store, "blocks.3.hook_resid_post", "state")
-            cross_val_score(ProbeClassifier(), X, y, groups=groups, cv=GroupKFold(5))
+        X, y, groups = hook_xy(store, "blocks.3.hook_resid_post", "state")
+        cross_val_score(ProbeClassifier(), X, y, groups=groups, cv=GroupKFold(5))
     """
+    from beliefscope.probes.report import main_split_xy
 
     store.check_hook(hook)
     store.check_label(label)
-    data = load_probe_data(store, positions, [hook])
-    return data.X[0].numpy(), np.asarray(data.labels[label]), np.asarray(data.labels["prompt_id"])
+    return main_split_xy(store, hook, label, positions)

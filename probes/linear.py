@@ -19,6 +19,7 @@ True
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -263,12 +264,11 @@ def solve_problems(problems, mean, std, p_mean, p_std, n_classes, cfg):
     shift = (mean[:, None] - p_mean) / p_std  # [L, P, d]
     V = torch.zeros(L, d, Pn * K, requires_grad=True)  # [L, d, P*K] preconditioned weights
     b = torch.zeros(L, Pn, K, requires_grad=True)  # [L, P, K]
-    # stop when the gradient is below tol / 10, or when a step changes nothing at all. No stop on a small
-    # change of the loss: in float32 the summed loss stops resolving improvements (about 1e-7 of its value)
-    # while the gradient still points somewhere, and where that happens depends on the summation order of
-    # the CPU's kernels (a stop there left weights about 2e-3 from the optimum, and two machines 3e-3 apart)
+    # stop when a step lowers the summed objective by less than `tol` of its value at zero (every problem starts
+    # at log K per row), or the gradient is below tol / 10; then polish (below)
+    start = L * Pn * (math.log(2) if K == 1 else math.log(K))
     opt = torch.optim.LBFGS([V, b], lr=1, max_iter=cfg.max_iter, history_size=20, line_search_fn="strong_wolfe",
-                            tolerance_grad=cfg.tol / 10, tolerance_change=0.0)
+                            tolerance_grad=cfg.tol / 10, tolerance_change=cfg.tol * start)
     cached = [((X.float() - mean[:, None]) / std[:, None], Y, M) for X, Y, M in problems()] \
         if sum(1 for _ in problems()) == 1 else None
 
@@ -302,10 +302,12 @@ def solve_problems(problems, mean, std, p_mean, p_std, n_classes, cfg):
     opt.step(closure)
     n_iter = int(opt.state[V].get("n_iter", 0))
     if float(max(V.grad.abs().max(), b.grad.abs().max())) > cfg.tol / 10 and n_iter < cfg.max_iter:
-        # The line search stopped on a step it could not tell from no step: near the optimum a float32 loss
-        # no longer resolves the decrease, though its gradient still does. Finish with unit L-BFGS steps
-        # (no line search: in the preconditioned space the curvature is at most about 1, so a unit step
-        # cannot overshoot), stopping on the gradient alone.
+        # The line search stopped on a small change of the loss, or on a step it could not tell from no step:
+        # near the optimum a float32 loss no longer resolves the decrease, though its gradient still does, and
+        # where that happens depends on the summation order of the CPU's kernels (a stop there left weights
+        # about 2e-3 from the optimum, and two machines 3e-3 apart). Finish with at most POLISH_STEPS unit
+        # L-BFGS steps (no line search: in the preconditioned space the curvature is at most about 1, so a unit
+        # step cannot overshoot), stopping on the gradient alone.
         opt = torch.optim.LBFGS([V, b], lr=1, max_iter=min(POLISH_STEPS, cfg.max_iter - n_iter), history_size=20,
                                 tolerance_grad=cfg.tol / 10, tolerance_change=0.0)
         opt.step(closure)

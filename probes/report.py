@@ -170,17 +170,14 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     n_classes = max(len(class_names or ()), int(lab[cfg.label].max()) + 1, 2)
     y = torch.as_tensor(lab[cfg.label])
     yc = torch.as_tensor(control_labels(lab["token_id"], lab["position"], n_classes, cfg.control_seed))
-    in_len = (lab["n_events"] >= lo) & (lab["n_events"] <= hi)
-    main = in_len & (lab["template_split"] == 0)
-    long_rows = (lab["n_events"] > hi) & (lab["template_split"] == 0)
-    held_tpl = in_len & (lab["template_split"] == 1)
+    main, long_rows, held_tpl = split_rows(lab, lo, hi)
     mi = np.nonzero(main)[0]
     if len(mi) == 0:
         raise ValueError(f"no prompts with {lo}-{hi} events in {store.path}: set --train-events to the harvested range")
     present, counts = np.unique(lab[cfg.label][mi], return_counts=True)  # the training rows' classes
     require_two_classes({class_names[k] if class_names else str(k): int(n) for k, n in zip(present, counts)},
                         cfg.label, f"{store.path} (its training rows)")
-    groups = lab["group_id" if "group_id" in lab else "prompt_id"][mi]
+    groups = score_groups(lab)[mi]
     folds = prompt_folds(groups, cfg.folds)
     boundary = lab["is_event_boundary"][mi].astype(bool)
     maj = np.mean([majority_accuracy(lab[cfg.label][mi][tr], lab[cfg.label][mi][te]) for tr, te in folds])
@@ -259,6 +256,29 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
         baselines=base_json, control={"defined": control_ok, "note": control_note},
         verdict=verdict(best, cfg.label, n_groups, chance),
     )
+
+
+def split_rows(lab: dict, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row masks of the main split (cross-validated), the held-out lengths and the held-out templates or records."""
+    in_len = (lab["n_events"] >= lo) & (lab["n_events"] <= hi)
+    return (in_len & (lab["template_split"] == 0), (lab["n_events"] > hi) & (lab["template_split"] == 0),
+            in_len & (lab["template_split"] == 1))
+
+
+def score_groups(lab: dict) -> np.ndarray:
+    """Each row's cross-validation group ``[rows]``: the data's group (records sharing a text or a group) where the
+    store has one, else the prompt. Folds and intervals resample these, never rows."""
+    return lab["group_id" if "group_id" in lab else "prompt_id"]
+
+
+def main_split_xy(store, hook: str, label: str, positions: str = "auto", train_events: str = "auto"):
+    """``(X [n, d], y [n], groups [n])``: the rows `probe` cross-validates for `label` at `hook` (its positions,
+    its main split, its groups), so a fit in Python scores what the command line scores."""
+    cfg, lo, hi = resolved(ReportConfig(label=label, positions=positions, train_events=train_events), store)
+    sel = _row_selection(store, cfg.positions, label)
+    main = split_rows(sel[2], lo, hi)[0]
+    X = load_probe_data(store, cfg.positions, [hook], sel).X[0][torch.as_tensor(main)]
+    return X.numpy(), np.asarray(sel[2][label][main]), np.asarray(score_groups(sel[2])[main])
 
 
 def is_data_store(store) -> bool:
