@@ -77,7 +77,7 @@ def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:
     from beliefscope.base.files import check_writable_parent
     from beliefscope.tasks import get_task, parse_events_range
 
-    if cfg.data:
+    if cfg.data or cfg.acts:
         if cfg.out:
             check_writable_parent(os.path.join(cfg.out, "instrument.json"))
         return dataclasses.replace(cfg, models=tuple(m.strip() for m in cfg.models if m.strip()))
@@ -96,7 +96,12 @@ def _instrument(cfg: InstrumentConfig, progress) -> dict:
     from beliefscope.analyses.instrument import main, write
     from beliefscope.analyses.instrument_data import main_data
 
-    res = main_data(cfg, progress=progress) if cfg.data else main(cfg, progress=progress)
+    if cfg.acts:
+        from beliefscope.analyses.instrument_store import main_store
+
+        res = main_store(cfg, progress=progress)
+    else:
+        res = main_data(cfg, progress=progress) if cfg.data else main(cfg, progress=progress)
     if cfg.out:
         res["files"] = write(res, cfg.out)
     return res
@@ -106,6 +111,8 @@ def _instrument_total(cfg: InstrumentConfig) -> int:
     from beliefscope.analyses.instrument import prompts_read
     from beliefscope.analyses.instrument_data import data_prompts_read
 
+    if cfg.acts:
+        return cfg.n  # records whose forced answers are read (None: the bar counts without a total)
     return data_prompts_read(cfg) if cfg.data else prompts_read(cfg)
 
 

@@ -38,6 +38,7 @@ from beliefscope.models.cards import checkpoint_sha256
 from beliefscope.models.load import check_model_name, load_model
 from beliefscope.models.profile import model_profile, writes_thoughts
 from beliefscope.probes import fit_all_layers
+from beliefscope.probes.report import layer_index
 from beliefscope.probes.controls import control_labels
 from beliefscope.probes.harvest import random_init_like
 from beliefscope.tasks import get_task
@@ -66,6 +67,10 @@ class InstrumentConfig(DataSource):
     label: str = ""  # with --data: the label whose running state is tested (default: the data's first label)
     question: str = ""  # with --data: the question appended at every event end for the forced answer
     answers: tuple = ()  # with --data: one answer word per class, in class order (default: the class names)
+    acts: str = ""  # a store of your records (harvest --data) whose probes (--probes, from `probe --out`) give every
+    #   probe number: only the forced answers run the model (the store's own), and --models is not read
+    probes: str = ""  # with --acts: the folder `beliefscope probe --acts ACTS --out` wrote
+    n: int | None = None  # with --acts: the records whose forced answers are read (None: every record)
 
 
 def dev_prompts(config: InstrumentConfig, name: str) -> int:
@@ -287,7 +292,7 @@ def main(config: InstrumentConfig, progress=None) -> dict:
         control, _ = fit_probes(tr["X"], tr["control"], tr["prompt"], n_classes)  # read at the state probe's layer
         per_var = _variable_probes(tr, n_classes)
         res = {"task": config.task, "model_sha256": checkpoint_sha256(name),
-               "state_names": list(train_task.state_names), "best_layer": layer,
+               "state_names": list(train_task.state_names), "best_layer": layer_index(_hooks(model)[layer]),
                "hook": _hooks(model)[layer], "bands": {},
                "layer_chosen_on": (f"{len(dev)} other prompts of the held-out templates" if dev else
                                    "20% of the training prompts")}
@@ -368,6 +373,8 @@ def write(res: dict, folder: str) -> list[str]:
     atomic_write_text(paths[1], "\n".join(table_lines(res)) + "\n")
     save_fig(plots.instrument_chart(res), paths[2])
     first = next(iter(res["models"].values()))
+    if not all("trajectory" in r for r in res["models"].values()):  # --acts: no story was run token by token
+        return paths[:3]
     panels = [{"name": name, **r["trajectory"]} for name, r in res["models"].items()]
     band = list(first["bands"])[-1]
     save_fig(strips_figure(panels, first["state_names"], f"One held-out {first['task']} story ({band} events), "

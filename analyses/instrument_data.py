@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from beliefscope.analyses.instrument import _hooks, agreement, collect, fit_probes, story_readout, verdict
 from beliefscope.models.load import check_model_name, load_model
+from beliefscope.probes.report import layer_index
 from beliefscope.probes.controls import majority_accuracy
 from beliefscope.probes.harvest import random_twin
 from beliefscope.tasks.records import class_counts
@@ -85,7 +86,8 @@ def main_data(config, progress=None) -> dict:
                                           == te["control"]).mean())
         band["selectivity"] = band["probe_accuracy"] - band["control_accuracy"]
         band["majority_accuracy"] = majority_accuracy(tr["truth"], te["truth"])
-        res = {"task": f"data:{label}", "state_names": names, "best_layer": layer, "hook": _hooks(model)[layer],
+        res = {"task": f"data:{label}", "state_names": names, "best_layer": layer_index(_hooks(model)[layer]),
+               "hook": _hooks(model)[layer],
                "layer_chosen_on": "20% of the training records", "bands": {"all": band}}
         if config.random_init:
             twin, seed = random_twin(model, 0)

@@ -38,6 +38,9 @@ def probe_layers_figure(rep: dict):
             ax.fill_between(x, *zip(*[r["random_init_interval"] for r in rows]), color="#8e44ad", alpha=0.12, lw=0)
     if rep.get("control", {}).get("defined", True) and any(r.get("control_accuracy") is not None for r in rows):
         ax.plot(x, [r.get("control_accuracy") for r in rows], "^:", color="0.55", ms=3, lw=1, label="control task")
+    if all(r.get("mass_mean_accuracy") is not None for r in rows):
+        ax.plot(x, [r["mass_mean_accuracy"] for r in rows], "s-", color="#f4a259", ms=3, lw=1,
+                label="mass-mean probe")
     ax.plot(x, [r["accuracy"] for r in rows], "o-", color="#d1495b", ms=4, label=f"probe ({rep.get('scored_on')})")
     if all(r.get("accuracy_interval") for r in rows):
         ax.fill_between(x, *zip(*[r["accuracy_interval"] for r in rows]), color="#d1495b", alpha=0.2, lw=0)

@@ -93,7 +93,7 @@ def probe_run(cfg, progress) -> dict:
 
 
 def probe_lines(rep: dict) -> list[str]:
-    cols = ["layer", "accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
+    cols = ["layer", "accuracy", "mass_mean_accuracy", "control_accuracy", "selectivity", "random_init_accuracy",
             "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy",
             "heldout_split_accuracy"]
     cols = [c for c in cols if any(c in r for r in rep["layers"])]
@@ -108,7 +108,11 @@ def probe_lines(rep: dict) -> list[str]:
             "  ".join(f"{c[:14]:>14}" for c in cols),
             *("  ".join(f"{'-' if r.get(c) is None else r[c]:>14}" for c in cols) for r in rep["layers"]),
             f"best layer: {rep['best_layer']} (every accuracy {rep.get('scored_on', 'out-of-fold')})",
-            *([rep["verdict"]] if rep.get("verdict") else [])]
+            *([rep["verdict"]] if rep.get("verdict") else []),
+            *(f"fitted here, read on {path} ({t['n_rows']} rows, {t['n_groups']} groups): best {t['best_hook']} "
+              + "{accuracy:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]".format(
+                  **next(r for r in t["layers"] if r["hook"] == t["best_hook"]))
+              for path, t in rep.get("transfer", {}).items())]
 
 
 def steer_run(cfg, progress) -> dict:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from beliefscope.probes.data import load_probe_data
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets

@@ -30,7 +30,9 @@ from beliefscope.probes.harvest import EMBED_HOOK
 from beliefscope.probes.honest import baseline_predictions, describe, layer_reading, verdict
 from beliefscope.probes.intervals import scored
 from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers, fit_problems
+from beliefscope.probes.massmean import mass_mean_oof
 from beliefscope.probes.store import ActivationStore
+from beliefscope.probes.transfer import check_transfer_store, transfer_scores
 from beliefscope.tasks import parse_events_range
 from beliefscope.tasks.score_checks import require_two_classes
 
@@ -55,6 +57,8 @@ class ReportConfig:
     baseline_label: str = ""  # comma-separated labels of the store to score as baselines (each as a rule: its value
     #   -> the label's most common class on the training folds), e.g. lastbox
     text_baseline: bool = True  # score a bag-of-words of the text so far as a baseline (cross-fitted like the probe)
+    transfer: str = ""  # comma-separated stores of the same model to read the final probes on (fitted here, scored
+    #   there: cities -> negated cities), each with intervals
 
 
 @dataclass
@@ -103,6 +107,7 @@ class ProbeReport:
     baselines: dict = field(default_factory=dict)  # name -> accuracy, interval, rows, groups, description
     control: dict = field(default_factory=dict)  # whether the control task is defined on the scored rows, and why
     verdict: str = ""  # the best block's reading against its strongest baseline, in words
+    transfer: dict = field(default_factory=dict)  # store -> the final probes' accuracy on its rows, per hook
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -186,6 +191,9 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     static = {k: v == y[mi].numpy() for k, v in
               baseline_predictions(store, lab, mi, folds, cfg.label, wanted, cfg.text_baseline).items()}
     chance, embed_correct = 1 / n_classes, None
+    others = [ActivationStore.open(t.strip()) for t in cfg.transfer.split(",") if t.strip()]
+    for other in others:  # refused before any fit
+        check_transfer_store(store, other, cfg.label, class_names)
     rows, finals, embed = [], [], {}
     hooks = chosen_hooks(store.hooks, cfg.layers)
     for start in range(0, len(hooks), cfg.layers_per_fit):
@@ -208,20 +216,23 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
                 held[name] = [round(final.accuracy(data.X[i, ti], y[ti], h), 4) for i, h in enumerate(block)]
         a, c = _acc(acc, y[mi]), _acc(ctl, yc[mi])
         ab, ao = _acc(acc, y[mi], boundary), _acc(acc, y[mi], ~boundary)
+        mm = mass_mean_oof(X, y[mi].numpy(), folds, n_classes) == y[mi].numpy()  # [L, n] mass-mean hits
         for i, h in enumerate(block):
             correct = (acc[i] == y[mi]).numpy()
             row = {"layer": layer_index(h), "hook": h, "accuracy": a[i],
                    "control_accuracy": c[i] if control_ok else None,
                    "selectivity": round(a[i] - c[i], 4) if control_ok else None, "random_init_accuracy": racc[i],
                    "accuracy_event_tokens": ab[i], "accuracy_other_tokens": ao[i],
+                   "mass_mean_accuracy": round(float(mm[i].mean()), 4),
+                   "mass_mean_interval": scored(mm[i], groups).to_json()["interval"],
                    **{k: v[i] for k, v in held.items()}}
-            others = dict(static)
+            bases = dict(static)
             if embed_correct is not None:
-                others["embedding"] = embed_correct
+                bases["embedding"] = embed_correct
             if twin_pred is not None:
-                others["random_init"] = (twin_pred[i] == y[mi]).numpy()
-                row["random_init_interval"] = scored(others["random_init"], groups).to_json()["interval"]
-            row.update(layer_reading(correct, others, groups, chance))
+                bases["random_init"] = (twin_pred[i] == y[mi]).numpy()
+                row["random_init_interval"] = scored(bases["random_init"], groups).to_json()["interval"]
+            row.update(layer_reading(correct, bases, groups, chance))
             if h == EMBED_HOOK:
                 embed, embed_correct = row, correct
             else:
@@ -234,6 +245,8 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     base_json = {k: {**scored(v, groups).to_json(), "description": describe(k)} for k, v in static.items()}
     if embed_correct is not None:
         base_json["embedding"] = {**scored(embed_correct, groups).to_json(), "description": describe("embedding")}
+    transfer = {o.path: transfer_scores([f for f, _, _ in finals], o, cfg.positions, cfg.label, chance)
+                for o in others}
     if out:
         _save_final(finals, store, cfg, out, class_names)
         keys = store.manifest.get("text_keys")
@@ -254,7 +267,7 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
                            "test_rows": int(held_tpl.sum())},
         class_names=class_names, seconds=round(time.perf_counter() - t0, 2), n_groups=n_groups,
         baselines=base_json, control={"defined": control_ok, "note": control_note},
-        verdict=verdict(best, cfg.label, n_groups, chance),
+        verdict=verdict(best, cfg.label, n_groups, chance), transfer=transfer,
     )
 
 

@@ -266,3 +266,82 @@ def test_python_folds_equal_the_command_line(tmp_path, capsys):
     pred = cross_val_predict(ProbeClassifier(trainer="sklearn"), X, y, groups=groups, cv=GroupKFold(5))
     row = next(r for r in rep["layers"] if r["hook"] == h)
     assert float(np.mean(pred == y)) == pytest.approx(row["accuracy"], abs=1e-3)
+
+
+def test_mass_mean_by_hand_and_cross_fitted():
+    """Marks & Tegmark's mass-mean probe: the mean difference thresholded half way, fitted on the training fold."""
+    from beliefscope.probes.massmean import mass_mean_oof
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(1, 80, 5)).astype(np.float32)
+    y = (X[0, :, 0] + 0.3 * rng.normal(size=80) > 0).astype(int)
+    folds = list(GroupKFold(4).split(X[0], groups=np.arange(80) // 2))
+    ours = mass_mean_oof(X, y, folds, 2)[0]
+    hand = np.zeros(80, dtype=int)
+    for tr, te in folds:
+        m0, m1 = X[0, tr][y[tr] == 0].mean(0), X[0, tr][y[tr] == 1].mean(0)
+        hand[te] = ((X[0, te] - (m0 + m1) / 2) @ (m1 - m0) > 0).astype(int)
+    np.testing.assert_array_equal(ours, hand)
+    three = (X[0, :, 0] > 0.5).astype(int) + (X[0, :, 0] > -0.5)
+    assert (mass_mean_oof(X, three, folds, 3)[0] == three).mean() > 0.6
+
+
+@pytest.fixture(scope="module")
+def truth_stores(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("truth")
+    paths = {n: os.path.join(ROOT, "tasks", "data", f"{n}.jsonl") for n in ("cities", "cities_negated")}
+    texts = [json.loads(line)["text"] for p in paths.values() for line in open(p)]
+    model = tiny_llama_folder(str(tmp / "tiny"), texts)
+    stores = {}
+    for n, p in paths.items():
+        stores[n] = str(tmp / n)
+        assert cli(["harvest", "--model", model, "--data", p, "--label-field", "truth", "--out", stores[n],
+                    "--no-random-init", "--quiet"]) == 0
+    return stores
+
+
+def test_transfer_reads_the_final_probe_on_another_store(truth_stores, tmp_path, capsys):
+    """Fitted on the cities, read on the negated cities (no union harvested): equal to the saved final probe read
+    on the other store's rows by hand; the mass-mean probe sits beside the logistic one in every row."""
+    import torch
+
+    from beliefscope.probes.linear import LinearProbe
+    from beliefscope.probes.store import ActivationStore
+
+    out = str(tmp_path / "p")
+    rep = _report(capsys, truth_stores["cities"], "--label", "truth", "--transfer", truth_stores["cities_negated"],
+                  "--out", out)
+    t = rep["transfer"][truth_stores["cities_negated"]]
+    assert t["n_rows"] == 500 and t["n_groups"] == 250 and all("mass_mean_accuracy" in r for r in rep["layers"])
+    probe = LinearProbe.load(out)
+    other = ActivationStore.open(truth_stores["cities_negated"])
+    lab = other.load_labels()
+    rows = lab["truth"] >= 0
+    for r in t["layers"]:
+        X = other.load_hook(r["hook"])[torch.as_tensor(rows)]
+        assert r["accuracy"] == pytest.approx(probe.accuracy(X, lab["truth"][rows], r["hook"]), abs=1e-4)
+    # another model's store, or a store without the label, is refused before any fit
+    assert cli(["probe", "--acts", truth_stores["cities"], "--label", "truth", "--transfer", "/nonexistent",
+                "--quiet"]) == 2
+
+
+def test_instrument_reads_the_store_and_its_probes(locations, tmp_path, capsys):
+    """Before: the instrument ran the model over every record again (18 min on 240 stories) and had no --n. With
+    --acts its probe numbers are the probe report's (out-of-fold, with the strongest baseline), only forced answers
+    run the model, on --n records, each read by the fold probe that did not see it; one layer naming throughout."""
+    _, acts = locations
+    out = str(tmp_path / "p")
+    rep = _report(capsys, acts, "--label", "location", "--out", out)
+    capsys.readouterr()
+    assert cli(["instrument", "--acts", acts, "--probes", out, "--question", " Where is it now? It is in the", "--n",
+                "8", "--json", "--quiet"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    (name, m), = res["models"].items()
+    best = next(r for r in rep["layers"] if r["layer"] == rep["best_layer"])
+    assert m["hook"] == best["hook"] == f"blocks.{m['best_layer']}.hook_resid_post"
+    assert res["config"]["n_records"] == 8 and sum(m["bands"]["all"]["probe_scored_on"].values()) == 8
+    assert [r["accuracy"] for r in m["probe_layers"]] == [r["accuracy"] for r in rep["layers"]]
+    assert "class named last so far" in m["verdict"] and "chance" in m["verdict"]
+    # probes of another store, or a --label other than the probes', are refused before any model loads
+    assert cli(["instrument", "--acts", acts, "--probes", out, "--label", "negated", "--question", " Q", "--quiet"]) == 2
+    assert "--label 'negated', but the probes" in capsys.readouterr().err
