@@ -58,7 +58,8 @@ def checked_inputs(config) -> tuple:
         raise ValueError(f"--label {config.label!r}, but the probes at {config.probes} read {label!r}: pass --label "
                          f"{label} or fit probes for {config.label!r}")
     mapping = store.manifest["config"].get("data_config") or {}
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in mapping.items() if k in DataConfig.__dataclass_fields__}
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in mapping.items()
+              if k in DataConfig.__dataclass_fields__}
     data = load_data(config.data or store.manifest.get("data_source"), DataConfig(**fields))
     data.check_label(label)
     if not config.question.strip() and not data.has_questions():
@@ -84,7 +85,8 @@ def main_store(config, progress=None) -> dict:
             "forced_accuracy": rates["forced_accuracy"], "probe_forced_agreement": rates["agreement"],
             "intervals": ci, "probe_scored_on": res.scored_on}
     out = {"task": f"data:{label}", "state_names": list(data.classes[label]), "best_layer": best["layer"],
-           "hook": best["hook"], "layer_chosen_on": f"out-of-fold accuracy over every labelled token ({report['store']})",
+           "hook": best["hook"],
+           "layer_chosen_on": f"out-of-fold accuracy over every labelled token ({report['store']})",
            "bands": {"all": band}, "probe_layers": [_compact(r) for r in report["layers"]],
            "baselines": report.get("baselines", {}), "random_init_probe_accuracy": best.get("random_init_accuracy"),
            "verdict": store_verdict(name, label, best, band, report.get("n_groups"))}

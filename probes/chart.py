@@ -7,8 +7,8 @@ baseline of the report as a line with its band, and chance at 1/k. It reads the 
 ...        "description": "the fold-wise majority class"}}, "layers": [{"layer": 0, "accuracy": 0.7,
 ...        "accuracy_interval": [0.6, 0.8], "control_accuracy": 0.55, "random_init_accuracy": 0.5,
 ...        "random_init_interval": [0.4, 0.6]}]}
->>> probe_layers_figure(rep).axes[0].get_ylim()
-(0.0, 1.02)
+>>> [float(v) for v in probe_layers_figure(rep).axes[0].get_ylim()]
+[0.0, 1.02]
 """
 
 from __future__ import annotations

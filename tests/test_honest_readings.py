@@ -343,5 +343,6 @@ def test_instrument_reads_the_store_and_its_probes(locations, tmp_path, capsys):
     assert [r["accuracy"] for r in m["probe_layers"]] == [r["accuracy"] for r in rep["layers"]]
     assert "class named last so far" in m["verdict"] and "chance" in m["verdict"]
     # probes of another store, or a --label other than the probes', are refused before any model loads
-    assert cli(["instrument", "--acts", acts, "--probes", out, "--label", "negated", "--question", " Q", "--quiet"]) == 2
+    assert cli(["instrument", "--acts", acts, "--probes", out, "--label", "negated", "--question", " Q",
+                "--quiet"]) == 2
     assert "--label 'negated', but the probes" in capsys.readouterr().err

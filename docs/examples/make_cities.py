@@ -52,7 +52,8 @@ def records(n: int, negated: bool) -> list[dict]:
         split = "test" if i % 5 == 4 else "train"
         for where, true in ((country, True), (other, False)):
             verb = "is not in" if negated else "is in"
-            out.append({"id": f"{'neg-' if negated else ''}{city}-{where}", "text": f"The city of {city} {verb} {where}.",
+            out.append({"id": f"{'neg-' if negated else ''}{city}-{where}",
+                        "text": f"The city of {city} {verb} {where}.",
                         "truth": "true" if true != negated else "false", "city": city, "country": where,
                         "group": city, "split": split})
     return out
