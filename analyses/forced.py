@@ -340,14 +340,21 @@ def _figures(bridge, tok, res, by_event, examples, layer, out) -> list[str]:
 
     s0 = examples[0].state_names[0]
     fig = plots.agreement_by_event(by_event["event"], by_event["forced_accuracy"], by_event.get("probe_accuracy"),
-                                   by_event.get("agreement"), layer)
+                                   by_event.get("agreement"), layer, chance=1 / res.forced_p.shape[1])
     ex_i = int(np.argmax([e.n_events for e in examples]))  # the longest story shows the most events
     rows = res.prompt == ex_i
     fa = forced_answers(bridge, tok, examples[ex_i])
     labels = [f"{k + 1} {e.kind}" for k, e in enumerate(examples[ex_i].events)]
-    probe = res.probe[rows] if res.probe_p is not None else np.full(int(rows.sum()), np.nan)
-    ex_fig = plots.forced_vs_probe(fa.positions, res.forced[rows], probe,
-                                   (res.true_state[rows] == 0).astype(float), labels=labels, state_name=s0)
+    K, truth = res.forced_p.shape[1], res.true_state[rows]
+    if K == 2:
+        probe = res.probe[rows] if res.probe_p is not None else np.full(int(rows.sum()), np.nan)
+        ex_fig = plots.forced_vs_probe(fa.positions, res.forced[rows], probe, (truth == 0).astype(float),
+                                       labels=labels, state_name=s0)
+    else:  # P(true class) of each, against chance 1/k
+        at = np.arange(len(truth))
+        probe = res.probe_p[rows][at, truth] if res.probe_p is not None else np.full(len(truth), np.nan)
+        ex_fig = plots.forced_vs_probe(fa.positions, res.forced_p[rows][at, truth], probe, None, labels=labels,
+                                       chance=1 / K)
     ex_path = sibling(out, "-example")
     save_fig(fig, out)
     save_fig(ex_fig, ex_path)

@@ -169,18 +169,23 @@ def class_lines(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_names
     return fig
 
 
-def forced_vs_probe(positions, forced: np.ndarray, probe: np.ndarray, true_state: np.ndarray,
-                    labels: list[str] | None = None, state_name="heads") -> Figure:
-    """Forced-answer P(state) over the probe readout at each event boundary."""
-    fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(positions) + 2), 3.4), constrained_layout=True)
+def forced_vs_probe(positions, forced: np.ndarray, probe: np.ndarray, true_state: np.ndarray | None,
+                    labels: list[str] | None = None, state_name="heads", chance: float | None = None) -> Figure:
+    """Forced-answer P(state) over the probe readout at each event boundary. With more than two classes pass
+    each one's P(true class) and ``chance`` (1/k, drawn dotted) with ``true_state=None``: P(first class) alone
+    would hide the others."""
+    fig, ax = plt.subplots(figsize=(min(14, max(5, 0.5 * len(positions) + 2)), 3.4), constrained_layout=True)
     x = np.arange(len(positions))
     ax.bar(x - 0.2, forced, 0.4, color="#2e86ab", label="forced answer")
     ax.bar(x + 0.2, probe, 0.4, color="#d1495b", label="probe")
-    ax.plot(x, true_state, "k_", ms=18, mew=2, label="true state")
+    if true_state is not None:
+        ax.plot(x, true_state, "k_", ms=18, mew=2, label="true state")
+    if chance is not None:
+        ax.axhline(chance, color="0.4", lw=0.8, ls=":", label=f"chance (1/{round(1 / chance)})")
     ax.set_xticks(x)
     ax.set_xticklabels(labels or [str(p) for p in positions], rotation=45, ha="right", fontsize=8)
     ax.set_xlabel("event boundary")
-    ax.set_ylabel(f"P({state_name})")
+    ax.set_ylabel("P(true class)" if true_state is None else f"P({state_name})")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_title("Forced answer vs probe at every event", fontsize=10)
@@ -223,7 +228,8 @@ def probe_layers_chart(layers, acc, control, random_init, embedding: float, majo
     return fig
 
 
-def agreement_by_event(events, forced_acc, probe_acc, agreement, layer: int | None = None) -> Figure:
+def agreement_by_event(events, forced_acc, probe_acc, agreement, layer: int | None = None,
+                       chance: float = 0.5) -> Figure:
     """Per event index: how often the forced answer and the probe are right, and how often they agree."""
     fig, ax = plt.subplots(figsize=(6, 3.4), constrained_layout=True)
     ax.plot(events, forced_acc, "s-", color="#2e86ab", label="forced answer = true state")
@@ -235,7 +241,7 @@ def agreement_by_event(events, forced_acc, probe_acc, agreement, layer: int | No
     ax.set_ylabel("fraction of prompts")
     ax.set_ylim(0, 1.05)
     ax.set_xticks(list(events))
-    ax.axhline(0.5, color="0.85", lw=0.8, ls=":")
+    ax.axhline(chance, color="0.6", lw=0.8, ls=":", label=f"chance ({chance:.2f})")
     ax.legend(fontsize=8, loc="lower left", frameon=False)
     ax.set_title("Forced answers and probe readout at every event boundary", fontsize=10)
     return fig

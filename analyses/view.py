@@ -163,9 +163,12 @@ def story_panel(model, tok, probe, rows, ex) -> dict:
     event boundary (the forced answers of `analyses.forced`)."""
 
     lab = ex.labels(tok, text=ex.prompt)
-    fa = forced_answers(model, tok, ex)
     p = readout(model, probe, rows, lab.input_ids)
-    out = {"p": np.round(p, 3).tolist(), "forced": np.round(fa.p_state, 3).tolist()}
+    out = {"p": np.round(p, 3).tolist()}
+    if ex.meta.get("question") == "":  # a record read without a question: no forced answer row
+        return out
+    fa = forced_answers(model, tok, ex)
+    out["forced"] = np.round(fa.p_state, 3).tolist()
     if fa.thought_state is not None:
         out["thought"] = [int(k) for k in fa.thought_state]
     return out
@@ -198,11 +201,7 @@ def _data_stories(cfg: ViewConfig) -> list:
     if not any(cfg.probes):
         raise ValueError("with --data the viewer reads a probe fitted on your records: pass --probes DIR "
                          "(from `beliefscope probe --acts ACTS --label NAME --out DIR`)")
-    data = cfg.load()
-    if not cfg.question.strip() and not data.has_questions():
-        raise ValueError("the viewer shows the forced answer at every event end: pass --question, e.g. "
-                         "--question ' Where is the key now? It is in the' (or a template over the record's fields, "
-                         f"' Where is the {{object}} now?'), or give every record a {cfg.question_field!r} field")
+    data = cfg.load()  # without --question (or a question field), the forced-answer row is left out
     label = cfg.label or _probe_label(cfg.probes[0]) or data.label_names[0]
     label = data.label_names[0] if label == "state" else data.check_label(label)
     order = sorted(range(len(data)), key=lambda i: not data.records[i].heldout)

@@ -145,7 +145,8 @@ JS = r"""
     dd(dl, 'probe at ' + layerName(m, r), 'ins-probe',
        binary ? 'P(' + S[0] + ') = ' + fmt(d[0]) : S[k] + ' ' + fmt(d[k]));
     const j = P.boundaries.indexOf(ti);
-    if (j < 0) dd(dl, 'forced answer', 'ins-forced', '\u2014 (not an event boundary)');
+    if (!P.forced) { /* no --question: no forced answer was read */ }
+    else if (j < 0) dd(dl, 'forced answer', 'ins-forced', '\u2014 (not an event boundary)');
     else { const f = P.forced[j], fk = argmax(f);
       dd(dl, 'forced answer', 'ins-forced', S[fk] + ' (P ' + fmt(f[fk]) + ')'); }
     if (m.thinking) dd(dl, 'thought', 'ins-thought', j < 0 ? '\u2014 (written after an event)' :

@@ -346,3 +346,29 @@ def test_instrument_reads_the_store_and_its_probes(locations, tmp_path, capsys):
     assert cli(["instrument", "--acts", acts, "--probes", out, "--label", "negated", "--question", " Q",
                 "--quiet"]) == 2
     assert "--label 'negated', but the probes" in capsys.readouterr().err
+
+
+def test_multiclass_forced_figure_shows_the_true_class_against_one_in_k():
+    """Before: `forced`'s example plot drew P(first class) alone for 5 classes, against a chance line at 0.5."""
+    from beliefscope.analyses import plots
+
+    fig = plots.forced_vs_probe([3, 7, 9], np.array([0.5, 0.1, 0.3]), np.array([0.4, 0.2, 0.9]), None, chance=0.2)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "P(true class)"
+    assert [round(float(line.get_ydata()[0]), 3) for line in ax.get_lines()] == [0.2]  # the chance line alone
+    fig2 = plots.agreement_by_event([1, 2], [0.3, 0.4], [0.5, 0.5], [0.2, 0.3], chance=0.2)
+    assert 0.2 in [round(float(line.get_ydata()[0]), 3) for line in fig2.axes[0].get_lines()]
+
+
+def test_view_without_a_question_leaves_the_forced_row_out(locations, tmp_path, capsys):
+    """Before: `view --data` refused to run without --question."""
+    tmp, acts = locations
+    out = str(tmp_path / "p")
+    _report(capsys, acts, "--label", "location", "--out", out)
+    model = str(tmp / "tiny")
+    capsys.readouterr()
+    assert cli(["view", "--model", model, "--probes", out, "--data", DATA, "--events-field", "location", "--n", "2",
+                "--out", str(tmp_path / "v.html"), "--json", "--quiet"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    html = open(tmp_path / "v.html").read()
+    assert res["n_stories"] == 2 and '"forced"' not in html and '"probe_scored_on"' in html
