@@ -217,9 +217,10 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
     line_path = sibling(out, "-line")
     save_fig(heat, out)
     save_fig(line, line_path)
-    names, at = traj.state_names, traj.probs(layer)
+    names, at, seen = traj.state_names, traj.probs(layer), traj.scored()
+    # "truth" exactly where accuracy_at_layer scores (from the first event on), so the JSON recomputes it
     positions = [{"token": t, "p": [round(float(x), 4) for x in at[i]], "pred": names[int(at[i].argmax())],
-                  **({"truth": names[int(traj.true_state[i])]} if traj.true_state[i] >= 0 else {})}
+                  **({"truth": names[int(traj.true_state[i])]} if seen[i] else {})}
                  for i, t in enumerate(traj.tokens)]
     acc = traj.accuracy(layer)
     res = {"prompt": ex.prompt if ex is not None else config.prompt, "model": config.model,

@@ -48,6 +48,9 @@ _API = {
     "fit_all_layers": "beliefscope.probes",
     "LinearProbe": "beliefscope.probes",
     "ProbeClassifier": "beliefscope.probes",
+    "hook_xy": "beliefscope.probes",
+    "probe_report": "beliefscope.probes",
+    "ReportConfig": "beliefscope.probes",
     "forced_answers": "beliefscope.analyses.forced",
 }
 _SUBPACKAGES = ("tasks", "models", "hooks", "cache", "decoding", "probes", "analyses")
@@ -74,8 +77,11 @@ if TYPE_CHECKING:  # what `_API` maps, spelled out for type checkers and "go to 
         ActivationStore,
         LinearProbe,
         ProbeClassifier,
+        ReportConfig,
         fit_all_layers,
         harvest,
+        hook_xy,
+        probe_report,
     )
     from beliefscope.tasks import get_task  # noqa: F401
 

@@ -372,3 +372,27 @@ def test_view_without_a_question_leaves_the_forced_row_out(locations, tmp_path, 
     res = json.loads(capsys.readouterr().out)
     html = open(tmp_path / "v.html").read()
     assert res["n_stories"] == 2 and '"forced"' not in html and '"probe_scored_on"' in html
+
+
+def test_beliefs_json_gives_truth_exactly_where_it_scores(tmp_path, capsys):
+    """Before: `beliefs --task cups --json` gave `truth` at every position but scored `accuracy_at_layer` on the
+    tokens from the first event on, so the JSON could not reproduce it."""
+    acts, probes = str(tmp_path / "acts"), str(tmp_path / "probes")
+    assert cli(["harvest", "--model", "direct-cups", "--task", "cups", "--n", "60", "--out", acts,
+                "--no-random-init", "--quiet"]) == 0
+    assert cli(["probe", "--acts", acts, "--out", probes, "--no-text-baseline", "--quiet"]) == 0
+    capsys.readouterr()
+    prompt = ("A ball is under right . Alice swaps left right . Heidi swaps middle right . Bob swaps middle right . "
+              "Where ?")
+    assert cli(["beliefs", "--model", "direct-cups", "--probes", probes, "--task", "cups", "--prompt", prompt,
+                "--out", str(tmp_path / "b.png"), "--json", "--quiet"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    pos = [p for p in res["positions"] if "truth" in p]
+    first = res["event_boundaries"][0]
+    assert len(pos) == res["scored_tokens"] == len(res["positions"]) - first
+    def top(p):  # the argmax of the rounded distribution, or the unrounded one's where rounding tied
+        q = sorted(p["p"])
+        return res["state_names"][int(np.argmax(p["p"]))] if q[-1] > q[-2] else p["pred"]
+
+    hand = np.mean([top(p) == p["truth"] for p in pos])
+    assert res["accuracy_at_layer"] == pytest.approx(hand, abs=1e-4)
