@@ -134,14 +134,18 @@ def figures(traj: BeliefTrajectory, layer: int, forced=None):
         colours = state_colours(len(traj.state_names))
         return (plots.class_heatmap(traj.p, traj.tokens, traj.true_state, traj.state_names, colours,
                                     layer_labels=labels),
-                plots.class_lines(traj.probs(layer), traj.tokens, traj.true_state, traj.state_names, colours, layer))
+                plots.class_lines(traj.probs(layer), traj.tokens, traj.true_state, traj.state_names, colours, layer,
+                                  boundaries=traj.boundaries,
+                                  **({"forced": forced.p_state, "forced_positions": forced.positions} if forced
+                                     is not None else {})))
     s0 = traj.state_names[0]
     truth = np.where(traj.true_state < 0, np.nan, (traj.true_state == 0).astype(float))
     heat = plots.belief_heatmap(traj.p_state, traj.tokens, truth, state_name=s0, layer_labels=labels)
     kw = {}
     if forced is not None:
         kw = {"forced": forced.p_state[:, 0], "forced_positions": forced.positions}
-    line = plots.belief_lines(traj.row(layer), traj.tokens, truth, layer, state_name=s0, **kw)
+    line = plots.belief_lines(traj.row(layer), traj.tokens, truth, layer, state_name=s0, boundaries=traj.boundaries,
+                              **kw)
     return heat, line
 
 
@@ -212,7 +216,8 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
     if ex is not None:  # a record the probe was fitted on is read by the fold probe that did not see it
         probe, scored_on = probe_for_record(probe, config.probes, ex)
     traj = trajectory(bridge, tok, probe, ex if ex is not None else config.prompt, checked=True)
-    forced = forced_answers(bridge, tok, ex) if config.forced and ex is not None and ex.task != "data" else None
+    asks = ex is not None and (ex.task != "data" or bool(ex.meta.get("question")))  # a record with its own question
+    forced = forced_answers(bridge, tok, ex) if config.forced and asks else None
     heat, line = figures(traj, layer, forced)
     line_path = sibling(out, "-line")
     save_fig(heat, out)

@@ -47,10 +47,26 @@ def belief_stops(n: int = 11) -> list[str]:
     return [to_hex(cmap(i / (n - 1))) for i in range(n)]
 
 
+MAX_WIDTH = 18.0  # inches: a long text's figure stays readable on a screen (every k-th token labelled)
+MAX_TOKEN_LABELS = 90  # token labels on one axis; beyond, every k-th token is labelled
+
+
+def _token_width(T: int, extra: float = 2.0) -> float:
+    """Figure width for `T` tokens on x: 0.32 in a token, between 6 and `MAX_WIDTH` inches."""
+    return min(MAX_WIDTH, max(6.0, 0.32 * T + extra))
+
+
 def _token_axis(ax, tokens, rotate=True):
-    ax.set_xticks(range(len(tokens)))
-    ax.set_xticklabels(tokens, rotation=90 if rotate else 0, fontsize=8 if len(tokens) < 60 else 6)
-    ax.set_xlabel("token")
+    step = max(1, -(-len(tokens) // MAX_TOKEN_LABELS))
+    ax.set_xticks(range(0, len(tokens), step))
+    ax.set_xticklabels(tokens[::step], rotation=90 if rotate else 0, fontsize=8 if len(tokens) < 60 else 6)
+    ax.set_xlabel("token" if step == 1 else f"token (every {step}th labelled)")
+
+
+def _event_marks(ax, boundaries) -> None:
+    """A faint vertical line at each event boundary (the token that completes an event)."""
+    for k, b in enumerate(boundaries if boundaries is not None else ()):
+        ax.axvline(b, color="0.55", lw=0.7, ls=":", label="event ends" if k == 0 else None)
 
 
 def belief_heatmap(p_heads: np.ndarray, tokens: list[str], true_state: np.ndarray,
@@ -62,7 +78,7 @@ def belief_heatmap(p_heads: np.ndarray, tokens: list[str], true_state: np.ndarra
     """
     p = np.asarray(p_heads, dtype=float)
     n_layers, T = p.shape
-    fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(max(6, 0.32 * T + 2), 2.2 + min(0.45 * n_layers, 6.0)),
+    fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(_token_width(T), 2.2 + min(0.45 * n_layers, 6.0)),
                                       gridspec_kw={"height_ratios": [n_layers, 1.2]}, sharex=True,
                                       constrained_layout=True)
     im = ax.imshow(p, aspect="auto", cmap=BELIEF_CMAP, vmin=0, vmax=1, interpolation="nearest")
@@ -83,18 +99,19 @@ def belief_heatmap(p_heads: np.ndarray, tokens: list[str], true_state: np.ndarra
 
 def belief_lines(p_heads_best: np.ndarray, tokens: list[str], true_state: np.ndarray, layer: int,
                  forced: np.ndarray | None = None, forced_positions=None, state_name="heads",
-                 title: str | None = None) -> Figure:
+                 title: str | None = None, boundaries=None) -> Figure:
     """P(state) at one layer over positions, with the true state as a step function.
 
     `forced` (optional): forced-answer P(state) at `forced_positions` (e.g. event boundaries).
     """
     T = len(tokens)
-    fig, ax = plt.subplots(figsize=(max(6, 0.32 * T + 2), 3.4), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(_token_width(T), 3.4), constrained_layout=True)
     x = np.arange(T)
     ax.step(x, np.asarray(true_state, float), where="mid", color="0.35", lw=2, label=f"true state is {state_name}")
     ax.plot(x, p_heads_best, "o-", color="#d1495b", ms=3, lw=1.5, label=f"probe, layer {layer}")
     if forced is not None:
         ax.plot(forced_positions, forced, "s", color="#2e86ab", ms=7, label="forced answer")
+    _event_marks(ax, boundaries)
     ax.set_ylim(-0.05, 1.05)
     ax.set_ylabel(f"P({state_name})")
     ax.axhline(0.5, color="0.8", lw=0.8, ls="--")
@@ -124,7 +141,7 @@ def class_heatmap(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_nam
     """
     p = np.asarray(p, dtype=float)
     n_layers, T, K = p.shape
-    fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(max(6, 0.32 * T + 2.5), 2.2 + min(0.45 * n_layers, 6.0)),
+    fig, (ax, ax_true) = plt.subplots(2, 1, figsize=(_token_width(T, 2.5), 2.2 + min(0.45 * n_layers, 6.0)),
                                       gridspec_kw={"height_ratios": [n_layers, 1.2]}, sharex=True,
                                       constrained_layout=True)
     ax.imshow(_class_cells(p, colours), aspect="auto", interpolation="nearest")
@@ -149,11 +166,12 @@ def class_heatmap(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_nam
 
 
 def class_lines(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_names: list[str], colours: list[str],
-                layer: int, title: str | None = None) -> Figure:
+                layer: int, title: str | None = None, boundaries=None, forced=None, forced_positions=None) -> Figure:
     """One line per class: the probe's P(class) at one layer over positions ``p [T, K]``, with the true class
-    marked as a coloured band along the top (nothing where unknown)."""
+    marked as a coloured band along the top (nothing where unknown), the event ends dotted and, when given,
+    the forced answer's P(class) at each event end (``forced [n, K]`` at ``forced_positions``) as squares."""
     T, K = p.shape
-    fig, ax = plt.subplots(figsize=(max(6, 0.32 * T + 2.5), 3.6), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(_token_width(T, 2.5), 3.6), constrained_layout=True)
     x = np.arange(T)
     for k in range(K):
         ax.plot(x, p[:, k], "o-", ms=2.5, lw=1.4, color=colours[k], label=f"P({class_names[k]})")
@@ -161,6 +179,11 @@ def class_lines(p: np.ndarray, tokens: list[str], truth: np.ndarray, class_names
     for i in range(T):
         if truth[i] >= 0:
             ax.axvspan(i - 0.5, i + 0.5, ymin=0.94, ymax=1.0, color=colours[int(truth[i])], lw=0)
+    if forced is not None:
+        for k in range(K):
+            ax.plot(forced_positions, np.asarray(forced)[:, k], "s", ms=6, color=colours[k], mec="k", mew=0.6,
+                    label=f"forced P({class_names[k]})")
+    _event_marks(ax, boundaries)
     ax.set_ylim(-0.05, 1.12)
     ax.set_ylabel("probability")
     _token_axis(ax, tokens)

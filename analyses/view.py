@@ -202,8 +202,11 @@ def _data_stories(cfg: ViewConfig) -> list:
         raise ValueError("with --data the viewer reads a probe fitted on your records: pass --probes DIR "
                          "(from `beliefscope probe --acts ACTS --label NAME --out DIR`)")
     data = cfg.load()  # without --question (or a question field), the forced-answer row is left out
+    if cfg.label == "state":  # one name per label: the records' own
+        raise ValueError(f"'state' is not a label of your records: pass --label {data.label_names[0]} (their labels "
+                         f"are {data.label_names})")
     label = cfg.label or _probe_label(cfg.probes[0]) or data.label_names[0]
-    label = data.label_names[0] if label == "state" else data.check_label(label)
+    label = data.label_names[0] if label == "state" else data.check_label(label)  # a probe folder's old "state"
     order = sorted(range(len(data)), key=lambda i: not data.records[i].heldout)
     if cfg.n < 1:
         raise ValueError(f"--n must be at least 1, got {cfg.n}")

@@ -64,7 +64,9 @@ def _probe_stores(cfg):
     from beliefscope.probes.store import ActivationStore
 
     store = ActivationStore.open(cfg.acts)
-    store.check_label(cfg.label)
+    from beliefscope.probes.report import resolve_label
+
+    resolve_label(store, cfg.label)
     rpath = cfg.random_init or os.path.join(cfg.acts, "random_init")
     twin = ActivationStore.open(rpath) if os.path.exists(rpath) and cfg.random_init_twin else None
     return store, twin

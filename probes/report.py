@@ -41,7 +41,8 @@ from beliefscope.tasks.score_checks import require_two_classes
 class ReportConfig:
     """What `beliefscope probe` fits and reports."""
 
-    label: str = "state"  # label to probe: "state" or "parity", or any label of your data (its field name)
+    label: str = ""  # label to probe: "state" or "parity" for a task, or a label of your data by its field name
+    #   ("": state for a task, your data's first label)
     positions: str = "auto"  # token rows the probe is fitted on: after_first_event (every token once the story has
     #   begun), boundary (the token completing each event), last (the final token, where the answer is computed),
     #   labelled (every token with a label) or all; auto: labelled for your data, after_first_event for a task
@@ -157,7 +158,6 @@ def probe_report(store: ActivationStore, cfg: ReportConfig, random_store: Activa
     `progress(n)` is called after each block of n layers is fitted.
     """
     t0 = time.perf_counter()
-    store.check_label(cfg.label)
     cfg, lo, hi = resolved(cfg, store)
     sel = _row_selection(store, cfg.positions, cfg.label)
     lab = sel[2]
@@ -294,6 +294,21 @@ def main_split_xy(store, hook: str, label: str, positions: str = "auto", train_e
     return X.numpy(), np.asarray(sel[2][label][main]), np.asarray(score_groups(sel[2])[main])
 
 
+def resolve_label(store, label: str) -> str:
+    """The label a command reads: `label`, or the store's own default (state for a task, the data's first label);
+    on your records "state" is refused, naming the label it stood for, so one name runs from harvest to view."""
+    if is_data_store(store):
+        primary = store.manifest.get("primary_label") or "state"
+        if not label:
+            return primary
+        if label == "state":
+            raise ValueError(f"'state' is not a label of your records in {store.path}: pass --label {primary} (its "
+                             f"labels are {[n for n in (store.manifest.get('label_classes') or {})]})")
+    label = label or "state"
+    store.check_label(label)
+    return label
+
+
 def is_data_store(store) -> bool:
     """Whether the store was harvested from a researcher's records (`harvest --data`)."""
     return store.manifest.get("source") == "data"
@@ -316,6 +331,7 @@ def resolved(cfg: ReportConfig, store) -> tuple[ReportConfig, int, int]:
     from dataclasses import replace
 
     data = is_data_store(store)
+    cfg = replace(cfg, label=resolve_label(store, cfg.label))
     if cfg.positions == "auto":
         cfg = replace(cfg, positions="labelled" if data else "after_first_event")
     if cfg.train_events == "auto":

@@ -396,3 +396,27 @@ def test_beliefs_json_gives_truth_exactly_where_it_scores(tmp_path, capsys):
 
     hand = np.mean([top(p) == p["truth"] for p in pos])
     assert res["accuracy_at_layer"] == pytest.approx(hand, abs=1e-4)
+
+
+def test_long_trajectories_stay_readable_and_mark_events():
+    """Before: the beliefs line plot had no event marks and a 100-token story drew a 3,935 px wide PNG."""
+    from beliefscope.analyses import plots
+
+    T = 300
+    p = np.full((T, 3), 1 / 3)
+    fig = plots.class_lines(p, [f"t{i}" for i in range(T)], np.zeros(T, dtype=int), ["a", "b", "c"],
+                            ["#111111", "#222222", "#333333"], 5, boundaries=[10, 50, 90],
+                            forced=np.full((3, 3), 1 / 3), forced_positions=[10, 50, 90])
+    assert fig.get_figwidth() <= plots.MAX_WIDTH and len(fig.axes[0].get_xticks()) <= plots.MAX_TOKEN_LABELS
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "event ends" in labels and "forced P(a)" in labels
+
+
+def test_one_name_per_label_on_own_records(locations, capsys):
+    """Before: `probe --label state` took the records' first label while `instrument --label state` refused it."""
+    _, acts = locations
+    rep = _report(capsys, acts, "--no-text-baseline")  # no --label: the records' first label, by its own name
+    assert rep["label"] == "location"
+    for argv in (["probe", "--acts", acts, "--label", "state"],):
+        assert cli([*argv, "--quiet"]) == 2
+        assert "'state' is not a label of your records" in capsys.readouterr().err
