@@ -126,7 +126,10 @@ def _forced_plain(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64) 
     positions = np.nonzero(lab.is_event_boundary)[0]
     ans = answer_token_ids(tok, ex.state_names)
     out = []
-    if use_fork and batch_size > 1:
+    if q_ids.shape[1] == 0:  # a text that ends in its own question: the answer is the next word at the boundary
+        logits = bridge(story_ids, return_type="logits")[0]  # [T, vocab]
+        out = [_state_probs(logits[int(i)], ans) for i in positions]
+    elif use_fork and batch_size > 1:
         out = _ragged_forks(bridge, story_ids, q_ids, positions, ans, batch_size)
     elif use_fork:
         cache = KVCache.for_model(bridge, batch=1, capacity=story_ids.shape[1] + q_ids.shape[1] + 8)
@@ -274,12 +277,13 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str | None, examples, progres
 def data_examples_for_forced(config: ForcedConfig) -> list:
     """Your records as examples whose prompt is the text and the question, whose states are the answer words."""
     data = config.load()
-    if not config.question.strip() and not data.has_questions():
+    label = data.check_label(config.label or data.label_names[0])
+    if not config.question.strip() and not data.has_questions() and data.kinds[label] != "text":
+        # (a label per text needs no question: its text ends in its own question and is read at its end)
         raise ValueError("forced answers on your data need the question asked at every event end: pass --question, "
                          "e.g. --question ' Where is the key now? It is in the' (or a template over the record's "
                          f"fields, ' Where is the {{object}} now?'), or give every record a {config.question_field!r} "
                          "field")
-    label = data.check_label(config.label or data.label_names[0])
     require_two_classes(class_counts(data, label), label, data.source)
     n = len(data) if config.n is None else config.n
     if n < 1:

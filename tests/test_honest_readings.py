@@ -420,3 +420,35 @@ def test_one_name_per_label_on_own_records(locations, capsys):
     for argv in (["probe", "--acts", acts, "--label", "state"],):
         assert cli([*argv, "--quiet"]) == 2
         assert "'state' is not a label of your records" in capsys.readouterr().err
+
+
+def test_a_text_that_ends_in_its_question_is_read_at_its_end(tmp_path, capsys):
+    """A per-text label with no --question (Kim & Schuster's boxes: "... Box 0 contains") is read as the model's
+    next word at the text's last token: equal to the HF model's own logits there, over the answer words."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    rows = [{"sentence": f"Box 0 contains the {a}. Box 1 contains the {b}. Box {k} contains <extra_id_0> .",
+             "masked_content": f"<extra_id_0> the {[a, b][k]}", "numops": i % 3}
+            for i, (a, b, k) in enumerate([("car", "bike", 0), ("bike", "car", 1), ("car", "bike", 1),
+                                            ("bike", "car", 0)] * 3)]
+    path = tmp_path / "boxes.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = tiny_llama_folder(str(tmp_path / "tiny"), [r["sentence"] for r in rows])
+    capsys.readouterr()
+    classes = sorted({r["masked_content"].replace("<extra_id_0>", "").strip() for r in rows})  # the label's
+    words = [c.split()[-1] for c in classes]  # one answer word per class, in class order: bike, car
+    assert cli(["forced", "--model", model, "--data", str(path), "--format", "boxes", "--answers", ",".join(words),
+                "--json", "--quiet"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    hf, tok = AutoModelForCausalLM.from_pretrained(model).eval(), AutoTokenizer.from_pretrained(model)
+    ans = [tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in words]
+    hits = []
+    for r in rows:
+        text = r["sentence"].split("<extra_id_0>")[0].rstrip()
+        with torch.no_grad():
+            logits = hf(torch.tensor([tok(text)["input_ids"]])).logits[0, -1]
+        truth = classes.index(r["masked_content"].replace("<extra_id_0>", "").strip())
+        hits.append(int(logits[ans].argmax()) == truth)
+    assert 0 < np.mean(hits) < 1  # the check tells the classes apart
+    assert res["n_boundaries"] == len(rows) and res["forced_accuracy"] == pytest.approx(np.mean(hits), abs=1e-6)
