@@ -74,6 +74,7 @@ class BeliefTrajectory:
     true_state: np.ndarray  # [T] true class index (-1 where unknown or unlabelled)
     boundaries: np.ndarray  # [n_events] token index of each event boundary
     state_names: list[str]  # the K class names, e.g. ["heads", "tails"]
+    scored_on: str | None = None  # how the probe read this text: out-of-fold, held-out, or None (unknown)
 
     @property
     def p_state(self) -> np.ndarray:
@@ -107,22 +108,28 @@ class BeliefTrajectory:
 
 def trajectory(bridge, tok, probe, ex, *, model_name: str = "", checked: bool = False) -> BeliefTrajectory:
     """Read the probe at every layer and position of `ex` (an `Example`, or any text). The probe is refused
-    unless it was fitted on this model, and (for an example) on these states, as on the command line."""
+    unless it was fitted on this model, and (for an example) on these states, as on the command line. A probe
+    loaded from a `probe --out` folder reads an example it was fitted on with the fold probe that did not see it
+    (`scored_on` says which), as the command line does; a probe fitted in memory is read as it is."""
 
     if not checked:
         check_probe_matches(probe, bridge, model_name)
+    scored_on = None
     if isinstance(ex, str):
         ids = np.asarray(tok(ex)["input_ids"])
         truth, bnd = np.full(len(ids), -1), np.zeros(0, dtype=int)
         names = probe_state_names(probe, [str(k) for k in range(probe.n_classes)])
     else:
+        if probe.folder:
+            probe, scored_on = probe_for_record(probe, probe.folder, ex)
         check_probe_states(probe, ex)
         lab = ex.labels(tok, text=ex.prompt)
         ids, truth, bnd = lab.input_ids, lab.state, np.nonzero(lab.is_event_boundary)[0]
         names = list(ex.meta.get("classes") or ex.state_names)
     pairs = probe_hooks_by_layer(probe)
     p = probe_distribution(bridge, probe, ids, [h for _, h in pairs])  # [L, T, K]
-    return BeliefTrajectory(token_strings(tok, ids), [layer for layer, _ in pairs], p, np.asarray(truth), bnd, names)
+    return BeliefTrajectory(token_strings(tok, ids), [layer for layer, _ in pairs], p, np.asarray(truth), bnd, names,
+                            scored_on)
 
 
 def figures(traj: BeliefTrajectory, layer: int, forced=None):
@@ -212,10 +219,9 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
         return _thinking_beliefs(config, bridge, tok, ex, probe, out)
     check_probe_matches(probe, bridge, config.model)
     layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
-    scored_on = None
-    if ex is not None:  # a record the probe was fitted on is read by the fold probe that did not see it
-        probe, scored_on = probe_for_record(probe, config.probes, ex)
+    # a text the probe was fitted on is read by the fold probe that did not see it (`trajectory` picks it)
     traj = trajectory(bridge, tok, probe, ex if ex is not None else config.prompt, checked=True)
+    scored_on = traj.scored_on
     asks = ex is not None and (ex.task != "data" or bool(ex.meta.get("question")))  # a record with its own question
     forced = forced_answers(bridge, tok, ex) if config.forced and asks else None
     heat, line = figures(traj, layer, forced)

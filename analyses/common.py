@@ -137,21 +137,22 @@ def probe_hooks_by_layer(probe) -> list[tuple[int, str]]:
 
 
 def probe_for_record(probe, folder: str, ex, crossfit=None):
-    """(the probe to read example `ex` with, how: "out-of-fold", "held-out", or None for a task's prompt).
+    """(the probe to read example `ex` with, how: "out-of-fold", "held-out", or None where it cannot be known).
 
-    A record of your data is read by the fold probe that did not see it where the probe was fitted on it
-    (`probes.crossfit`), and by the final probe otherwise; a folder without cross-fitted probes is refused for
-    records, since its final probe would score the records it was fitted on."""
-    if "text" not in ex.meta:
-        return probe, None
+    A record of your data, or a task's story, is read by the fold probe that did not see it where the probe was
+    fitted on it (`probes.crossfit`: records by their text, stories by their events), and by the final probe
+    otherwise. A folder without cross-fitted probes (an older `probe --out`) is refused for records, since its
+    final probe would score the records it was fitted on; for a task's story it is read as it is (None)."""
     from beliefscope.probes.crossfit import CrossFitted
 
-    crossfit = crossfit or CrossFitted.load(folder, probe)
+    crossfit = crossfit or (CrossFitted.load(folder, probe) if folder else None)
+    if crossfit is None and "text" not in ex.meta:  # a task's story, and a probe folder of an older beliefscope
+        return probe, None
     if crossfit is None:
         raise ValueError(f"{folder} holds no cross-fitted probes (fitted by an older beliefscope, or not by `probe "
                          "--out`): its final probe would score the records it was fitted on; fit it again with "
                          f"`beliefscope probe --acts ACTS --out {folder}`")
-    return crossfit.for_text(ex.meta["text"])
+    return crossfit.for_example(ex)
 
 
 def check_probe_states(probe, ex) -> None:

@@ -256,7 +256,7 @@ def forced_vs_probe_many(bridge, tok, probe, hook: str | None, examples, progres
     for i, ex in enumerate(examples):
         fa = forced_answers(bridge, tok, ex)
         if probe is not None:
-            use, how = probe_for_record(probe, "", ex, crossfit) if crossfit is not None else (probe, "held-out")
+            use, how = (probe, "not cross-fitted") if crossfit is None else probe_for_record(probe, "", ex, crossfit)
             scored_on[how] = scored_on.get(how, 0) + 1
             cols["probe"] += list(probe_distribution(bridge, use, fa.story_ids, [hook])[0][fa.positions])
         cols["prompt"] += [i] * len(fa.positions)
@@ -321,9 +321,8 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
         check_probe_rendering(probe, rendering)
         examples = get_task("coinflip", rendering=rendering, fmt="direct", split="all").examples(n, config.seed,
                                                                                                    (lo, hi))
-    crossfit = None
+    crossfit = CrossFitted.load(config.probes, probe) if probe is not None else None
     if probe is not None and config.data:
-        crossfit = CrossFitted.load(config.probes, probe)
         probe_for_record(probe, config.probes, examples[0], crossfit)  # refuses a folder without fold probes
     res = forced_vs_probe_many(bridge, tok, probe, hook, examples, progress, crossfit=crossfit)
     rates, by_event = res.rates(), res.by_event()

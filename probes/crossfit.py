@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from beliefscope.base.files import atomic_write_json
 from beliefscope.probes.linear import LinearProbe
-from beliefscope.tasks.score_checks import text_key
+from beliefscope.tasks.score_checks import example_key, text_key
 
 FILE = "crossfit.json"  # in a probe folder: {"folds": k, "text_fold": {text key: fold that held it out}}
 
@@ -36,7 +36,14 @@ class CrossFitted:
 
     def for_text(self, text: str) -> tuple[LinearProbe, str]:
         """(the probe to read `text` with, "out-of-fold" or "held-out")."""
-        k = self.text_fold.get(text_key(text))
+        return self.for_key(text_key(text))
+
+    def for_example(self, ex) -> tuple[LinearProbe, str]:
+        """(the probe to read an `Example` with: a record by its text, a task story by its events)."""
+        return self.for_key(example_key(ex))
+
+    def for_key(self, key: str) -> tuple[LinearProbe, str]:
+        k = self.text_fold.get(key)
         return (self.final, "held-out") if k is None else (self.folds[k], "out-of-fold")
 
     @classmethod

@@ -41,7 +41,7 @@ from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore, plan_
 from beliefscope.probes.twin import checkpoint_hash, random_init_like, random_twin  # noqa: F401 (re-exported)
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.records import DataSource
-from beliefscope.tasks.score_checks import text_key
+from beliefscope.tasks.score_checks import example_key, text_key
 
 from beliefscope.base.config_flags import add_config_flags, config_from_args
 from beliefscope.base.files import check_writable_parent
@@ -284,7 +284,9 @@ def run(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_size:
                         dtype=store_dtype(cfg.dtype, model_profile(cfg.model).rendering))
     examples = make_examples(hashed)
     model, tok = load_model(hashed.model)
-    return harvest_targets(cfg, model, tok, examples, asdict(hashed), progress_factory, rank, world_size, barrier, say)
+    keys = {"text_keys": [example_key(ex) for ex in examples]}  # so `probe --out` can say which fold held each out
+    return harvest_targets(cfg, model, tok, examples, asdict(hashed), progress_factory, rank, world_size, barrier, say,
+                           keys)
 
 
 def harvest_targets(cfg: HarvestRunConfig, model, tok, examples, config: dict, progress_factory=None, rank=0,

@@ -56,6 +56,7 @@ class LinearProbe:
     b: torch.Tensor  # [L, K] biases
     n_classes: int  # number of label values
     meta: dict = field(default_factory=dict)  # label, store hash, resid norms, trainer, ...
+    folder: str = field(default="", compare=False)  # the folder it was loaded from ("": fitted in memory); not saved
 
     @property
     def d_model(self) -> int:
@@ -111,7 +112,8 @@ class LinearProbe:
             raise ValueError(f"{paths[1]} does not match {paths[0]} (width or layer count differs)")
         hooks, n_classes = meta.pop("hooks"), meta.pop("n_classes")
         meta.pop("d_model")
-        return cls(hooks=hooks, mean=t["mean"], std=t["std"], W=t["W"], b=t["b"], n_classes=n_classes, meta=meta)
+        return cls(hooks=hooks, mean=t["mean"], std=t["std"], W=t["W"], b=t["b"], n_classes=n_classes, meta=meta,
+                   folder=os.path.abspath(folder))
 
 
 def _as_chunks(X, y, groups=None):

@@ -25,6 +25,21 @@ def text_key(text: str) -> str:
     return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()[:16]
 
 
+def example_key(ex) -> str:
+    """The `text_key` a probe remembers an example by: a record's whole text, or a task story up to the end of its
+    last event (so a story harvested with one question format and read with another is one story).
+
+    >>> from beliefscope.tasks.base import Event, Example
+    >>> ex = Example(task="t", rendering="toy", fmt="direct", prompt="a b . c ? A:", completion="", state_names=("x",),
+    ...              initial=0, events=(Event(span=(0, 5), kind="e", state_after=0),), answer_span=(12, 12), meta={})
+    >>> example_key(ex) == text_key("a b .")
+    True
+    """
+    if "text" in ex.meta:
+        return text_key(ex.meta["text"])
+    return text_key(ex.prompt[: ex.events[-1].span[1]] if ex.events else ex.prompt)
+
+
 def join_same_texts(records: list, where: str) -> tuple[list, int]:
     """Records that share a text (up to whitespace) or a group end up in one group, the first such record's:
     a fold that held one of them out and trained on another would score a text it had seen. The same text in

@@ -452,3 +452,49 @@ def test_a_text_that_ends_in_its_question_is_read_at_its_end(tmp_path, capsys):
         hits.append(int(logits[ans].argmax()) == truth)
     assert 0 < np.mean(hits) < 1  # the check tells the classes apart
     assert res["n_boundaries"] == len(rows) and res["forced_accuracy"] == pytest.approx(np.mean(hits), abs=1e-6)
+
+
+def test_a_task_story_the_probe_was_fitted_on_is_read_out_of_fold(tmp_path, capsys):
+    """Task stores remember their stories too: `beliefs` on a harvested story reads it with the fold probe that
+    did not see it, and on a new story with the final probe, and says which."""
+    from dataclasses import fields
+
+    from beliefscope.probes.harvest import HarvestConfig, make_examples
+    from beliefscope.probes.store import ActivationStore
+
+    acts, probes = str(tmp_path / "acts"), str(tmp_path / "probes")
+    assert cli(["harvest", "--model", "target", "--n", "40", "--events", "1-5", "--out", acts, "--no-random-init",
+                "--quiet"]) == 0
+    assert cli(["probe", "--acts", acts, "--out", probes, "--no-text-baseline", "--quiet"]) == 0
+    hc = ActivationStore.open(acts).manifest["config"]
+    seen = make_examples(HarvestConfig(**{f.name: hc[f.name] for f in fields(HarvestConfig) if f.name in hc}))[3]
+    for prompt, how in ((seen.prompt, "out-of-fold"),
+                        ("A coin's state is heads. Alice flips the coin. Bob flips the coin. Carol flips the coin. "
+                         "Dave flips the coin. Erin flips the coin. Frank flips the coin. What's the state? A:", None)):
+        capsys.readouterr()
+        assert cli(["beliefs", "--model", "target", "--probes", probes, "--task", "coinflip", "--prompt", prompt,
+                    "--out", str(tmp_path / "b.png"), "--json", "--quiet"]) == 0
+        got = json.loads(capsys.readouterr().out)["probe_scored_on"]
+        assert got == how or (how is None and got == "held-out"), (prompt, got)
+
+
+def test_python_trajectory_reads_a_training_record_out_of_fold(locations, tmp_path, capsys):
+    """In Python as on the command line: a probe loaded from its folder reads a record it was fitted on with the fold
+    probe that did not see it; a probe fitted in memory says nothing it cannot know."""
+    from beliefscope.analyses.beliefs import trajectory
+    from beliefscope.models.load import load_model
+    from beliefscope.probes.linear import LinearProbe
+    from beliefscope.tasks.records import load_data
+
+    tmp, acts = locations
+    out = str(tmp_path / "p")
+    _report(capsys, acts, "--label", "location", "--out", out)
+    bridge, tok = load_model(str(tmp / "tiny"))
+    data = load_data(DATA, events_field=("location",), label_field=("negated",))
+    train_i = next(i for i, r in enumerate(data.records) if not r.heldout)
+    probe = LinearProbe.load(out)
+    assert trajectory(bridge, tok, probe, data.example(train_i, "location")).scored_on == "out-of-fold"
+    held_i = next(i for i, r in enumerate(data.records) if r.heldout)
+    assert trajectory(bridge, tok, probe, data.example(held_i, "location")).scored_on == "held-out"
+    probe.folder = ""  # as if fitted in memory
+    assert trajectory(bridge, tok, probe, data.example(train_i, "location")).scored_on is None
