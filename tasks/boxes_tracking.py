@@ -1,5 +1,6 @@
 """Entity-tracking stories in the style of Kim & Schuster (2023, "Entity Tracking in Language Models"):
-objects in lettered boxes, then moves, and one watched object whose box is the state after every sentence.
+objects in lettered boxes, then moves, and one watched object whose box is the state after every sentence;
+and their own file format (`boxes_records`: `load_data(..., format="boxes")`).
 
 Each record has ``text``; ``box``, a list of ``{"end", "state"}`` events (the watched object's box after
 every sentence from the one that places it, held until the next sentence ends); ``object`` (the watched
@@ -53,3 +54,34 @@ def tracking_records(n: int, seed: int = SEED) -> list[dict]:
     """The first ``n`` stories of the seeded stream."""
     rng = random.Random(seed)
     return [story(rng, i) for i in range(n)]
+
+
+# ------------------------------------------------------------------------------- the boxes file format
+def boxes_records(rows: list[dict]) -> list[dict]:
+    """Kim & Schuster (2023)'s entity-tracking records (``sentence``, ``masked_content``, ``numops``) as
+    records of this contract: the text is the sentence up to its mask token, the label (``content``) the
+    masked box content, and ``numops`` the group (so folds never mix one operation count). The one-liner
+    it replaces: ``{"text": r["sentence"].split("<extra_id_0>")[0].rstrip(), "content": r["masked_content"]
+    .replace("<extra_id_0>", "").strip(), "group": r["numops"]}``.
+
+    >>> boxes_records([{"sentence": "Box 0 contains the car. Box 0 contains <extra_id_0> .",
+    ...                 "masked_content": "<extra_id_0> the car", "numops": 0}])[0]["content"]
+    'the car'
+    """
+    out = []
+    for i, r in enumerate(rows):
+        missing = [k for k in ("sentence", "masked_content") if k not in r]
+        if missing:
+            raise ValueError(f"boxes record {i} lacks {missing}; its fields are {list(r)}: the boxes format has "
+                             "sentence, masked_content and numops")
+        out.append({"text": r["sentence"].split("<extra_id_0>")[0].rstrip(),
+                    "content": r["masked_content"].replace("<extra_id_0>", "").strip(),
+                    "group": r.get("numops", ""), **({"id": r["id"]} if "id" in r else {})})
+    return out
+
+
+def boxes_config(cfg):
+    """A `DataConfig` for boxes records: their text, and the masked content as a label per text."""
+    from dataclasses import replace
+
+    return replace(cfg, text_field="text", label_field=("content",), events_field=(), spans_field=())

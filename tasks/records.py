@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from beliefscope.tasks.base import Event, Example
+from beliefscope.tasks.boxes_tracking import boxes_config, boxes_records
 from beliefscope.tasks.score_checks import join_same_texts
 from beliefscope.tasks.sources import describe, read_rows
 
@@ -219,7 +220,7 @@ def load_data(source, config: DataConfig | None = None, **overrides) -> Data:
     if not rows:
         raise ValueError(f"{where} holds no records")
     if cfg.format == "boxes":
-        rows, cfg = boxes_records(rows), _boxes_config(cfg)
+        rows, cfg = boxes_records(rows), boxes_config(cfg)
     elif cfg.format != "records":
         raise ValueError(f"format {cfg.format!r} is unknown: use 'records' or 'boxes'")
     fields = list(rows[0])
@@ -382,36 +383,6 @@ def example_path(name: str = "locations.jsonl") -> str:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no shipped dataset {name!r}; there are locations.jsonl and tracking.jsonl")
     return path
-
-
-# ------------------------------------------------------------------------------- boxes format
-def boxes_records(rows: list[dict]) -> list[dict]:
-    """Kim & Schuster (2023)'s entity-tracking records (``sentence``, ``masked_content``, ``numops``) as
-    records of this contract: the text is the sentence up to its mask token, the label (``content``) the
-    masked box content, and ``numops`` the group (so folds never mix one operation count). The one-liner
-    it replaces: ``{"text": r["sentence"].split("<extra_id_0>")[0].rstrip(), "content": r["masked_content"]
-    .replace("<extra_id_0>", "").strip(), "group": r["numops"]}``.
-
-    >>> boxes_records([{"sentence": "Box 0 contains the car. Box 0 contains <extra_id_0> .",
-    ...                 "masked_content": "<extra_id_0> the car", "numops": 0}])[0]["content"]
-    'the car'
-    """
-    out = []
-    for i, r in enumerate(rows):
-        missing = [k for k in ("sentence", "masked_content") if k not in r]
-        if missing:
-            raise ValueError(f"boxes record {i} lacks {missing}; its fields are {list(r)}: the boxes format has "
-                             "sentence, masked_content and numops")
-        out.append({"text": r["sentence"].split("<extra_id_0>")[0].rstrip(),
-                    "content": r["masked_content"].replace("<extra_id_0>", "").strip(),
-                    "group": r.get("numops", ""), **({"id": r["id"]} if "id" in r else {})})
-    return out
-
-
-def _boxes_config(cfg: DataConfig) -> DataConfig:
-    from dataclasses import replace
-
-    return replace(cfg, text_field="text", label_field=("content",), events_field=(), spans_field=())
 
 
 def class_counts(data: Data, label: str) -> dict[str, int]:
