@@ -73,8 +73,13 @@ def eos_id(model, cfg: SpecConfig, tokenizer=None) -> int | None:
 
 
 def check_prompt(model, prompt_ids, room: int = 0) -> torch.Tensor:
-    """Validate a prompt and return it as a LongTensor ``[n]``; raise a clear ValueError otherwise."""
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)  # [n]
+    """Validate a prompt and return it as a LongTensor ``[n]``; raise a clear ValueError otherwise. One prompt is
+    ``[n]`` or ``[1, n]``: a batch ``[B, n]`` is refused, never flattened into one prompt."""
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long)
+    if ids.ndim > 2 or (ids.ndim == 2 and ids.shape[0] != 1):
+        raise ValueError(f"this decodes one prompt ([n] or [1, n] token ids); got shape {list(ids.shape)}: decode each "
+                         "prompt in turn, or serve a batch with bs.Scheduler")
+    ids = ids.reshape(-1)  # [n]
     if ids.numel() == 0:
         raise ValueError("the prompt is empty: give at least one token (e.g. the tokenizer's bos/eos id)")
     limit = context_limit(model)
@@ -160,6 +165,8 @@ class Generation:
     compiled: str = ""  # with SpecConfig(compile=True): "cuda-graphs" or "torch.compile", or why it ran eagerly
     path_ranks: list[list[int]] = field(default_factory=list)  # token trees: per step, the drafter's rank of each
     # accepted node (decoding.tune.choose_tree_nodes reads what a smaller tree would have accepted from it)
+    stop_reason: str = ""  # why decoding stopped: "eos", "budget" (max_new_tokens reached) or "context" (the model's
+    #   context ran out first, so fewer tokens than asked)
 
     def record_step(self, *, drafted: int, accepted: int, gamma: int, n_new: int, draft_s: float,
                     verify_s: float) -> None:

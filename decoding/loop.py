@@ -156,6 +156,10 @@ class SpeculativeRun:
 
     def finish(self) -> Generation:
         self.res.tokens = self.buf[self.n_prompt: self.length].tolist()
+        if self.res.tokens and self.res.tokens[-1] == self.eos:
+            self.res.stop_reason = "eos"
+        else:  # the budget is max_new_tokens, or less where the context runs out first
+            self.res.stop_reason = "context" if self.budget < self.cfg.max_new_tokens else "budget"
         runner = self.target if self.target is not self.model else None
         if runner is not None and runner.eager:  # a hook attached mid-run: those forwards ran eagerly
             self.res.compiled += f" ({runner.eager} forwards eager: {runner.why_not or 'hooks attached then'})"

@@ -70,9 +70,12 @@ from beliefscope.models.thinking.ckpt import load_thinking
 
 def bridge_from_hf(model, tok=None):
     """Wrap an in-memory HF causal LM as a TransformerBridge (the model is modified in place) whose
-    attention always writes the KV cache it is given (`models.bridge`)."""
+    attention always writes the KV cache it is given (`models.bridge`). The bridge is in eval mode: dropout off,
+    so two forwards agree and speculative decoding equals greedy."""
 
-    return build_bridge(model, tok=tok)
+    bridge = build_bridge(model, tok=tok)
+    bridge.eval()
+    return bridge
 
 
 def load_model(name_or_path: str, device=None, dtype=None) -> tuple[Runner, Any]:

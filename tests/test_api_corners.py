@@ -1,0 +1,60 @@
+"""Corners of the Python API that were silently wrong (issue "The Python API ... no silent corner"): a model
+wrapped in memory left in training mode, a batch flattened into one prompt, and a short generation that did
+not say why it stopped. Each is checked against a reference: the same model's own forward, and plain greedy."""
+
+import pytest
+import torch
+
+from beliefscope.decoding import SpecConfig, generate, make_drafter, speculative_generate
+from beliefscope.models.load import bridge_from_hf
+
+from .helpers import tiny_gpt2_hf
+
+
+def _dropout_gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=64, n_positions=24, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.5,
+                     embd_pdrop=0.5, attn_pdrop=0.5, bos_token_id=1, eos_token_id=1)
+    return GPT2LMHeadModel(cfg).train()  # as a freshly built or fine-tuned model comes
+
+
+def test_a_model_wrapped_in_memory_runs_in_eval_mode():
+    """Before: `bridge_from_hf` left dropout on; two forwards of one prompt differed by 0.17."""
+    hf = _dropout_gpt2()
+    bridge = bridge_from_hf(hf)
+    assert not hf.training and not any(m.training for m in hf.modules())
+    x = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        a, b = bridge(x, return_type="logits"), bridge(x, return_type="logits")
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_batch_is_refused_not_flattened():
+    """Before: a [2, n] batch became one prompt of 2n tokens (prompt_len 20 for two 10-token prompts)."""
+    bridge = bridge_from_hf(tiny_gpt2_hf(seed=3))
+    cfg = SpecConfig(max_new_tokens=3, stop_at_eos=False)
+    batch = torch.randint(2, 60, (2, 10))
+    for run in (lambda p: generate(bridge, p, cfg), lambda p: speculative_generate(bridge, make_drafter("early-exit:1", bridge), p, cfg)):
+        with pytest.raises(ValueError, match=r"one prompt \(\[n\] or \[1, n\] token ids\); got shape \[2, 10\]"):
+            run(batch)
+    one = generate(bridge, batch[:1], cfg)
+    assert one.prompt_len == 10 and one.tokens == generate(bridge, batch[0], cfg).tokens
+
+
+def test_a_short_generation_says_why_it_stopped():
+    """Before: near the context limit `generate` returned 2 of 8 tokens asked, and nothing said so."""
+    hf = _dropout_gpt2()  # a 24-position context
+    bridge = bridge_from_hf(hf)
+    prompt = list(range(2, 20))  # 18 tokens
+    plain = generate(bridge, prompt, SpecConfig(max_new_tokens=8, stop_at_eos=False))
+    assert len(plain.tokens) < 8 and plain.stop_reason == "context"
+    spec = speculative_generate(bridge, make_drafter("early-exit:1", bridge), prompt,
+                                SpecConfig(max_new_tokens=8, stop_at_eos=False))
+    assert len(spec.tokens) < 8 and spec.stop_reason == "context"
+    room = generate(bridge, prompt[:4], SpecConfig(max_new_tokens=3, stop_at_eos=False))
+    assert len(room.tokens) == 3 and room.stop_reason == "budget"
+    first = room.tokens[0]  # plain greedy's first token, made the end of sequence: decoding stops right there
+    eos = generate(bridge, prompt[:4], SpecConfig(max_new_tokens=3, eos_token_id=first))
+    assert eos.tokens == [first] and eos.stop_reason == "eos"
