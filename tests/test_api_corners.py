@@ -36,7 +36,8 @@ def test_a_batch_is_refused_not_flattened():
     bridge = bridge_from_hf(tiny_gpt2_hf(seed=3))
     cfg = SpecConfig(max_new_tokens=3, stop_at_eos=False)
     batch = torch.randint(2, 60, (2, 10))
-    for run in (lambda p: generate(bridge, p, cfg), lambda p: speculative_generate(bridge, make_drafter("early-exit:1", bridge), p, cfg)):
+    drafter = make_drafter("early-exit:1", bridge)
+    for run in (lambda p: generate(bridge, p, cfg), lambda p: speculative_generate(bridge, drafter, p, cfg)):
         with pytest.raises(ValueError, match=r"one prompt \(\[n\] or \[1, n\] token ids\); got shape \[2, 10\]"):
             run(batch)
     one = generate(bridge, batch[:1], cfg)
