@@ -143,9 +143,13 @@ def _moments(chunks, L, d):
 
 def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int | None = None,
                    groups=None, n_groups: int = 1, trainer: str = "torch", config: ProbeConfig | None = None,
-                   meta: dict | None = None) -> LinearProbe | list[LinearProbe]:
+                   meta: dict | None = None, model=None) -> LinearProbe | list[LinearProbe]:
     """Fit one probe per layer. `X` is ``[L, N, d]``, a callable yielding chunks (torch only), or an
     `ActivationStore` with `y` a label name (every hook, tokens after the first event).
+
+    The probe carries its model's identity where it can be known: a store stamps its own (its model, hash and
+    harvest config, with the checkpoint hash), and `model` (the bridge the activations came from) stamps its
+    checkpoint hash on a fit from arrays. The analyses then refuse to read it on another model of the same width.
 
     `groups [N]` (torch only) assigns rows to `n_groups` position classes and fits a separate
     probe for each class in the same run; then a list of `n_groups` probes is returned.
@@ -156,10 +160,17 @@ def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int 
     """
 
     if isinstance(X, ActivationStore):
+        store, label = X, y
+        data = load_probe_data(store, "after_first_event", store.hooks)
+        store.check_label(label)
+        X, y, hooks = data.X, data.labels[label], hooks or data.hooks
+        meta = {"label": label, "store_hash": store.hash, "model": store.manifest["model"]["id"],
+                "harvest_config": store.manifest["config"], **(meta or {})}
+    if model is not None:
+        from beliefscope.probes.twin import checkpoint_hash
 
-        data = load_probe_data(X, "after_first_event", X.hooks)
-        X.check_label(y)
-        X, y, hooks = data.X, data.labels[y], hooks or data.hooks
+        meta = dict(meta or {})
+        meta["harvest_config"] = {**(meta.get("harvest_config") or {}), "checkpoint_hash": checkpoint_hash(model)}
     cfg = config or ProbeConfig(trainer=trainer)
     trainer = trainer if config is None else cfg.trainer
     if trainer not in ("torch", "sklearn"):

@@ -59,3 +59,30 @@ def test_a_short_generation_says_why_it_stopped():
     first = room.tokens[0]  # plain greedy's first token, made the end of sequence: decoding stops right there
     eos = generate(bridge, prompt[:4], SpecConfig(max_new_tokens=3, eos_token_id=first))
     assert eos.tokens == [first] and eos.stop_reason == "eos"
+
+
+def test_a_probe_fitted_in_python_carries_its_model(tmp_path):
+    """Before: a probe fitted in Python carried no model identity, and `trajectory()` read it on another model of
+    the same width (0.5 accuracy, silently). Fitted from a store or with `model=`, it is refused there."""
+    import numpy as np
+
+    from beliefscope.analyses.beliefs import trajectory
+    from beliefscope.models.tokenizer import toy_tokenizer
+    from beliefscope.probes import ActivationStore, fit_all_layers, harvest
+    from beliefscope.tasks import get_task
+
+    tok = toy_tokenizer()
+    a, b = bridge_from_hf(tiny_gpt2_hf(seed=5)), bridge_from_hf(tiny_gpt2_hf(seed=6))  # same width, other weights
+    exs = get_task("coinflip", rendering="toy", fmt="direct").examples(30, 0, (1, 4))
+    harvest(a, tok, exs, "resid_post", "all", str(tmp_path / "s"))
+    store = ActivationStore.open(str(tmp_path / "s"))
+    from_store = fit_all_layers(store, "state")
+    assert from_store.meta["harvest_config"]["checkpoint_hash"] and from_store.meta["store_hash"] == store.hash
+    X = torch.randn(len(from_store.hooks), 200, 32)
+    from_arrays = fit_all_layers(X, (X[0, :, 0] > 0).long(), hooks=from_store.hooks, model=a)
+    for probe in (from_store, from_arrays):
+        assert trajectory(a, tok, probe, exs[0]).p.shape[0] == len(probe.hooks)
+        with pytest.raises(ValueError, match="checkpoint hash"):
+            trajectory(b, tok, probe, exs[0])
+    assert np.isfinite(trajectory(b, tok, fit_all_layers(X, (X[0, :, 0] > 0).long(), hooks=from_store.hooks),
+                                  exs[0]).p).all()  # no identity given: nothing to check against
