@@ -30,6 +30,8 @@ or a hub name ('org/model'); shipped names: target, draft, thinking, ..., smollm
 
 from __future__ import annotations
 
+import os
+
 from functools import lru_cache
 from typing import Any
 
@@ -78,12 +80,27 @@ def bridge_from_hf(model, tok=None):
     return bridge
 
 
-def load_model(name_or_path: str, device=None, dtype=None) -> tuple[Runner, Any]:
+def load_model(name_or_path, device=None, dtype=None, *, tokenizer=None) -> tuple[Runner, Any]:
     """Load a model as ``(TransformerBridge, tokenizer)``; see the module docstring for names.
 
     A Thinking States checkpoint comes back as ``(ThinkingStates, tokenizer)``, whose
     ``.bridge`` is the backbone's bridge. ``device``: default CUDA when available, else the CPU;
-    ``dtype`` (a torch dtype or its name): default float32 (see `model_defaults`)."""
+    ``dtype`` (a torch dtype or its name): default float32 (see `model_defaults`).
+
+    `name_or_path` may also be an HF causal LM already in memory (pass its `tokenizer`): it is wrapped where it
+    is, on its own device and dtype (its modules are modified in place and it is put in eval mode, as
+    `bridge_from_hf` says); load a copy first to keep the original untouched."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        if not (hasattr(name_or_path, "config") and hasattr(name_or_path, "forward")):
+            raise TypeError(f"load_model takes a shipped name, a checkpoint folder, a hub name or an HF causal LM; got "
+                            f"{type(name_or_path).__name__}")
+        if device is not None or dtype is not None:
+            raise ValueError("an HF model in memory is wrapped where it is: move it (model.to(device, dtype)) before "
+                             "load_model, instead of passing device or dtype")
+        bridge = bridge_from_hf(name_or_path, tokenizer)
+        bridge.name_or_path = getattr(name_or_path.config, "_name_or_path", "") or type(name_or_path).__name__
+        return bridge, tokenizer
+    name_or_path = os.fspath(name_or_path)
     device, dtype = default_device(device), resolve_dtype(dtype)
     check_model_name(name_or_path)
     path = checkpoint_path(name_or_path, must_exist=False) if name_or_path != SMOLLM2 else None

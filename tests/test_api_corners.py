@@ -86,3 +86,26 @@ def test_a_probe_fitted_in_python_carries_its_model(tmp_path):
             trajectory(b, tok, probe, exs[0])
     assert np.isfinite(trajectory(b, tok, fit_all_layers(X, (X[0, :, 0] > 0).long(), hooks=from_store.hooks),
                                   exs[0]).p).all()  # no identity given: nothing to check against
+
+
+def test_load_model_takes_an_hf_model_object():
+    """Before: `load_model(hf_model)` failed with "'Qwen2ForCausalLM' object has no attribute 'startswith'"."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from beliefscope.models.load import load_model
+    from beliefscope.models.tokenizer import toy_tokenizer
+
+    torch.manual_seed(0)
+    hf = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+    x = torch.tensor([[3, 4, 5, 6]])
+    with torch.no_grad():
+        want = hf.eval()(x).logits
+    bridge, tok = load_model(hf.train(), tokenizer=toy_tokenizer())
+    assert tok is not None and not hf.training
+    with torch.no_grad():
+        torch.testing.assert_close(bridge(x, return_type="logits"), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="got int"):
+        load_model(7)
+    with pytest.raises(ValueError, match="wrapped where it is"):
+        load_model(hf, device="cpu")
