@@ -69,6 +69,9 @@ class SpecConfig:
             raise ValueError(f"verify_widths={self.verify_widths!r} must be positive widths, e.g. (1, 5, 8), or None")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature} must be >= 0 (0 = greedy)")
+        if self.capture and not self.trace:
+            raise ValueError(f"capture={tuple(self.capture)!r} records into the run's Trace: pass trace=True as well "
+                             "(SpecConfig(trace=True, capture=...)), then read gen.trace.activations(...)")
 
     @property
     def adaptive(self) -> bool:

@@ -109,3 +109,14 @@ def test_load_model_takes_an_hf_model_object():
         load_model(7)
     with pytest.raises(ValueError, match="wrapped where it is"):
         load_model(hf, device="cpu")
+
+
+def test_capture_without_a_trace_is_refused_with_the_fix():
+    """Before: `SpecConfig(capture=...)` without `trace=True` raised "'NoneType' object has no attribute 'captures'"
+    mid-run."""
+    with pytest.raises(ValueError, match=r"pass trace=True as well"):
+        SpecConfig(capture=("blocks.0.hook_resid_post",))
+    bridge = bridge_from_hf(tiny_gpt2_hf(seed=3))
+    gen = generate(bridge, [5, 6], SpecConfig(max_new_tokens=2, stop_at_eos=False, trace=True,
+                                              capture=("blocks.0.hook_resid_post",)))
+    assert gen.trace is not None and len(gen.tokens) == 2
