@@ -120,3 +120,16 @@ def test_capture_without_a_trace_is_refused_with_the_fix():
     gen = generate(bridge, [5, 6], SpecConfig(max_new_tokens=2, stop_at_eos=False, trace=True,
                                               capture=("blocks.0.hook_resid_post",)))
     assert gen.trace is not None and len(gen.tokens) == 2
+
+
+def test_load_data_takes_a_field_name_as_a_string():
+    """Before: `bs.load_data(path, label_field="truth")` iterated the string's letters ("no field 't'")."""
+    import beliefscope as bs
+    from beliefscope.tasks.records import example_path
+
+    data = bs.load_data(example_path("cities.jsonl"), label_field="truth")
+    assert data.label_names == ["truth"] and data.classes["truth"] == ["false", "true"]
+    both = bs.load_data(example_path("locations.jsonl"), events_field="location", label_field="negated")
+    assert both.label_names == ["location", "negated"]
+    with pytest.raises(TypeError, match=r"unknown settings \['label'\]"):
+        bs.load_data(example_path("cities.jsonl"), label="truth")
