@@ -142,6 +142,25 @@ def hooked(model, fwd_hooks):
                     lst.remove(h)
 
 
+def check_device(device) -> None:
+    """Refuse a device this torch cannot use, naming it and what it has (before any forward).
+
+    >>> check_device("cpu")
+    >>> check_device("tpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: device 'tpu' is not a device torch knows: use 'cpu' (or 'cuda' on a build with CUDA)
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device torch knows: use 'cpu' (or 'cuda' on a build with "
+                         "CUDA)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this torch has no usable CUDA device (a CPU build, or no GPU): keep the "
+                         "records on 'cpu', or leave device unset")
+
+
 @contextmanager
 def capture(model, names, cache=None, device=None):
     """Collect activations at `names` for every position of every forward in the block.
@@ -151,6 +170,8 @@ def capture(model, names, cache=None, device=None):
     names = [names] if isinstance(names, str) else list(names)
     resolve_hooks(model, names)  # fail early, with suggestions
     check_computed(model, names)
+    if device is not None:
+        check_device(device)
     cap = Capture(names, cache=cache, device=device)
 
     def pre(module, args, kwargs):

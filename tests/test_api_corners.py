@@ -133,3 +133,18 @@ def test_load_data_takes_a_field_name_as_a_string():
     assert both.label_names == ["location", "negated"]
     with pytest.raises(TypeError, match=r"unknown settings \['label'\]"):
         bs.load_data(example_path("cities.jsonl"), label="truth")
+
+
+def test_capture_to_a_device_this_torch_lacks_is_refused():
+    """Before: `capture(device="cuda")` on a CPU build raised a bare AssertionError inside a forward."""
+    from beliefscope.hooks import capture
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal is for builds without it")
+    bridge = bridge_from_hf(tiny_gpt2_hf(seed=3))
+    with pytest.raises(ValueError, match="no usable CUDA device"):
+        with capture(bridge, ["blocks.0.hook_resid_post"], device="cuda"):
+            bridge(torch.tensor([[5, 6]]), return_type=None)
+    with capture(bridge, ["blocks.0.hook_resid_post"], device="cpu") as cap:
+        bridge(torch.tensor([[5, 6]]), return_type=None)
+    assert cap.records["blocks.0.hook_resid_post"][0].act.shape[-2] == 2
