@@ -8,7 +8,8 @@ from __future__ import annotations
 import html
 import os
 
-from beliefscope.analyses import plots, readings, report
+from beliefscope.probes.chart import probe_layers_figure
+from beliefscope.analyses import readings, report
 from beliefscope.analyses.common import save_fig
 from beliefscope.analyses.instrument import InstrumentConfig, table_lines
 from beliefscope.analyses.instrument import main as instrument_main
@@ -68,10 +69,7 @@ def eval_section(ev: dict) -> dict:
 def probe_section(summary: dict, figs: str, key: str = "probe") -> dict:
     rep = summary[key]
     rows = rep["layers"]
-    fig = plots.probe_layers_chart([r["layer"] for r in rows], [r["accuracy"] for r in rows],
-                                   [r["control_accuracy"] for r in rows],
-                                   [r["random_init_accuracy"] or float("nan") for r in rows],
-                                   rep["embedding_accuracy"], rep["majority_accuracy"])
+    fig = probe_layers_figure(rep)  # probe, twin, control where defined, every baseline, with intervals
     path = os.path.join(figs, "probe_layers.png" if key == "probe" else f"{key}_layers.png")
     data = save_fig(fig, path)
     reading = readings.reading_probe(rep, "the target")
@@ -79,8 +77,9 @@ def probe_section(summary: dict, figs: str, key: str = "probe") -> dict:
         return {"title": "Probe at the question token (where the toy target computes its answer)",
                 "reading": reading + " Steering below uses this probe's direction.",
                 "figures": [(data, "Same controls, rows restricted to the last prompt token.")],
-                "html": report.table(rep["layers"], ["layer", "accuracy", "control_accuracy", "selectivity",
-                                                     "random_init_accuracy"])}
+                "html": report.table(rep["layers"], [c for c in ("layer", "accuracy", "control_accuracy",
+                                                                 "selectivity", "random_init_accuracy")
+                                                     if any(r.get(c) is not None for r in rows)])}
     if "draft_probe" in summary:
         d = summary["draft_probe"]
         dbest = next(r for r in d["layers"] if r["layer"] == d["best_layer"])
@@ -90,6 +89,6 @@ def probe_section(summary: dict, figs: str, key: str = "probe") -> dict:
             "accuracy_event_tokens", "accuracy_other_tokens", "heldout_length_accuracy", "heldout_template_accuracy"]
     cols = [c for c in cols if any(r.get(c) is not None for r in rows)]
     return {"title": "Linear probes of the coin's state, with controls", "reading": reading,
-            "figures": [(data, "Held-out-by-prompt accuracy per layer, with the control task, a random-init "
-                               "model, the embedding-only probe and the majority class.")],
+            "figures": [(data, "Out-of-fold accuracy per layer (folds by prompt) with its 95% interval, beside the "
+                               "random-init model, the control task where it is defined and every baseline.")],
             "html": report.table(rows, cols)}

@@ -234,23 +234,6 @@ def draft_vs_target_beliefs(positions, p_draft, p_target, true_state, state_name
     return fig
 
 
-def probe_layers_chart(layers, acc, control, random_init, embedding: float, majority: float) -> Figure:
-    """Probe accuracy per layer with its controls."""
-    fig, ax = plt.subplots(figsize=(7.5, 3.4), constrained_layout=True)
-    ax.plot(layers, acc, "o-", color="#d1495b", label="probe (held out by prompt)")
-    ax.plot(layers, control, "^--", color="0.5", label="control task")
-    ax.plot(layers, random_init, "v--", color="#8e44ad", label="random-init model")
-    ax.axhline(embedding, color="#2e86ab", ls=":", label="embedding only")
-    ax.axhline(majority, color="0.2", ls="-.", lw=0.8, label="majority class")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(0.3, 1.02)
-    ax.set_xticks(list(layers))
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title("State probe accuracy by layer, with controls", fontsize=10)
-    return fig
-
-
 def agreement_by_event(events, forced_acc, probe_acc, agreement, layer: int | None = None,
                        chance: float = 0.5) -> Figure:
     """Per event index: how often the forced answer and the probe are right, and how often they agree."""

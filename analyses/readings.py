@@ -38,9 +38,12 @@ def reading_probe(rep: dict, who: str = "the model") -> str:
          f"{pct(rep.get('embedding_accuracy'))} from the embeddings alone, "
          f"{pct(best.get('random_init_accuracy'))} for a randomly initialised model of the same shape, and "
          f"{pct(rep['majority_accuracy'])} for always guessing the majority class. "
-         f"The control task reaches {pct(best['control_accuracy'])} there "
-         f"(selectivity {best['selectivity']:+.3f}).")
-    if gap is not None:
+         + (f"The control task reaches {pct(best['control_accuracy'])} there "
+            f"(selectivity {best['selectivity']:+.3f})." if best.get("control_accuracy") is not None else
+            f"The control task is left out there: {rep.get('control', {}).get('note', 'it is not defined')}."))
+    if rep.get("verdict"):  # the margin over the strongest baseline, with its interval
+        s += f" Against the strongest baseline: {rep['verdict']}."
+    elif gap is not None:
         s += (" That is far above every baseline." if gap >= 0.3 else
               f" That is only {100 * gap:.0f} points above the strongest baseline: weak evidence of a state "
               "representation." if gap > 0.05 else " That is no better than the baselines: no evidence that "

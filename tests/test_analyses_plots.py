@@ -114,14 +114,6 @@ def test_determinism_costs_chart_draws_every_series(n):
     assert {l.get_label(): list(l.get_ydata()) for l in ax.get_lines()} == {k: v for k, (_, v) in series.items()}
 
 
-def test_probe_layers_chart():
-    fig = plots.probe_layers_chart([0, 1], [0.8, 0.99], [0.6, 0.62], [0.5, 0.52], 0.55, 0.5)
-    (ax,) = fig.axes
-    assert ax.get_xlabel() == "layer" and ax.get_ylabel() == "accuracy"
-    assert _legend(ax) == ["probe (held out by prompt)", "control task", "random-init model", "embedding only",
-                           "majority class"]
-
-
 def test_agreement_by_event():
     fig = plots.agreement_by_event([1, 2, 3], [1.0, 0.9, 0.8], [0.95, 0.9, 0.7], [0.95, 0.85, 0.7], layer=3)
     (ax,) = fig.axes
