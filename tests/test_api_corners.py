@@ -148,3 +148,18 @@ def test_capture_to_a_device_this_torch_lacks_is_refused():
     with capture(bridge, ["blocks.0.hook_resid_post"], device="cpu") as cap:
         bridge(torch.tensor([[5, 6]]), return_type=None)
     assert cap.records["blocks.0.hook_resid_post"][0].act.shape[-2] == 2
+
+
+def test_the_main_command_under_torchrun_refuses_with_the_right_one(tmp_path, monkeypatch, capsys):
+    """Before: `torchrun ... -m beliefscope harvest` made both ranks write every record ("store ... holds some
+    prompts twice"). Now each process refuses before any work and names the sharding entry point."""
+    import os
+
+    from beliefscope.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    out = tmp_path / "acts"
+    assert main(["harvest", "--model", "target", "--n", "4", "--out", str(out), "--quiet"]) == 2
+    assert "-m beliefscope.probes.harvest ARGS` shards the records by rank" in capsys.readouterr().err
+    assert not os.path.exists(out)
