@@ -27,14 +27,19 @@ def surface_column(label: str) -> str:
 
 def last_named(text: str, class_names, token_ends: np.ndarray) -> np.ndarray:
     """``[T]``: for each token (by its end character offset), the index of the class whose name occurs last
-    in the text up to that token (whole words, any case; where two names end at one place, the longer); -1
-    where none has occurred yet."""
+    in the text up to that token (whole words, any case, except a one-letter name, matched as written so that
+    box "A" is not the article "a"; where two names end at one place, the longer); -1 where none has occurred.
+
+    >>> last_named("Ann put a key in Box B, then in Box A.", ["A", "B"], np.array([9, 23, 38])).tolist()
+    [-1, 1, 0]
+    """
     hits = []  # (end, length, class)
     for k, name in enumerate(class_names):
         name = str(name).strip()
         if not name:
             continue
-        for m in re.finditer(r"(?<!\w)" + re.escape(name) + r"(?!\w)", text, flags=re.IGNORECASE):
+        flags = 0 if len(name) == 1 else re.IGNORECASE
+        for m in re.finditer(r"(?<!\w)" + re.escape(name) + r"(?!\w)", text, flags=flags):
             hits.append((m.end(), m.end() - m.start(), k))
     if not hits:
         return np.full(len(token_ends), -1, dtype=np.int64)
