@@ -52,7 +52,8 @@ def probe_layers_figure(rep: dict):
     step = max(1, len(x) // 16)
     ax.set_xticks(x[::step])
     ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    note = "" if rep.get("control", {}).get("defined", True) else "\ncontrol task left out: not defined here (report.json)"
+    defined = rep.get("control", {}).get("defined", True)
+    note = "" if defined else "\ncontrol task left out: not defined here (report.json)"
     fig.suptitle(f"Probe for {rep['label']!r} by block\nout-of-fold over {rep.get('n_groups')} record groups, "
                  f"95% intervals{note}", fontsize=9.5)
     return fig
