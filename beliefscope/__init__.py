@@ -52,6 +52,7 @@ _API = {
     "probe_report": "beliefscope.probes",
     "ReportConfig": "beliefscope.probes",
     "forced_answers": "beliefscope.analyses.forced",
+    "trajectory": "beliefscope.analyses.beliefs",
 }
 _SUBPACKAGES = ("tasks", "models", "hooks", "cache", "decoding", "probes", "analyses")
 
@@ -60,6 +61,7 @@ __all__ = sorted([*_API, *_SUBPACKAGES])
 
 if TYPE_CHECKING:  # what `_API` maps, spelled out for type checkers and "go to definition"
     from beliefscope import analyses, cache, decoding, hooks, models, probes, tasks  # noqa: F401
+    from beliefscope.analyses.beliefs import trajectory  # noqa: F401
     from beliefscope.analyses.forced import forced_answers  # noqa: F401
     from beliefscope.tasks import load_data  # noqa: F401
     from beliefscope.cache import KVCache, Provenance  # noqa: F401
