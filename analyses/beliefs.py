@@ -240,7 +240,7 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
            "p_state0": np.round(traj.p_state, 4).tolist(), "true_state": traj.true_state.tolist(),
            "event_boundaries": traj.boundaries.tolist(),
            "accuracy_at_layer": None if acc is None else round(acc, 4), "scored_tokens": int(traj.scored().sum()),
-           "probe_scored_on": scored_on,
+           "scored_on": scored_on,
            "answer": ex.answer if ex is not None and ex.events else None, "files": [out, line_path]}
     if forced is not None:
         res["forced_p_state0"] = np.round(forced.p_state[:, 0], 4).tolist()

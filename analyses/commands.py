@@ -67,7 +67,7 @@ def _forced_lines(res: dict) -> list[str]:
     if "agreement" not in res:
         return [head + f"the forced answer names the true state on {rate('forced_accuracy')} (argmax over "
                 f"{len(res.get('state_names') or ())} answers){chance}", *_files(res)]
-    how = ", ".join(f"{n} {k}" for k, n in (res.get("probe_scored_on") or {}).items())
+    how = ", ".join(f"{n} {k}" for k, n in (res.get("scored_on") or {}).items())
     return [head + f"probe (blocks.{res['layer']}) agrees with the forced answer on {rate('agreement')}; forced "
             f"accuracy {rate('forced_accuracy')}, probe accuracy {rate('probe_accuracy')}{chance}"
             + (f"; the probe read {how} records" if how else ""), *_files(res)]

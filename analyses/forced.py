@@ -328,7 +328,7 @@ def main(config: ForcedConfig, *, bridge=None, tok=None, progress=None) -> dict:
     rates, by_event = res.rates(), res.by_event()
     files = _figures(bridge, tok, res, by_event, examples, layer, out) if out else []
     head = {"model": config.model, "probes": config.probes, "layer": layer, "n_prompts": len(examples),
-            "probe_scored_on": res.scored_on if probe is not None else None}
+            "scored_on": res.scored_on if probe is not None else None}
     if config.data:
         head.update(data=config.data, label=examples[0].meta["label"], question=config.question,
                     state_names=list(examples[0].meta["classes"]), answers=list(examples[0].state_names))

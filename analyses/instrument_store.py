@@ -83,7 +83,7 @@ def main_store(config, progress=None) -> dict:
     rates, ci = res.rates(), res.intervals()
     band = {"n_boundaries": rates["n_boundaries"], "probe_accuracy": rates["probe_accuracy"],
             "forced_accuracy": rates["forced_accuracy"], "probe_forced_agreement": rates["agreement"],
-            "intervals": ci, "probe_scored_on": res.scored_on}
+            "intervals": ci, "scored_on": res.scored_on}
     out = {"task": f"data:{label}", "state_names": list(data.classes[label]), "best_layer": best["layer"],
            "hook": best["hook"],
            "layer_chosen_on": f"out-of-fold accuracy over every labelled token ({report['store']})",

@@ -290,7 +290,7 @@ def build(cfg: ViewConfig, progress=None) -> dict:
             use, how = probe_for_record(probe, folder, ex) if folder else (probe, None)
             scored_on[how or "held-out"] = scored_on.get(how or "held-out", 0) + 1
             panel = {"tokens": token_strings(tok, lab.input_ids), "truth": lab.state.tolist(),
-                     "boundaries": np.nonzero(lab.is_event_boundary)[0].tolist(), "probe_scored_on": how,
+                     "boundaries": np.nonzero(lab.is_event_boundary)[0].tolist(), "scored_on": how,
                      **story_panel(model, tok, use, rows, ex)}
             story["models"][name] = panel
             start = panel["boundaries"][0] if panel["boundaries"] else 0
@@ -301,7 +301,7 @@ def build(cfg: ViewConfig, progress=None) -> dict:
                 progress(1)
         data["models"].append({"name": name, "thinking": thinking, "layers": [r[0] for r in rows],
                                "hooks": [r[1] for r in rows], "best": best, "probe": source,
-                               "probe_accuracy_at_best": round(hits / max(1, n_tok), 4), "probe_scored_on": scored_on})
+                               "probe_accuracy_at_best": round(hits / max(1, n_tok), 4), "scored_on": scored_on})
         if decode == "auto" and not thinking:
             decode = name
     data["decode"] = None

@@ -45,7 +45,7 @@ from beliefscope.tasks.score_checks import example_key, text_key
 
 from beliefscope.base.config_flags import add_config_flags, config_from_args
 from beliefscope.base.files import check_writable_parent
-from beliefscope.base.progress import progress_bar
+from beliefscope.base.progress import advance_to, progress_bar
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
 
@@ -284,9 +284,8 @@ def run(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_size:
                         dtype=store_dtype(cfg.dtype, model_profile(cfg.model).rendering))
     examples = make_examples(hashed)
     model, tok = load_model(hashed.model)
-    keys = {"text_keys": [example_key(ex) for ex in examples]}  # so `probe --out` can say which fold held each out
     return harvest_targets(cfg, model, tok, examples, asdict(hashed), progress_factory, rank, world_size, barrier, say,
-                           keys)
+                           {"text_keys": [example_key(ex) for ex in examples]})  # `probe --out`: which fold held each
 
 
 def harvest_targets(cfg: HarvestRunConfig, model, tok, examples, config: dict, progress_factory=None, rank=0,
@@ -316,7 +315,7 @@ def harvest_targets(cfg: HarvestRunConfig, model, tok, examples, config: dict, p
               "pause_after_shard": cfg.pause_after_shard, "extra_header": extra_header}
         store = harvest(m, tok, examples, config["hooks"], config["layers"], out,
                         config={**config, "role": role, **more},
-                        progress=None if bar is None else lambda n, t, b=bar: _advance(b, n, t), **kw)
+                        progress=None if bar is None else lambda n, t, b=bar: advance_to(b, n, t), **kw)
         if bar is not None:
             bar.close()
         result[out] = {"config_hash": store.hash, "n_rows": store.manifest.get("n_rows"),
@@ -356,11 +355,6 @@ def run_data(cfg: HarvestRunConfig, progress_factory=None, rank: int = 0, world_
         r.update(records=len(examples), labels={n: data.classes[n] for n in data.label_names},
                  skipped=len(fitted["skipped"]), truncated=len(fitted["truncated"]), shared_texts=data.shared_texts)
     return result
-
-
-def _advance(bar, n: int, total: int) -> None:
-    bar.total = total
-    bar.update(n - bar.n)
 
 
 def main(argv=None) -> int:

@@ -211,13 +211,10 @@ class Data:
 def load_data(source, config: DataConfig | None = None, **overrides) -> Data:
     """Read and check every record of `source` (any source `tasks.sources.read_rows` takes). A field list may be
     a tuple or one comma-separated string: ``label_field="truth"`` is the field ``truth``, not its letters."""
-    unknown = sorted(set(overrides) - set(DataConfig.__dataclass_fields__))
-    if unknown:
-        raise TypeError(f"load_data got unknown settings {unknown}; the settings are "
-                        f"{list(DataConfig.__dataclass_fields__)}")
-    for k in ("label_field", "events_field", "spans_field"):
-        if isinstance(overrides.get(k), str):
-            overrides[k] = tuple(f.strip() for f in overrides[k].split(",") if f.strip())
+    if unknown := sorted(set(overrides) - set(names := list(DataConfig.__dataclass_fields__))):
+        raise TypeError(f"load_data got unknown settings {unknown}; the settings are {names}")
+    overrides.update({k: tuple(f.strip() for f in v.split(",") if f.strip()) for k, v in overrides.items()
+                      if k in ("label_field", "events_field", "spans_field") and isinstance(v, str)})
     cfg = config or DataConfig(**overrides)
     if overrides and config is not None:
         from dataclasses import replace

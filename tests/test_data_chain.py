@@ -111,7 +111,7 @@ def test_forced_instrument_and_view_on_data(chain, capsys):
     # the probe was fitted on these records: each is read by the fold probe that did not see it (it was the final
     # probe, fitted on all of them, before)
     held = sum(json.loads(line).get("split") == "test" for line in open(DATA).readlines()[:12])
-    assert held > 0 and f["probe_scored_on"] == {"out-of-fold": 12 - held, "held-out": held}
+    assert held > 0 and f["scored_on"] == {"out-of-fold": 12 - held, "held-out": held}
     inst = _run(capsys, "instrument", "--models", model, "--data", DATA, "--events-field", "location",
                 "--question", Q, "--out", str(tmp / "inst"))
     m = inst["models"][model]

@@ -339,7 +339,7 @@ def test_instrument_reads_the_store_and_its_probes(locations, tmp_path, capsys):
     (name, m), = res["models"].items()
     best = next(r for r in rep["layers"] if r["layer"] == rep["best_layer"])
     assert m["hook"] == best["hook"] == f"blocks.{m['best_layer']}.hook_resid_post"
-    assert res["config"]["n_records"] == 8 and sum(m["bands"]["all"]["probe_scored_on"].values()) == 8
+    assert res["config"]["n_records"] == 8 and sum(m["bands"]["all"]["scored_on"].values()) == 8
     assert [r["accuracy"] for r in m["probe_layers"]] == [r["accuracy"] for r in rep["layers"]]
     assert "class named last so far" in m["verdict"] and "chance" in m["verdict"]
     # probes of another store, or a --label other than the probes', are refused before any model loads
@@ -371,7 +371,7 @@ def test_view_without_a_question_leaves_the_forced_row_out(locations, tmp_path, 
                 "--out", str(tmp_path / "v.html"), "--json", "--quiet"]) == 0
     res = json.loads(capsys.readouterr().out)
     html = open(tmp_path / "v.html").read()
-    assert res["n_stories"] == 2 and '"forced"' not in html and '"probe_scored_on"' in html
+    assert res["n_stories"] == 2 and '"forced"' not in html and '"scored_on"' in html
 
 
 def test_beliefs_json_gives_truth_exactly_where_it_scores(tmp_path, capsys):
@@ -474,7 +474,7 @@ def test_a_task_story_the_probe_was_fitted_on_is_read_out_of_fold(tmp_path, caps
         capsys.readouterr()
         assert cli(["beliefs", "--model", "target", "--probes", probes, "--task", "coinflip", "--prompt", prompt,
                     "--out", str(tmp_path / "b.png"), "--json", "--quiet"]) == 0
-        got = json.loads(capsys.readouterr().out)["probe_scored_on"]
+        got = json.loads(capsys.readouterr().out)["scored_on"]
         assert got == how or (how is None and got == "held-out"), (prompt, got)
 
 

@@ -30,3 +30,14 @@ def resume_bar(bar, step: int) -> None:
         return
     bar.start_t = bar.last_print_t = bar._time()
     bar.refresh()
+
+
+def advance_to(bar, n: int, total: int) -> None:
+    """Move ``bar`` to ``n`` of ``total`` (a job that reports how far it is, not how much it just did).
+
+    >>> import io; from tqdm import tqdm
+    >>> bar = tqdm(file=io.StringIO()); advance_to(bar, 3, 10); (bar.n, bar.total)
+    (3, 10)
+    """
+    bar.total = total
+    bar.update(n - bar.n)
