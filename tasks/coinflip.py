@@ -198,11 +198,20 @@ class CoinFlip:
                                   questions=questions)
 
     # -- sampling ---------------------------------------------------------------------------
-    def example(self, seed: int, n_events: int) -> Example:
-        """One example drawn deterministically from `seed`."""
+    def example(self, seed: int, n_events: int, toggle: int | None = None) -> Example:
+        """One example drawn deterministically from `seed`. ``toggle``: the event (0-based; negative counts
+        from the end) whose kind is turned over (a flip becomes a stay and back), the rest of the draw kept:
+        the other half of a minimal pair (`analyses.pairs.task_pairs`). In the toy rendering nothing else
+        changes; in the natural one, the sentences after it keep their draws but may read differently where
+        a flip and a stay pool differ in size."""
         rng = random.Random(f"coinflip/{self.cfg.rendering}/{self.cfg.split}/{seed}/{n_events}")
         initial = rng.randrange(2)
         kinds = ["flip" if rng.random() < self.cfg.p_flip else "stay" for _ in range(n_events)]
+        if toggle is not None:
+            if not -n_events <= toggle < n_events:
+                raise ValueError(f"toggle={toggle} is not an event of a {n_events}-event story: use 0..{n_events - 1} "
+                                 "(or -1 for the last)")
+            kinds[toggle] = "stay" if kinds[toggle] == "flip" else "flip"
         if self.cfg.rendering == "toy":
             names = [rng.choice(TOY_NAMES) for _ in range(n_events)]
             return self._toy(initial, kinds, names, seed)
