@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # loaded by file path (tests, generate.py): its sibling modules must be importable
     sys.path.insert(0, HERE)
 
-from results_decoding import (CACHE, DET, FORCED, GPU, OVERHEAD, SPEC, cache_page,  # noqa: E402
+from results_decoding import (CACHE, DET, DET_H200, FORCED, GPU, OVERHEAD, SPEC, cache_page,  # noqa: E402
                               determinism_page, forced_page, gpu_page, overhead_page, spec_page)
 from results_doc import FORMATS, NONE, RES, ROOT, Doc, _status, fmt_value, page, table  # noqa: E402
 from results_models import (HARVEST, PROBES, THINK, THINK_SMOL, _card, instrument_page,  # noqa: E402
@@ -111,6 +111,11 @@ What each benchmark runs, and how: `benchmarks/README.md`.
          both(DET, det + ("ratio_at_50pct", "goal"), det + ("ratio_at_100pct", "goal"), "x2"),
          both(DET, det + ("ratio_at_50pct", "met"), det + ("ratio_at_100pct", "met"), "met"), when(DET),
          "[determinism](determinism.md#smollm2)"],
+        ["Throughput with 50% / 100% deterministic requests, SmolLM2 shape (random weights), H200, CUDA graphs",
+         both(DET_H200, "ratio_at_50pct", "ratio_at_100pct", "x3"),
+         both(DET_H200, det + ("ratio_at_50pct", "goal"), det + ("ratio_at_100pct", "goal"), "x2"),
+         both(DET_H200, det + ("ratio_at_50pct", "met"), det + ("ratio_at_100pct", "met"), "met"),
+         d.fig(DET_H200, ("measured", "date"), "date"), "[on a GPU](gpu.md#determinism-h200)"],
         ["Forced answers on cache forks over recompute, toy, 512 tokens", d.fig(FORCED, "speedup_512", "x2"),
          *goal(FORCED, ("goal", "speedup_512"), ("speedup_512",)), when(FORCED), "[forced answers](forced.md)"],
         ["`KVCache` over `DynamicCache`, toy at 4096 positions / SmolLM2 at 2048",
