@@ -1,4 +1,5 @@
-"""`beliefscope beliefs | forced | instrument | trace | determinism | demo | view` (registered by beliefscope/cli.py).
+"""`beliefscope beliefs | forced | instrument | interchange | trace | determinism | demo | view` (registered
+by beliefscope/cli.py).
 
 Each command is a ``beliefscope.base.config_flags.Command``: its config class (whose fields are its flags,
 defaults and help), a ``run(cfg, progress) -> dict`` and the ``lines`` it prints without ``--json``.
@@ -25,6 +26,7 @@ from beliefscope.analyses.demo import DemoConfig
 from beliefscope.analyses.determinism import DeterminismConfig, int_list
 from beliefscope.analyses.forced import ForcedConfig
 from beliefscope.analyses.instrument import InstrumentConfig
+from beliefscope.analyses.interchange_report import InterchangeConfig
 from beliefscope.analyses.spec_trace import TraceConfig
 from beliefscope.analyses.view import ViewConfig
 from beliefscope.base.config_flags import Command, register_command
@@ -162,6 +164,23 @@ def _demo_lines(res: dict) -> list[str]:
             f"{res['seconds']:.0f} s"]
 
 
+def _interchange(cfg, progress):
+    from beliefscope.analyses import interchange_report
+
+    return interchange_report.main(cfg, progress=progress)
+
+
+def _interchange_lines(res: dict) -> list[str]:
+    head = (f"{res['n_heldout_pairs']} held-out pairs of {res['n_pairs']} ({res['source']}); the base answers right on "
+            f"{res['base_correct']:.0%}")
+    sites = [f"layer {r['layer']:>2} {r['position']:<10} {r['verdict']}" for r in res["sites"]]
+    erased = [f"LEACE at layer {x}: accuracy falls {e['drop_leace']['drop']:+.2f} {e['drop_leace']['interval']} vs "
+              f"{e['drop_random']['drop']:+.2f} for a random rank-{e['rank']} erasure; a probe refitted after it reads "
+              f"{e['probe_after_erasure']['accuracy']:.2f} (majority {e['majority_baseline']['accuracy']:.2f})"
+              for x, e in res["erasure"].items()]
+    return [head, *sites, *erased, *_files(res)]
+
+
 def _view_flags(p) -> None:
     p.add_argument("--model", default="thinking,target", help="comma-separated models shown side by side")
     p.add_argument("--prompt", action="append", default=None,
@@ -206,6 +225,13 @@ COMMANDS = (
             helps={"bands": "event-count bands of the held-out prompts (default: the task's first three, "
                             "1-8,9-16,17-32 for coinflip and cups, 1-10,10-25,25-50 for variables)"},
             epilog="beliefscope instrument --models target,thinking --n-train 60 --n-test 30 --out runs/instrument"),
+    Command(name="interchange", help="is the label used? interchange interventions (whole, probe, mass-mean, random "
+            "and DAS subspaces) and LEACE erasure at every layer and position, on held-out pairs",
+            config=InterchangeConfig, run=_interchange, lines=_interchange_lines, unit="interventions",
+            choices={"rendering": ["toy", "natural"], "pair_by": ["group", "events"], "format": ["records", "boxes"]},
+            helps={"model": _MODEL},
+            epilog="beliefscope interchange --model target --n 100 --das-layers 2,3 --erase-layers 3 --out "
+                   "runs/interchange"),
     Command(name="trace", help="speculative-decoding trace: cache timeline, acceptance, beliefs", config=TraceConfig,
             run=lambda cfg, progress: spec_trace.main(cfg, progress=progress), lines=_trace_lines,
             total=lambda cfg: cfg.n + (1 if cfg.prompt else 0),

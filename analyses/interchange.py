@@ -204,13 +204,19 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-@torch.no_grad()
 def last_logits(model, seqs: list, answer_ids: list, fwd_hooks=None) -> torch.Tensor:
-    """``[b, C]`` float32: the class words' logits at each sequence's last token, under ``fwd_hooks``."""
+    """``[b, C]`` float32: the class words' logits at each sequence's last token, under ``fwd_hooks`` (no gradient;
+    `last_logits_grad` keeps it)."""
+    with torch.no_grad():
+        return last_logits_grad(model, seqs, answer_ids, fwd_hooks).cpu()
+
+
+def last_logits_grad(model, seqs: list, answer_ids: list, fwd_hooks=None) -> torch.Tensor:
+    """`last_logits` on the model's device, differentiable in what the hooks put in (DAS trains through it)."""
     ids, lens = _padded(seqs)
     with hooked(model, fwd_hooks or []):
         logits = model(ids.to(_device(model)), return_type="logits")  # [b, T, V]
-    return logits[torch.arange(len(seqs), device=logits.device), lens.to(logits.device) - 1][:, answer_ids].float().cpu()
+    return logits[torch.arange(len(seqs), device=logits.device), lens.to(logits.device) - 1][:, answer_ids].float()
 
 
 def patch_hooks(rows_site: np.ndarray, rows_pos: np.ndarray, values: torch.Tensor, site_list: list[Site],

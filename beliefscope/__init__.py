@@ -53,6 +53,16 @@ _API = {
     "ReportConfig": "beliefscope.probes",
     "forced_answers": "beliefscope.analyses.forced",
     "trajectory": "beliefscope.analyses.beliefs",
+    "interchange": "beliefscope.analyses.interchange",
+    "sites": "beliefscope.analyses.interchange",
+    "Site": "beliefscope.analyses.interchange",
+    "Pair": "beliefscope.analyses.pairs",
+    "task_pairs": "beliefscope.analyses.pairs",
+    "record_pairs": "beliefscope.analyses.pairs",
+    "learn_das": "beliefscope.analyses.das",
+    "DasConfig": "beliefscope.analyses.das",
+    "erasure": "beliefscope.analyses.erasure",
+    "ErasureConfig": "beliefscope.analyses.erasure",
 }
 _SUBPACKAGES = ("tasks", "models", "hooks", "cache", "decoding", "probes", "analyses")
 
@@ -62,6 +72,10 @@ __all__ = sorted([*_API, *_SUBPACKAGES])
 if TYPE_CHECKING:  # what `_API` maps, spelled out for type checkers and "go to definition"
     from beliefscope import analyses, cache, decoding, hooks, models, probes, tasks  # noqa: F401
     from beliefscope.analyses.beliefs import trajectory  # noqa: F401
+    from beliefscope.analyses.das import DasConfig, learn_das  # noqa: F401
+    from beliefscope.analyses.erasure import ErasureConfig, erasure  # noqa: F401
+    from beliefscope.analyses.interchange import Site, interchange, sites  # noqa: F401
+    from beliefscope.analyses.pairs import Pair, record_pairs, task_pairs  # noqa: F401
     from beliefscope.analyses.forced import forced_answers  # noqa: F401
     from beliefscope.tasks import load_data  # noqa: F401
     from beliefscope.cache import KVCache, Provenance  # noqa: F401

@@ -3,7 +3,7 @@
 - models/cli.py: train, eval
 - decoding/cli.py: generate, datastore
 - probes/cli.py: harvest, probe, steer
-- analyses/commands.py: beliefs, forced, instrument, trace, determinism, demo, view
+- analyses/commands.py: beliefs, forced, instrument, interchange, trace, determinism, demo, view
 - benchmarks/cli.py: bench
 
 A module registers with ``register(subparsers)``, adding parsers whose ``func(args) -> int``
@@ -41,6 +41,8 @@ COMMANDS = {
     "forced": (AREAS[3], "forced answers vs probe at every event boundary of many prompts"),
     "instrument": (AREAS[3], "validate the belief instrument: probe, forced answer, thought and truth at every event "
                              "boundary, per model and length band, with controls and a causal check"),
+    "interchange": (AREAS[3], "is the label used? interchange interventions (whole, probe, mass-mean, random and DAS "
+                              "subspaces) and LEACE erasure at every layer and position, on held-out pairs"),
     "trace": (AREAS[3], "speculative-decoding trace: cache timeline, acceptance, beliefs"),
     "determinism": (AREAS[3], "unique outputs vs co-batched requests, fast path vs verified (chart)"),
     "demo": (AREAS[3], "every analysis on the shipped checkpoints -> report.html"),
