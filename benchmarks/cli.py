@@ -1,4 +1,4 @@
-"""`beliefscope bench {spec,cache,forced,harvest,probes,all} [--quick] [--json]`.
+"""`beliefscope bench {spec,cache,forced,harvest,probes,interchange,all} [--quick] [--json]`.
 
 Each benchmark writes ``benchmarks/results/<name>.json`` (``benchmarks/results/quick/`` with
 ``--quick``, which never overwrites the committed full results) and prints a table; ``--json``
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from beliefscope.base.config_flags import Command, register_command
 
 # order of `all` (cheap first)
-BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking", "overhead")
+BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking", "overhead", "interchange")
 
 
 @dataclass
