@@ -171,6 +171,11 @@ def _interchange(cfg, progress):
 
 
 def _interchange_lines(res: dict) -> list[str]:
+    if "chunks" in res:  # a Thinking States model: its written state swapped
+        return [f"{res['n_pairs']} pairs; {res['site']}:", *[
+            f"chunk {r['chunk']}: IIA {r['iia_swap']['accuracy']:.2f} {r['iia_swap']['interval']} (random vector at "
+            f"the same distance: {r['iia_random']['accuracy']:.2f}; {r['iia_swap']['n_rows']} pairs)"
+            for r in res["chunks"]], *_files(res)]
     head = (f"{res['n_heldout_pairs']} held-out pairs of {res['n_pairs']} ({res['source']}); the base answers right on "
             f"{res['base_correct']:.0%}")
     sites = [f"layer {r['layer']:>2} {r['position']:<10} {r['verdict']}" for r in res["sites"]]

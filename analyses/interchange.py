@@ -160,8 +160,9 @@ def _padded(seqs: list) -> tuple[torch.Tensor, torch.Tensor]:
 def check_inputs(model, site_list: list[Site], bases: dict | None = None) -> None:
     """Refuse, before any forward: a Thinking States model, unknown hooks, bases wider than the residual."""
     if writes_thoughts(model):
-        raise ValueError("this model writes thoughts between chunks, which a plain forward does not run: test its "
-                         "state with `beliefscope causal` (the swap of its written state)")
+        raise ValueError("this model writes thoughts between chunks, which a plain forward does not run: swap its "
+                         "written state with analyses.interchange_thinking.thinking_interchange (what `beliefscope "
+                         "interchange` runs for such a model)")
     if not site_list:
         raise ValueError("no sites given: build them with analyses.interchange.sites(model, layers, positions)")
     hooks = sorted({s.hook for s in site_list})

@@ -24,8 +24,10 @@ import torch
 from beliefscope.analyses.das import DasConfig, learn_das, split_pairs
 from beliefscope.analyses.erasure import ErasureConfig, erasure
 from beliefscope.analyses.interchange import interchange, prepare, sites, source_activations
+from beliefscope.analyses.interchange_thinking import thinking_interchange
 from beliefscope.analyses.pairs import record_pairs, states_after, task_pairs
 from beliefscope.analyses.subspaces import orthonormal
+from beliefscope.models.profile import writes_thoughts
 from beliefscope.probes.intervals import scored
 from beliefscope.tasks.records import DataSource
 
@@ -146,6 +148,16 @@ def main(cfg: InterchangeConfig, *, bridge=None, tok=None, progress=None) -> dic
     pairs = build_pairs(cfg)  # records are checked before the model loads
     if bridge is None:
         bridge, tok = load_model(cfg.model)
+    if writes_thoughts(bridge):  # its belief is the written state S: swap that (the ground truth)
+        res = {"model": cfg.model, "source": f"task {cfg.task} ({cfg.rendering}, {cfg.events} events)",
+               **thinking_interchange(bridge, tok, pairs, cfg.seed, progress), "files": []}
+        if cfg.out:
+            from beliefscope.analyses.common import write_json
+
+            os.makedirs(cfg.out, exist_ok=True)
+            res["files"] = [os.path.join(cfg.out, "interchange.json")]
+            write_json(res["files"][0], res)
+        return res
     n = int(bridge.cfg.n_layers)
     layers = _layers(cfg.layers, n, "--layers")
     das_layers = [x for x in _layers(cfg.das_layers, n, "--das-layers") if x in layers] if cfg.das_layers != "all" \

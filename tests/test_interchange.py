@@ -184,3 +184,14 @@ def test_interchange_command_writes_json_and_heatmap(tmp_path, capsys):
     assert last3["verdict"].startswith("readable and used") and last3["iia_das"]["accuracy"] >= 0.9
     ev = next(r for r in res["sites"] if r["layer"] == 3 and r["position"] == "last_event")
     assert ev["iia_full"]["accuracy"] == 0.0 and "used" not in ev["verdict"].split("(")[0].replace("not used", "")
+
+
+@pytest.mark.slow
+def test_thinking_states_written_state_moves_every_answer(capsys):
+    """Ground truth: swapping a Thinking States model's written state S for the source's at any chunk after the
+    stories part moves the answer to the replayed counterfactual; a random vector at the same distance does not."""
+    rc = cli(["interchange", "--model", "thinking", "--n", "6", "--events", "3-5", "--json", "--no-progress"])
+    assert rc == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["chunks"] and all(r["iia_swap"]["accuracy"] == 1.0 for r in res["chunks"])
+    assert max(r["iia_random"]["accuracy"] for r in res["chunks"]) <= 0.2
