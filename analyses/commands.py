@@ -1,5 +1,5 @@
-"""`beliefscope beliefs | forced | instrument | interchange | trace | determinism | demo | view` (registered
-by beliefscope/cli.py).
+"""`beliefscope beliefs | forced | instrument | interchange | lens | lens-train | trace | determinism | demo | view`
+(registered by beliefscope/cli.py).
 
 Each command is a ``beliefscope.base.config_flags.Command``: its config class (whose fields are its flags,
 defaults and help), a ``run(cfg, progress) -> dict`` and the ``lines`` it prints without ``--json``.
@@ -26,6 +26,9 @@ from beliefscope.analyses.demo import DemoConfig
 from beliefscope.analyses.determinism import DeterminismConfig, int_list
 from beliefscope.analyses.forced import ForcedConfig
 from beliefscope.analyses.instrument import InstrumentConfig
+from beliefscope.analyses.lens import LensConfig
+from beliefscope.analyses.lens_train import LensTrainConfig
+from beliefscope.analyses.lens_train import prepare as lens_train_prepare
 from beliefscope.analyses.interchange_report import InterchangeConfig
 from beliefscope.analyses.spec_trace import TraceConfig
 from beliefscope.analyses.view import ViewConfig
@@ -186,6 +189,36 @@ def _interchange_lines(res: dict) -> list[str]:
     return [head, *sites, *erased, *_files(res)]
 
 
+def _lens(cfg, progress):
+    from beliefscope.analyses import lens
+
+    return lens.main(cfg, progress=progress)
+
+
+def _lens_lines(res: dict) -> list[str]:
+    out = []
+    for name, rates in res["in_place"].items():
+        at = res["forms_at"][name]
+        where = ", ".join(f"{k} from layer {v}" for k, v in at.items() if v is not None) or "nowhere"
+        last = {k: v[-1] for k, v in {**rates, **({"forced": res["forced"][name]} if name in res["forced"] else {})}
+                .items() if v}
+        out.append(f"{name} lens on {res['n_stories']} stories: the answer becomes readable at {where}; last-layer "
+                   "accuracy " + ", ".join(f"{k} {v:.2f} (majority {res['majority'][k]:.2f})" for k, v in last.items()))
+    return [*out, *_files(res)]
+
+
+def _lens_train(cfg, progress):
+    from beliefscope.analyses import lens_train
+
+    return lens_train.train_main(cfg, progress=progress)
+
+
+def _lens_train_lines(res: dict) -> list[str]:
+    from beliefscope.analyses.lens_train import kl_lines
+
+    return kl_lines(res)
+
+
 def _view_flags(p) -> None:
     p.add_argument("--model", default="thinking,target", help="comma-separated models shown side by side")
     p.add_argument("--prompt", action="append", default=None,
@@ -237,6 +270,18 @@ COMMANDS = (
             helps={"model": _MODEL},
             epilog="beliefscope interchange --model target --n 100 --das-layers 2,3 --erase-layers 3 --out "
                    "runs/interchange"),
+    Command(name="lens", help="when does the answer form? the forced answer through the logit lens (and a tuned "
+            "lens) at every layer and position class: event boundaries, story, question, answer position",
+            config=LensConfig, run=_lens, lines=_lens_lines, unit="stories read",
+            total=lambda cfg: cfg.n if cfg.n is not None else (None if cfg.data else 40),
+            choices={"rendering": ["toy", "natural"], "format": ["records", "boxes"]}, helps={"model": _MODEL},
+            epilog="beliefscope lens --model target --n 40 --out runs/lens/target"),
+    Command(name="lens-train", help="train a tuned lens (one affine translator per layer, Belrose et al. 2023) on "
+            "your text or the shipped corpus; held-out KL per layer, tuned vs logit lens",
+            config=LensTrainConfig, run=_lens_train, lines=_lens_train_lines, unit="texts captured, then steps",
+            total=lambda cfg: None, prepare=lens_train_prepare,
+            choices={"rendering": ["toy", "natural"]}, helps={"model": _MODEL},
+            epilog="beliefscope lens-train --model target --steps 200 --out runs/lens/target-tuned"),
     Command(name="trace", help="speculative-decoding trace: cache timeline, acceptance, beliefs", config=TraceConfig,
             run=lambda cfg, progress: spec_trace.main(cfg, progress=progress), lines=_trace_lines,
             total=lambda cfg: cfg.n + (1 if cfg.prompt else 0),

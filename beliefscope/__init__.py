@@ -51,6 +51,9 @@ _API = {
     "hook_xy": "beliefscope.probes",
     "probe_report": "beliefscope.probes",
     "ReportConfig": "beliefscope.probes",
+    "logit_lens": "beliefscope.probes.lens",
+    "TunedLens": "beliefscope.probes.tuned_lens",
+    "train_tuned_lens": "beliefscope.probes.tuned_lens",
     "forced_answers": "beliefscope.analyses.forced",
     "trajectory": "beliefscope.analyses.beliefs",
     "interchange": "beliefscope.analyses.interchange",
@@ -77,6 +80,8 @@ if TYPE_CHECKING:  # what `_API` maps, spelled out for type checkers and "go to 
     from beliefscope.analyses.interchange import Site, interchange, sites  # noqa: F401
     from beliefscope.analyses.pairs import Pair, record_pairs, task_pairs  # noqa: F401
     from beliefscope.analyses.forced import forced_answers  # noqa: F401
+    from beliefscope.probes.lens import logit_lens  # noqa: F401
+    from beliefscope.probes.tuned_lens import TunedLens, train_tuned_lens  # noqa: F401
     from beliefscope.tasks import load_data  # noqa: F401
     from beliefscope.cache import KVCache, Provenance  # noqa: F401
     from beliefscope.decoding import (  # noqa: F401

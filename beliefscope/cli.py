@@ -3,7 +3,7 @@
 - models/cli.py: train, eval
 - decoding/cli.py: generate, datastore
 - probes/cli.py: harvest, probe, steer
-- analyses/commands.py: beliefs, forced, instrument, interchange, trace, determinism, demo, view
+- analyses/commands.py: beliefs, forced, instrument, interchange, lens, lens-train, trace, determinism, demo, view
 - benchmarks/cli.py: bench
 
 A module registers with ``register(subparsers)``, adding parsers whose ``func(args) -> int``
@@ -43,6 +43,10 @@ COMMANDS = {
                              "boundary, per model and length band, with controls and a causal check"),
     "interchange": (AREAS[3], "is the label used? interchange interventions (whole, probe, mass-mean, random and DAS "
                               "subspaces) and LEACE erasure at every layer and position, on held-out pairs"),
+    "lens": (AREAS[3], "when does the answer form? the forced answer through the logit lens (and a tuned lens) at "
+                       "every layer and position class: event boundaries, story, question, answer position"),
+    "lens-train": (AREAS[3], "train a tuned lens (one affine translator per layer, Belrose et al. 2023) on your text "
+                             "or the shipped corpus; held-out KL per layer, tuned vs logit lens"),
     "trace": (AREAS[3], "speculative-decoding trace: cache timeline, acceptance, beliefs"),
     "determinism": (AREAS[3], "unique outputs vs co-batched requests, fast path vs verified (chart)"),
     "demo": (AREAS[3], "every analysis on the shipped checkpoints -> report.html"),
