@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 from beliefscope.analyses.common import save_fig  # noqa: E402
 
 SERIES = (("probe", "held-out probe", "tab:blue", "-"), ("majority", "majority class", "tab:gray", ":"),
@@ -25,8 +26,12 @@ def interchange_figure(res: dict, path: str) -> bytes:
     grid = np.full((len(layers), len(rules)), np.nan)
     for r in rows:
         grid[layers.index(r["layer"]), rules.index(r["position"])] = r["iia_full"]["accuracy"]
-    fig, axes = plt.subplots(1, 1 + len(rules), figsize=(3.2 + 4.2 * len(rules), 4.2),
-                             gridspec_kw={"width_ratios": [0.8] + [1.6] * len(rules)})
+    cols = min(3, 1 + len(rules))
+    n_rows = -(-(1 + len(rules)) // cols)
+    fig, grid_axes = plt.subplots(n_rows, cols, figsize=(4.6 * cols, 3.7 * n_rows + 0.5), squeeze=False)
+    axes = list(grid_axes.flat)
+    for ax in axes[1 + len(rules):]:
+        ax.axis("off")
     ax = axes[0]
     im = ax.imshow(grid, aspect="auto", origin="lower", vmin=0, vmax=1, cmap="viridis")
     ax.set_xticks(range(len(rules)), rules, rotation=30, ha="right", fontsize=8)
@@ -34,7 +39,7 @@ def interchange_figure(res: dict, path: str) -> bytes:
     ax.set_ylabel("layer")
     ax.set_title("IIA, whole activation", fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.08)
-    for ax, rule in zip(axes[1:], rules):
+    for ax, rule in zip(axes[1: 1 + len(rules)], rules):
         mine = sorted((r for r in rows if r["position"] == rule), key=lambda r: r["layer"])
         xs = [r["layer"] for r in mine]
         for key, name, color, style in SERIES:
@@ -49,10 +54,11 @@ def interchange_figure(res: dict, path: str) -> bytes:
                 hi = [p[1]["interval"][1] for p in pts]
                 ax.fill_between(x, lo, hi, color=color, alpha=0.12, lw=0)
         ax.set_ylim(-0.03, 1.03)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("layer")
         ax.set_title(f"position: {rule}", fontsize=10)
         ax.grid(alpha=0.3)
-    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    axes[len(rules)].legend(fontsize=7, loc="best")
     fig.suptitle(f"Is the label used? {res['model']} on {res['source']}: {res['n_heldout_pairs']} held-out pairs "
                  f"(base answers right: {res['base_correct']:.0%})", fontsize=10)
     fig.tight_layout()
