@@ -202,8 +202,10 @@ def _lens_lines(res: dict) -> list[str]:
         where = ", ".join(f"{k} from layer {v}" for k, v in at.items() if v is not None) or "nowhere"
         last = {k: v[-1] for k, v in {**rates, **({"forced": res["forced"][name]} if name in res["forced"] else {})}
                 .items() if v}
+        ci = res.get("intervals", {}).get(name, {})
         out.append(f"{name} lens on {res['n_stories']} stories: the answer becomes readable at {where}; last-layer "
-                   "accuracy " + ", ".join(f"{k} {v:.2f} (majority {res['majority'][k]:.2f})" for k, v in last.items()))
+                   "accuracy " + ", ".join(f"{k} {v:.2f} {ci[k][-1] if ci.get(k) else ''} (majority "
+                                           f"{res['majority'][k]:.2f})" for k, v in last.items()))
     return [*out, *_files(res)]
 
 
@@ -266,6 +268,7 @@ COMMANDS = (
     Command(name="interchange", help="is the label used? interchange interventions (whole, probe, mass-mean, random "
             "and DAS subspaces) and LEACE erasure at every layer and position, on held-out pairs",
             config=InterchangeConfig, run=_interchange, lines=_interchange_lines, unit="interventions",
+            total=lambda cfg: None,  # a counter with its rate: the rows depend on the pairs each site scores
             choices={"rendering": ["toy", "natural"], "pair_by": ["group", "events"], "format": ["records", "boxes"]},
             helps={"model": _MODEL},
             epilog="beliefscope interchange --model target --n 100 --das-layers 2,3 --erase-layers 3 --out "

@@ -13,7 +13,8 @@ Two readings per story, both against the truth:
 A model that keeps a running state shows the answer at the event boundaries themselves; a lazy one (our
 toy target, trained on the final answer only) shows it only where it is asked, at the answer position of
 the question, and only in its last layers. Accuracy is the argmax over the class words against the true
-class, next to the majority class of the same tokens (the baseline to beat).
+class, next to the majority class of the same tokens (the baseline to beat), with 95% bootstrap intervals over
+stories (``intervals``: per lens, position class and layer).
 
 Usage (not run as a doctest: it needs a model and many forwards)::
 
@@ -33,6 +34,7 @@ from beliefscope.analyses.forced import data_examples_for_forced, split_story
 from beliefscope.analyses.lens_plots import forming_figure, example_figure
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import compute_device, model_profile, writes_thoughts
+from beliefscope.probes.intervals import group_interval
 from beliefscope.probes.lens import LensDecoder, check_layers, class_token_ids, logit_lens, read_residuals, residuals
 from beliefscope.probes.tuned_lens import TunedLens
 from beliefscope.tasks import get_task, parse_events_range
@@ -134,6 +136,15 @@ def _rate(hits: list, masks: list) -> list:
     return [round(float(x) / den, 4) for x in num] if den else None
 
 
+def _intervals(hits: list, masks: list) -> list | None:
+    """Per layer: the 95% bootstrap interval of the accuracy, resampling stories (`probes.intervals`)."""
+    groups = np.concatenate([np.full(int(m.sum()), i) for i, m in enumerate(masks)])
+    if not len(groups):
+        return None
+    flat = np.concatenate([h[:, m] for h, m in zip(hits, masks)], 1)  # [L, n] hits of every story's tokens
+    return [[round(x, 4) for x in group_interval(row.astype(float), groups)] for row in flat]
+
+
 def _majority(truths: list, masks: list) -> float | None:
     vals = np.concatenate([t[m] for t, m in zip(truths, masks)])
     return round(float(np.bincount(vals).max() / len(vals)), 4) if len(vals) else None
@@ -175,18 +186,21 @@ def main(cfg: LensConfig, *, model=None, tok=None, progress=None) -> dict:
 def summarise(stories: list, lenses: dict, n_layers: int) -> dict:
     """Accuracy per lens, layer and position class; the forced answer per layer; where the answer forms."""
     res = {"layers": list(range(n_layers)), "position_classes": list(CLASSES), "in_place": {}, "forced": {},
-           "majority": {}, "forms_at": {}}
+           "majority": {}, "forms_at": {}, "intervals": {}}
     for c, name in enumerate(CLASSES):
         masks = [(s["cls"] == c) & (s["truth"] >= 0) for s in stories]
         res["majority"][name] = _majority([s["truth"] for s in stories], masks)
         for lens in lenses:
-            res["in_place"].setdefault(lens, {})[name] = _rate([s["in_place"][lens] for s in stories], masks)
+            hits = [s["in_place"][lens] for s in stories]
+            res["in_place"].setdefault(lens, {})[name] = _rate(hits, masks)
+            res["intervals"].setdefault(lens, {})[name] = _intervals(hits, masks)
     with_forced = [s for s in stories if s["forced_truth"] is not None and len(s["forced_truth"])]
     if with_forced:
         masks = [np.ones(len(s["forced_truth"]), bool) for s in with_forced]
         res["majority"]["forced"] = _majority([s["forced_truth"] for s in with_forced], masks)
         for lens in lenses:
             res["forced"][lens] = _rate([s["forced"][lens] for s in with_forced], masks)
+            res["intervals"][lens]["forced"] = _intervals([s["forced"][lens] for s in with_forced], masks)
     for lens in lenses:
         rates = {**res["in_place"][lens], **({"forced": res["forced"][lens]} if lens in res["forced"] else {})}
         res["forms_at"][lens] = {k: forms_at(v, res["majority"].get(k)) for k, v in rates.items()}
