@@ -206,6 +206,13 @@ def _lens_lines(res: dict) -> list[str]:
         out.append(f"{name} lens on {res['n_stories']} stories: the answer becomes readable at {where}; last-layer "
                    "accuracy " + ", ".join(f"{k} {v:.2f} {ci[k][-1] if ci.get(k) else ''} (majority "
                                            f"{res['majority'][k]:.2f})" for k, v in last.items()))
+    att = res.get("attention") or {}
+    if att.get("n_scored"):
+        best = max(range(len(att["evidence_mass"])), key=lambda i: att["evidence_mass"][i] - att["distractor_mass"][i])
+        out.append(f"attention of the answer position ({att['n_scored']} stories where the evidence and the last-named "
+                   f"distractor differ; {att['n_skipped']} not): at layer {best} evidence "
+                   f"{att['evidence_mass'][best]:.3f} {att['evidence_interval'][best]} vs distractor "
+                   f"{att['distractor_mass'][best]:.3f} {att['distractor_interval'][best]} (mean over heads)")
     return [*out, *_files(res)]
 
 

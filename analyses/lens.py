@@ -31,7 +31,8 @@ import numpy as np
 import torch
 from beliefscope.analyses.common import check_writable_parent, save_fig, token_strings, write_json
 from beliefscope.analyses.forced import data_examples_for_forced, split_story
-from beliefscope.analyses.lens_plots import forming_figure, example_figure
+from beliefscope.analyses.lens_attention import evidence_attention
+from beliefscope.analyses.lens_plots import attention_figure, example_figure, forming_figure
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import compute_device, model_profile, writes_thoughts
 from beliefscope.probes.intervals import group_interval
@@ -59,6 +60,8 @@ class LensConfig(DataSource):
     question: str = ""  # with --data: the question appended at every event end, e.g. " Where is it? It is in Box"
     answers: tuple = ()  # with --data: one single-token answer word per class, in class order (default: class names)
     forced: bool = True  # read the forced answer (question appended) at every event boundary too
+    attention: bool = False  # also the answer position's attention mass on the true evidence vs the last-named
+    #   distractor, per layer and head (analyses.lens_attention)
 
 
 def prepare(cfg: LensConfig) -> tuple[list, TunedLens | None]:
@@ -176,6 +179,8 @@ def main(cfg: LensConfig, *, model=None, tok=None, progress=None) -> dict:
         if progress:
             progress(1)
     res = summarise(stories, lenses, model.cfg.n_layers)
+    if cfg.attention:
+        res["attention"] = evidence_attention(model, tok, examples)
     res.update(model=cfg.model, tuned=cfg.tuned, n_stories=len(examples), state_names=list(examples[0].state_names),
                source=cfg.data or f"coinflip {cfg.events} events, seed {cfg.seed}", files=[])
     if cfg.out:
@@ -217,5 +222,8 @@ def write(res: dict, story: dict, examples, tok, out: str) -> list[str]:
     share = np.take_along_axis(r.class_share, np.maximum(truth, 0)[None, :, None], 2)[..., 0]  # [L, T]
     p_true = np.where(truth[None] >= 0, share, np.nan)  # [L, T] P(true state); NaN where unlabelled
     save_fig(example_figure(p_true, token_strings(tok, r.ids), story["cls"], ex.state_names), files[2])
+    if res.get("attention", {}).get("n_scored"):
+        files.append(os.path.join(out, "lens-attention.png"))
+        save_fig(attention_figure(res["attention"]), files[-1])
     write_json(files[0], {**res, "files": files})
     return files

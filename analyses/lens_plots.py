@@ -75,3 +75,31 @@ def kl_figure(logit: list, tuned: list, title: str = "") -> Figure:
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+def attention_figure(att: dict) -> Figure:
+    """The answer position's attention mass on the evidence vs the last-named distractor: per layer (mean over
+    heads, with intervals over stories), and per layer x head (evidence minus distractor)."""
+    ev, di = np.asarray(att["evidence_mass"]), np.asarray(att["distractor_mass"])
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+    x = np.arange(len(ev))
+    for vals, ci, label in ((ev, att["evidence_interval"], "true evidence"),
+                            (di, att["distractor_interval"], "last-named distractor")):
+        a.plot(x, vals, "o-", ms=3, label=label)
+        a.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], alpha=0.2)
+    a.set_xticks(x[:: max(1, len(x) // 15)])
+    a.set_xlabel("layer")
+    a.set_ylabel("attention mass (mean over heads)")
+    a.set_title(f"answer position, {att['n_scored']} stories where the two differ", fontsize=9)
+    a.legend(fontsize=8)
+    diff = np.asarray(att["evidence_by_head"]) - np.asarray(att["distractor_by_head"])  # [L, H]
+    lim = float(np.abs(diff).max()) or 1.0
+    im = b.imshow(diff, origin="lower", aspect="auto", cmap="RdBu", vmin=-lim, vmax=lim)
+    b.set_xticks(range(diff.shape[1]))
+    b.set_yticks(range(0, diff.shape[0], max(1, diff.shape[0] // 15)))
+    b.set_xlabel("head")
+    b.set_ylabel("layer")
+    b.set_title("evidence minus distractor mass, per head (blue: evidence)", fontsize=9)
+    fig.colorbar(im, ax=b, fraction=0.04)
+    fig.tight_layout()
+    return fig
