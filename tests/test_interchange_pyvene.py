@@ -38,7 +38,7 @@ relative, each block adds its rounding to the residual, x4 for softmax and norms
 |-----------------------------------------------|-------------|---------------|-------------|--------|
 | tiny random Llama, 3 blocks, init std 0.5     | 7.2         | 2.9e-6        | 4.1e-6      | 5.9e-5 |
 | toy target GPT-2, 4 blocks                    | 10.3        | 9.5e-7        | 4.8e-6      | 2.2e-4 |
-| SmolLM2-135M, 30 blocks (`bench interchange`) | 11.1        | 2.2e-5        | --          | 3.8e-3 |
+| SmolLM2-135M, 30 blocks (`bench interchange`) | 13.0        | 2.7e-5        | --          | 4.4e-3 |
 
 i.e. 1e-6 to 2e-6 relative (5 to 16 eps), and |dIIA| = 0 at every site of every model.
 """
