@@ -153,11 +153,13 @@ def _majority(truths: list, masks: list) -> float | None:
     return round(float(np.bincount(vals).max() / len(vals)), 4) if len(vals) else None
 
 
-def forms_at(rates: list | None, majority: float | None, margin: float = 0.05) -> int | None:
+def forms_at(rates: list | None, majority: float | None, lower: float | None = None,
+             margin: float = 0.05) -> int | None:
     """The first layer from which the lens accuracy stays within `margin` of the last layer's, where the last
-    layer beats the majority class by more than `margin` (None: the answer never forms there)."""
+    layer beats the majority class by more than `margin` and, given its interval's `lower` end, beyond its
+    interval (None: the answer never forms there)."""
     final = rates[-1] if rates else None
-    if final is None or majority is None or final <= majority + margin:
+    if final is None or majority is None or final <= majority + margin or (lower is not None and lower <= majority):
         return None
     ok = [r >= final - margin for r in rates]
     return next((i for i in range(len(ok)) if all(ok[i:])), None)
@@ -208,7 +210,9 @@ def summarise(stories: list, lenses: dict, n_layers: int) -> dict:
             res["intervals"][lens]["forced"] = _intervals([s["forced"][lens] for s in with_forced], masks)
     for lens in lenses:
         rates = {**res["in_place"][lens], **({"forced": res["forced"][lens]} if lens in res["forced"] else {})}
-        res["forms_at"][lens] = {k: forms_at(v, res["majority"].get(k)) for k, v in rates.items()}
+        ci = res["intervals"][lens]
+        res["forms_at"][lens] = {k: forms_at(v, res["majority"].get(k), ci[k][-1][0] if ci.get(k) else None)
+                                 for k, v in rates.items()}
     return res
 
 

@@ -197,3 +197,12 @@ def test_smollm2_last_layer_is_the_model():
         tok, ["A", "B", "C"])].argmax())]
     with pytest.raises(ValueError, match="is 3 tokens|is 2 tokens|is 4 tokens"):
         logit_lens(model, text, tok=tok, classes=["Zorblaxian", "A"])
+
+
+def test_forms_at_needs_the_last_layer_beyond_the_majority_and_its_interval():
+    from beliefscope.analyses.lens import forms_at
+
+    assert forms_at([0.5, 0.6, 0.7, 1.0], 0.6, 1.0) == 3  # only the last layer is within 0.05 of 1.0
+    assert forms_at([0.9, 0.98, 0.97, 1.0], 0.6, 1.0) == 1
+    assert forms_at([0.6, 0.6, 0.5, 0.65], 0.5, 0.45) is None  # the interval reaches the majority
+    assert forms_at([0.5, 0.5, 0.5, 0.52], 0.5, 0.5) is None  # never beyond the majority
