@@ -21,10 +21,12 @@ from matplotlib.patches import Patch
 from beliefscope.cache import Provenance
 from beliefscope.models.thinking.config import THOUGHT
 
-# Provenance colours (as in the LLM-42 paper's figure): prefill blue, draft yellow, verified green,
-# rejected red; Thinking States thoughts (its own cache tag) purple. Keyed by the code a cache stores.
+# Provenance colours (as in the LLM-42 paper's figure): prefill blue, draft yellow, verified green (a draft the
+# verifier accepted: a darker green), rejected red; Thinking States thoughts (its own cache tag) purple. Keyed by
+# the code a cache stores.
 PROVENANCE_COLORS = {int(Provenance.PREFILL): "#5b8fd9", int(Provenance.DRAFT): "#f2c94c",
-                     int(Provenance.VERIFIED): "#6fcf97", int(Provenance.REJECTED): "#eb5757", int(THOUGHT): "#bb6bd9"}
+                     int(Provenance.VERIFIED): "#6fcf97", int(Provenance.ACCEPTED): "#2e9e5b",
+                     int(Provenance.REJECTED): "#eb5757", int(THOUGHT): "#bb6bd9"}
 PROVENANCE_NAMES = {int(p): p.name.lower() for p in (*Provenance, THOUGHT)}
 
 # The one colour convention for a binary belief in every figure and in the viewer: P(first state),

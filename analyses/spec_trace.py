@@ -288,7 +288,7 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
 
 def tree_step_codes(gen, step_index: int) -> list[int]:
     """Provenance code of every node of a tree step, read from the run's cache: the accepted path's
-    positions in ``gen.cache`` (VERIFIED), the other nodes' entries in the step's ``cache.rejected``
+    positions in ``gen.cache`` (ACCEPTED), the other nodes' entries in the step's ``cache.rejected``
     span (REJECTED). Needs ``SpecConfig(tree=..., trace=True, keep_rejected=True)``."""
     st = gen.trace.steps[step_index]
     if st.tree_parents is None or st.rejected_order is None:
@@ -302,7 +302,7 @@ def tree_step_codes(gen, step_index: int) -> list[int]:
     rollbacks = [(e[2], e[3], e[4]) for e in st.events if e[0] == "rollback"]
     span = next((s for s in gen.cache.rejected if (s.start, s.end, s.step) in rollbacks), None)
     for k, node in enumerate(st.rejected_order):
-        if node >= 0 and span is not None:
+        if span is not None:
             codes[node] = int(span.provenance[k])
     return codes
 

@@ -217,7 +217,7 @@ JS = r"""
         const p = el('div', {class: 'step', 'data-step': st.index}, 'step ' + st.index + ' @' + st.position + ': ');
         st.drafted.forEach((t, j) => {
           const ok = j < st.accepted, c = el('span', {class: 'chip ' + (ok ? 'acc' : 'rej')}, t);
-          c.style.background = D.provenance[ok ? '2' : '3'].colour; p.append(c);
+          c.style.background = D.provenance[ok ? '4' : '3'].colour; p.append(c);
         });
         const ref = el('span', {class: 'chip ref'}, st.committed[st.committed.length - 1]);
         ref.style.outline = '1px solid ' + D.provenance['2'].colour;

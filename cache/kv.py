@@ -194,10 +194,13 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         self._step += 1
 
     # ------------------------------------------------------------------ rollback / fork / relocate
-    def rollback(self, to: int | Sequence[int], row: int | None = None) -> None:
+    def rollback(self, to: int | Sequence[int], row: int | None = None, *, rejected_end: int | None = None) -> None:
         """Set the new absolute length: ``to`` (all rows, or only ``row``), or one value per row.
 
         O(1) per rolled-back row: only the segment pointers move (unless ``keep_rejected``).
+        ``rejected_end``: with ``keep_rejected``, only ``[to, rejected_end)`` is kept in ``rejected`` (the
+        drafts the verifier turned down); what lies beyond is the padding of a fixed-shape forward,
+        dropped without a copy. None keeps everything dropped.
 
         Example::
 
@@ -222,7 +225,8 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         moved = [(r, t) for r, t in zip(rows, tos) if t != lens[r]]
         if self.recorder is not None:
             for r, t in moved:
-                self.recorder.rolled_back(r, t, lens[r])
+                self.recorder.rolled_back(r, t, lens[r], lens[r] if rejected_end is None else
+                                          max(t, min(rejected_end, lens[r])))
         self.layout.rollback([t for _, t in moved], [r for r, _ in moved])
 
     def fork(self, at: int | Sequence[int] | None = None) -> KVCache:

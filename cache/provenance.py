@@ -17,20 +17,30 @@ class Provenance(IntEnum):
         >>> from beliefscope.cache import Provenance
         >>> Provenance.DRAFT < Provenance.VERIFIED
         True
+        >>> [p.name for p in Provenance]
+        ['PREFILL', 'DRAFT', 'VERIFIED', 'REJECTED', 'ACCEPTED']
+
+    In a speculative run's target cache every live position after the prompt is either VERIFIED (a
+    token the verifier chose: plain decoding's, the prefill's first pick, the token it committed at a
+    rejection or after the last accepted draft) or ACCEPTED (a drafted token the verifier accepted);
+    ``cache.rejected`` holds the REJECTED drafts. The padding of a fixed-shape verify forward is none
+    of these: it is rolled back without a label and never kept. DRAFT is what a fast path writes in
+    its own cache (a draft model's, Thinking States' drafted chunks) before anything is verified.
     """
 
     PREFILL = 0  # the prompt, written by the prefill forward
     DRAFT = 1  # proposed by a fast path / draft model, not yet verified
-    VERIFIED = 2  # written or confirmed by the reference model
-    REJECTED = 3  # a draft the verifier rejected (only seen in `cache.rejected`)
+    VERIFIED = 2  # a token the reference model chose itself (plain decoding; the verifier's own token)
+    REJECTED = 3  # a draft the verifier rejected, or one cut after EOS (only seen in `cache.rejected`)
+    ACCEPTED = 4  # a draft the verifier accepted (its K/V are the verify forward's: the reference's values)
 
 
-FIRST_TAG = 4  # the lowest code a `Tag` may take (the codes below are `Provenance`'s); int8 storage caps it at 127
+FIRST_TAG = 8  # the lowest code a `Tag` may take (the codes below are `Provenance`'s); int8 storage caps it at 127
 
 
 class Tag(int):
     """A provenance label defined by the cache's owner, not by the cache: a code, a name, and the kind of
-    event its writes log. Thinking States tags its thoughts ``Tag(4, "THOUGHT", event="thought")``
+    event its writes log. Thinking States tags its thoughts ``Tag(8, "THOUGHT", event="thought")``
     (`beliefscope.models.thinking.THOUGHT`). Use it wherever a `Provenance` is taken (``tagging``,
     ``next_provenance``, ``overwrite``); positions keep the code, and ``summary`` shows the name.
 

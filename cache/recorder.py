@@ -104,11 +104,13 @@ class Recorder:
         for r, start in enumerate(starts):
             events.append(CacheEvent(kind or ("decode" if start else "prefill"), r, start, start + n, step))
 
-    def rolled_back(self, row: int, to: int, length: int) -> None:
-        """Row ``row`` is about to drop logical positions ``[to, length)``."""
+    def rolled_back(self, row: int, to: int, length: int, rejected_end: int | None = None) -> None:
+        """Row ``row`` is about to drop logical positions ``[to, length)``, of which ``[to, rejected_end)``
+        are rejected entries (kept with ``keep_rejected``; the rest is padding, never kept)."""
         cache = self.cache
-        if cache.config.keep_rejected:
-            self.rejected.append(self._copy_span(row, to, length))
+        end = length if rejected_end is None else rejected_end
+        if cache.config.keep_rejected and end > to:
+            self.rejected.append(self._copy_span(row, to, end))
         self.events.append(CacheEvent("rollback", row, to, length, cache.forward_count))
 
     def forked(self, child: Recorder, ats: list[int]) -> None:

@@ -152,7 +152,7 @@ class SpeculativeRun:
             self.trace.steps.append(Step(res.steps - 1, self.pos, prop.tokens, len(path), new, gamma=prop.gamma,
                                          draft_seconds=t_draft, verify_seconds=t_verify,
                                          events=[tuple(e) for e in self.cache.events[self.n_events:]], **fields))
-            close_step(self.caps, self.counts, res.steps - 1, keep)
+            close_step(self.caps, self.counts, res.steps - 1, keep, written_end=self.pos + 1 + len(prop.tokens))
 
     def finish(self) -> Generation:
         self.res.tokens = self.buf[self.n_prompt: self.length].tolist()
@@ -203,7 +203,7 @@ class PlainStep:
 
     def commit(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> None:
         if keep < cache.seq_len:
-            cache.rollback(keep)  # the padding of a fixed-shape forward
+            cache.rollback(keep, rejected_end=keep)  # the padding of a fixed-shape forward: no draft, never kept
 
     def after(self, res: Generation, prop: Proposal, path: list[int], n_kept: int, width: int) -> dict:
         return {"rejected": []}

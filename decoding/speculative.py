@@ -75,7 +75,9 @@ def accept_sampled(logits: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor, 
 
 class ChainStep:
     """One branch of up to gamma drafts (adaptive with ``gamma="auto"``), verified under the cache's
-    causal mask: ``[pending, drafts..., padding]``, the padding causally invisible."""
+    causal mask: ``[pending, drafts..., padding]``, the padding causally invisible. The cache then labels
+    the pending token VERIFIED and the accepted drafts ACCEPTED; rejected drafts go to ``cache.rejected``
+    (REJECTED, with ``keep_rejected``), the padding nowhere."""
 
     provenance = Provenance.VERIFIED  # what a verify forward writes
     replayable = True  # its verify is `forward` of one width per gamma: `SpecConfig(compile=True)` replays it
@@ -106,9 +108,14 @@ class ChainStep:
         return list(range(accepted)), nxt
 
     def commit(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> None:
-        if self.cfg.keep_rejected and keep < cache.seq_len:
-            cache.mark(keep, cache.seq_len, Provenance.REJECTED)
-        cache.rollback(keep)
+        # the window [pending, drafts..., padding] sits at position..: the pending token is the verifier's own
+        # (VERIFIED, as written), the drafts before `keep` were accepted, those after it were not (REJECTED,
+        # kept with keep_rejected), and the padding is dropped with no label, never kept
+        drafts_end = position + 1 + len(prop.tokens)
+        cache.mark(position + 1, keep, Provenance.ACCEPTED)
+        if self.cfg.keep_rejected and keep < drafts_end:
+            cache.mark(keep, drafts_end, Provenance.REJECTED)
+        cache.rollback(keep, rejected_end=drafts_end)
 
     def after(self, res: Generation, prop: Proposal, path: list[int], n_kept: int, width: int) -> dict:
         self.gamma = min(self.cfg.next_gamma(self.gamma, len(path)), self.cfg.window_size - 1)

@@ -40,7 +40,9 @@ class Trace:
     """Steps of one run, plus activations captured through ``hooks.capture``.
 
     Captured records carry tags ``{pass: draft|verify, step: i, status: committed|rolled_back|partial,
-    committed_end: n}``; a position ``p`` of a record is committed iff ``p < committed_end``.
+    committed_end: n}``; a position ``p`` of a record is committed iff ``p < committed_end``. A verify
+    record holds the window's real tokens only (the pending token and the drafts): the padding of a
+    fixed-shape forward is cut, so ``rolled_back`` positions are exactly the drafts that were not kept.
     """
 
     prompt_len: int  # prompt tokens
@@ -88,11 +90,16 @@ def record_counts(captures) -> list[dict]:
     return [{n: len(v) for n, v in cap.records.items()} for cap in captures]
 
 
-def close_step(captures, counts: list[dict], step: int, committed_end: int) -> None:
-    """Tag the records written since ``counts`` with the step and their committed/rolled-back status."""
+def close_step(captures, counts: list[dict], step: int, committed_end: int, written_end: int | None = None) -> None:
+    """Tag the records written since ``counts`` with the step and their committed/rolled-back status.
+    ``written_end``: one past the verify window's last real token (pending token and drafts); the verify
+    records' positions from there on are the window's padding, cut from the records (no token was there)."""
     for cap, start in zip(captures, counts):
         for name, recs in cap.records.items():
             for r in recs[start.get(name, 0):]:
+                if written_end is not None and r.tags.get("pass") == "verify" and int(r.positions.max()) >= written_end:
+                    real = r.positions < written_end  # [n] the padding is causally invisible: drop it
+                    r.positions, r.act = r.positions[real], r.act[:, real]
                 r.tags["step"] = step
                 r.tags["committed_end"] = committed_end
                 lo, hi = int(r.positions.min()), int(r.positions.max())

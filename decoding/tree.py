@@ -224,8 +224,9 @@ def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: in
 
     Accepted entries computed at tree slots are moved next to the prefix with ``KVCache.overwrite``
     (their keys already carry the right positions: a node's position is the pending token's plus
-    its depth). With ``keep_rejected`` every other node is moved after them and kept by the
-    rollback with REJECTED provenance, so ``cache.rejected`` holds the whole discarded tree.
+    its depth); they are labelled ACCEPTED. With ``keep_rejected`` every other node is moved after them
+    and kept by the rollback with REJECTED provenance, so ``cache.rejected`` holds the whole discarded
+    tree, and nothing else (the forward's padding is dropped, never kept).
     """
     n_path = keep - position - 1  # accepted nodes to keep (eos or the budget may cut the path)
     accepted = path[:n_path]
@@ -239,11 +240,12 @@ def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: in
         for layer in range(cache.config.n_layers):
             k, v = cache.keys(layer, src), cache.values(layer, src)  # [kv_heads, m, d_head] copies
             cache.overwrite(layer, dst, k, v)
+    nodes_end = position + 1 + len(tree)  # past the last node; the padding of the forward lies beyond
     if n_path:
-        cache.mark(position + 1, keep, Provenance.VERIFIED)
-    if keep_rejected and keep < cache.seq_len:
-        cache.mark(keep, cache.seq_len, Provenance.REJECTED)
-    cache.rollback(keep)
+        cache.mark(position + 1, keep, Provenance.ACCEPTED)
+    if keep_rejected and keep < nodes_end:
+        cache.mark(keep, nodes_end, Provenance.REJECTED)
+    cache.rollback(keep, rejected_end=nodes_end)  # the padding is no draft: never kept
 
 
 def layout(tokens: list[int], parents: list[int], q: list | None = None) -> TokenTree:

@@ -99,6 +99,7 @@ def tree_generate(model, drafter, prompt_ids, cfg: SpecConfig, *, tokenizer=None
 
 
 def _rejected_order(tree: TokenTree, kept: list[int], width: int) -> list[int]:
-    """Proposal index of each slot of the step's rejected span (-1 = padding), as ``commit_path`` lays it out."""
+    """Proposal index of each slot of the step's rejected span, as ``commit_path`` lays it out (the
+    forward's padding is not in the span)."""
     taken = set(kept)
-    return [i for i in range(len(tree)) if i not in taken] + [-1] * (width - 1 - len(tree))
+    return [i for i in range(len(tree)) if i not in taken]

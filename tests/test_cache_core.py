@@ -268,8 +268,8 @@ def test_an_owners_tag_labels_writes_logs_its_event_and_gets_a_column(bridge):
         cache.mark(0, 1, Tag(9, "OTHER", event="other"))
     with pytest.raises(ValueError, match="neither a Provenance"):
         cache.mark(0, 1, 7)
-    for bad, match in (((2, "X", "x"), "must be in"), ((5, "", "x"), "needs a name"),
-                       ((5, "X", "rollback"), "own event")):
+    for bad, match in (((2, "X", "x"), "must be in"), ((10, "", "x"), "needs a name"),
+                       ((10, "X", "rollback"), "own event")):
         with pytest.raises(ValueError, match=match):
             Tag(*bad)
 

@@ -88,7 +88,12 @@ def test_edge_all_accepted_and_provenance(toy, heldout_prompts):
     assert out.tokens_per_step == [4, 4, 4]  # every draft accepted + the extra token
     prov = out.cache.provenance_of(0)
     assert out.cache.seq_len == len(p) + len(ref) - 1  # everything but the pending token
-    assert (prov[: len(p)] == Provenance.PREFILL).all() and (prov[len(p):] == Provenance.VERIFIED).all()
+    assert (prov[: len(p)] == Provenance.PREFILL).all()
+    # per step: the verifier's own token (the pending one), then the 3 drafts it accepted
+    assert prov[len(p):].tolist() == [int(Provenance.VERIFIED)] + [int(Provenance.ACCEPTED)] * 3 + \
+        [int(Provenance.VERIFIED)] + [int(Provenance.ACCEPTED)] * 3 + [int(Provenance.VERIFIED)] + \
+        [int(Provenance.ACCEPTED)] * 3
+    assert out.cache.rejected == []  # every draft accepted: the padding-free windows leave nothing rejected
 
 
 def test_draft_model_cache_after_full_accept(toy, heldout_prompts):
@@ -115,7 +120,8 @@ def test_rejected_entries_kept(toy, heldout_prompts):
     assert out.tokens == ref
     assert out.cache.rejected and all((s.provenance == Provenance.REJECTED).all() for s in out.cache.rejected)
     first = out.cache.rejected[0]
-    assert first.start == len(p) + 2  # pending + 1 accepted draft kept, the rest (incl. padding) rejected
+    assert first.start == len(p) + 2  # pending + 1 accepted draft kept, the other 2 drafts rejected
+    assert first.end == len(p) + 4  # the rejected drafts only
 
 
 def test_edge_eos_inside_window(toy, heldout_prompts):

@@ -19,7 +19,7 @@ def test_tree_trace_colours_from_cache(toy, heldout_prompts):
             break
     assert s["path_leaves_first_branch"]  # a step whose accepted path sits in a side branch
     on_path = set(s["path"])
-    assert [c == Provenance.VERIFIED for c in s["codes"]] == [i in on_path for i in range(s["nodes"])]
+    assert [c == Provenance.ACCEPTED for c in s["codes"]] == [i in on_path for i in range(s["nodes"])]
     assert all(c == Provenance.REJECTED for i, c in enumerate(s["codes"]) if i not in on_path)
     node_patches = fig.axes[0].patches[1:]  # the first patch is the pending token
     assert [to_hex(x.get_facecolor()) for x in node_patches] == [PROVENANCE_COLORS[c] for c in s["codes"]]

@@ -64,7 +64,8 @@ def test_decode_trace_matches_the_cache():
     for r in dec["stories"]:
         n = r["prompt_len"]
         assert set(r["provenance"][:n]) == {0}  # the prompt: prefill
-        assert set(r["provenance"][n:]) <= {2}  # every committed decoded position: verified
+        assert set(r["provenance"][n:]) <= {2, 4}  # every committed decoded position: the verifier's or accepted
+        assert r["provenance"].count(4) == sum(len(st["committed"]) - 1 for st in r["steps"])  # accepted drafts
         for st in r["steps"]:
             assert st["accepted"] + len(st["rejected"]) == len(st["drafted"])
             assert st["committed"][:st["accepted"]] == st["drafted"][:st["accepted"]]

@@ -14,7 +14,7 @@ from beliefscope.cache import Tag
 
 # How T's cache labels a thought's positions: Thinking States' own tag, not one of the cache's provenances.
 # Its writes log a "thought" event; the span is rolled back after the thought is read (see `think_cached`).
-THOUGHT = Tag(4, "THOUGHT", event="thought")
+THOUGHT = Tag(8, "THOUGHT", event="thought")
 
 
 @dataclass
