@@ -88,10 +88,16 @@ class Capture:
         self.records[name].append(Record(positions=pos, act=kept, tags=dict(self.tags)))
 
     def stacked(self, name: str, where=None) -> torch.Tensor:
-        """Activations by absolute position, later writes winning (rolled-back positions are
-        replaced by whatever was written there last). `where(tags) -> bool` filters records.
-        Returns ``[batch, n_positions, ...]`` for positions 0..max."""
+        """Activations by absolute position, later writes winning. `where(tags) -> bool` filters records.
+        Returns ``[batch, n_positions, ...]`` for positions 0..max.
+
+        Under decoding with a trace (`decoding.trace.Trace`) it is the committed sequence: a record of a
+        verify step gives only its committed positions (below its ``committed_end`` tag), so rolled-back
+        drafts never show here (read them with ``trace.activations(name, status="rolled_back")``) and the
+        length is the cache's: the prompt and every committed token but the pending last one."""
         recs = [r for r in self.records[name] if where is None or where(r.tags)]
+        recs = [_committed(r) for r in recs]
+        recs = [r for r in recs if len(r.positions)]
         if not recs:
             why = " with that filter" if where else (
                 f" in {self.forwards} complete forward(s): the bridge lists this hook but did not fire it (e.g. "
@@ -111,6 +117,15 @@ class Capture:
         """A TransformerLens ``ActivationCache`` (see `hooks.activation_cache.to_activation_cache`)."""
 
         return to_activation_cache(self, model, forward=forward, stacked=stacked, where=where)
+
+
+def _committed(r: Record) -> Record:
+    """``r`` cut to its committed positions when a decoding step tagged it (``committed_end``), else ``r``."""
+    end = r.tags.get("committed_end")
+    if end is None or not len(r.positions) or int(r.positions.max()) < end:
+        return r
+    keep = r.positions < end
+    return Record(r.positions[keep], r.act[:, keep], r.tags)
 
 
 @contextmanager
@@ -230,12 +245,32 @@ def steer(model, layer: int, direction: torch.Tensor, alpha: float, positions=No
           kind: str = "resid_post"):
     """Add ``alpha * direction`` to the residual stream at `layer`.
 
-    `positions`: None for every position, a list of absolute positions within each forward's
-    window (ints; negative counts from the end), or a callable ``f(seq_len) -> index``.
+    `positions` are **sequence positions**, the same whichever way the tokens are computed (one uncached
+    forward, cached one-token decoding, or speculative decoding's verify windows of the pending token,
+    drafts and padding), so a steer gives the same tokens under plain greedy and speculative decoding:
+
+    - None: every position of every forward;
+    - ints >= 0 (an int, a list, a ``range``): those absolute positions, wherever a forward computes them
+      (a forward knows its own from its ``position_ids``, else the length of the cache it extends);
+    - negative ints: counted from the end of the input, only for a forward that starts at position 0
+      (an uncached forward or a prefill). A forward that extends a cache is refused by name: its end is
+      the newest token, a draft or padding, depending on how it decodes;
+    - a callable ``f(positions) -> bool mask``: given the forward's absolute positions ``[batch, n]``.
+
+    Example::
+
+        >>> from beliefscope.models.testing import tiny_gpt2
+        >>> from beliefscope.decoding import SpecConfig, generate
+        >>> model, cfg = tiny_gpt2(), SpecConfig(max_new_tokens=4, stop_at_eos=False)
+        >>> with steer(model, 0, torch.ones(32), 4.0, positions=range(4, 9)):   # the last prompt token and on
+        ...     len(generate(model, [5, 6, 7, 8, 9], cfg).tokens)
+        4
     """
 
     name = hook_name(kind, layer)
     d = direction.detach().flatten()
+    state = {"positions": None}  # the running forward's absolute positions [batch, n] (set by its pre-hook)
+    wanted = _wanted(positions)
 
     def fn(act, *, hook):
         if act.shape[-1] != d.shape[0]:
@@ -244,10 +279,72 @@ def steer(model, layer: int, direction: torch.Tensor, alpha: float, positions=No
         act = act.clone()
         if positions is None:
             act += vec
-        else:
-            idx = positions(act.shape[1]) if callable(positions) else positions
-            act[:, idx] += vec
+            return act
+        pos = state["positions"]
+        if pos is None or pos.shape[-1] != act.shape[1]:  # a forward no pre-hook saw: positions from 0
+            pos = torch.arange(act.shape[1])[None]
+        mask = wanted(pos.expand(act.shape[0], -1))  # [batch, n]
+        act[mask.to(act.device)] += vec
         return act
 
-    with hooked(model, [(name, fn)]):
-        yield
+    def pre(module, args, kwargs):
+        state["positions"] = forward_positions(args, kwargs)
+
+    handle = hf_of(model).register_forward_pre_hook(pre, with_kwargs=True) if positions is not None else None
+    try:
+        with hooked(model, [(name, fn)]):
+            yield
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
+def forward_positions(args, kwargs) -> torch.Tensor | None:
+    """Absolute positions ``[batch or 1, n]`` (on the host) of a HF causal LM forward's tokens, from its
+    ``position_ids``, else ``cache_position``, else the length of the cache it extends (0 without one)."""
+    tokens = args[0] if args and torch.is_tensor(args[0]) else kwargs.get("input_ids")
+    if tokens is None:
+        tokens = kwargs.get("inputs_embeds")
+    if tokens is None:
+        return None
+    n = int(tokens.shape[1]) if tokens.ndim > 1 else int(tokens.shape[0])
+    pid = kwargs.get("position_ids")
+    if torch.is_tensor(pid):
+        return pid.reshape(-1, n).cpu()
+    cp = kwargs.get("cache_position")
+    if torch.is_tensor(cp):
+        return cp.reshape(1, n).cpu()
+    cache = kwargs.get("past_key_values", kwargs.get("cache"))
+    start = int(cache.get_seq_length()) if hasattr(cache, "get_seq_length") else 0
+    return torch.arange(start, start + n)[None]
+
+
+def _wanted(positions):
+    """``f(pos [batch, n]) -> bool mask [batch, n]`` for `steer`'s ``positions`` (checked once, here)."""
+    if positions is None:
+        return None
+    if callable(positions):
+        return lambda pos: torch.as_tensor(positions(pos), dtype=torch.bool).expand_as(pos)
+    items = [positions] if isinstance(positions, int) else list(positions)
+    if not all(isinstance(p, int) for p in items):
+        raise TypeError(f"steer(positions={positions!r}): give sequence positions as ints (a list or a range), "
+                        "None for every position, or a callable f(positions [batch, n]) -> bool mask")
+    ahead = torch.tensor([p for p in items if p >= 0], dtype=torch.long)
+    behind = [p for p in items if p < 0]
+
+    def wanted(pos: torch.Tensor) -> torch.Tensor:
+        mask = torch.isin(pos, ahead)
+        if behind:
+            if int(pos[:, 0].min()) != 0:
+                a, b = int(pos.min()), int(pos.max())
+                raise ValueError(
+                    f"steer(positions={positions!r}): {behind} counts from the end of a forward's input, but this "
+                    f"forward extends a cache (positions {a}..{b}); under cached or speculative decoding that end is "
+                    "the newest token, a draft or padding. Give absolute sequence positions instead, e.g. "
+                    "positions=[len(prompt) - 1] for the last prompt token, or range(len(prompt) - 1, len(prompt) + "
+                    "max_new_tokens) for it and every generated token")
+            n = pos.shape[1]
+            mask[:, [p for p in behind if p >= -n]] = True
+        return mask
+
+    return wanted
