@@ -6,13 +6,17 @@ orthonormal columns): ``a + (s - a) Q Qᵀ``, the distributed interchange of Gei
 `analyses.das`). The answer is read over the class words at the base's last token. Per site:
 
 - **IIA** (interchange-intervention accuracy): the share of pairs whose answer becomes the counterfactual one
-  (`analyses.pairs.counterfactual_state`), over the pairs where that answer differs from the base's own; a
-  site whose token and everything before it are the same in both stories changes nothing and is not scored;
+  (`analyses.pairs.counterfactual_state`), over the pairs where that answer differs from the base's own and
+  whose base and source the model answers right (Geiger et al.'s filter: an unchanged wrong answer would
+  count as the counterfactual one); a site whose token and everything before it are the same in both stories
+  changes nothing and is not scored;
 - the shift in logit difference, counterfactual class minus the base's class, after minus before;
 - a 95% bootstrap interval over base stories (`probes.intervals`).
 
-Rows of many sites and pairs share each forward: every hook patches only the rows of its own site, at each
-row's own position (right padding; a causal model's tokens never read the pads).
+Rows of many sites and pairs share each forward: every hook patches only the rows of its own site. Each row
+resumes from its base's clean KV cache at the patched token (nothing before it changes), so a site near the
+end of a story costs a few tokens, not a whole forward (right padding; a causal model's tokens never read the
+pads).
 
 >>> from beliefscope.models.load import load_model
 >>> from beliefscope.tasks import get_task
@@ -263,11 +267,14 @@ class InterchangeResult:
     base_correct: float  # share of base stories the model answers right with no intervention
     subspace: str  # what was interchanged: "full", "probe", "random:k", "das:k" or "basis:k"
     extra: dict = field(default_factory=dict)  # what the caller adds (probe folder, DAS split, ...)
+    logits: np.ndarray | None = None  # [P, S, C] class logits under each intervention (NaN where not run)
+    ran: np.ndarray | None = None  # [P, S] bool: rows intervened (scored_mask adds: the model answers both right)
 
     def to_json(self) -> dict:
         return {"subspace": self.subspace, "base_correct": round(self.base_correct, 4),
-                "scored_on": "pairs whose counterfactual answer differs from the base's own, the site's token or "
-                             "an earlier one differing between the stories",
+                "scored_on": "pairs whose base and source the model answers right, at sites whose counterfactual "
+                             "answer differs from the base's own (the site's token or an earlier one differing "
+                             "between the stories)",
                 "sites": self.rows, **self.extra}
 
     def iia_grid(self) -> tuple[list[int], list[str], np.ndarray]:
@@ -280,31 +287,75 @@ class InterchangeResult:
         return layers, rules, grid
 
 
+def clean_logits(model, seqs: list, answer_ids: list, batch_size: int) -> torch.Tensor:
+    """``[n, C]``: the class words' logits at each sequence's last token, no intervention, in chunks."""
+    return torch.cat([last_logits(model, seqs[lo: lo + batch_size], answer_ids) for lo in range(0, len(seqs),
+                                                                                               batch_size)])
+
+
+@torch.no_grad()
+def patched_logits(model, prep: Prepared, pi: np.ndarray, sj: np.ndarray, values: torch.Tensor, site_list: list,
+                   bases: dict | None = None) -> torch.Tensor:
+    """``[b, C]`` class logits of rows (pair ``pi[r]``, site ``sj[r]``) under their interventions, each resumed from
+    its base's clean KV cache at the patched token: nothing before that token changes, so the bases are prefilled
+    once (one row each), every row is rolled back to its own site, and only the tokens from the site on run again,
+    patched at the first of them (what a full recompute gives, to float rounding; tests/test_interchange.py)."""
+    from beliefscope.cache import KVCache
+
+    distinct = sorted(set(int(i) for i in pi))
+    ids, _ = _padded([prep.base_ids[i] for i in distinct])
+    dev = _device(model)
+    start = prep.pos_base[pi, sj]  # [b] the patched token of each row
+    rest = [prep.base_ids[i][p:] for i, p in zip(pi, start)]
+    width = max(len(x) for x in rest)
+    base = KVCache.for_model(model, batch=len(distinct), capacity=ids.shape[1] + 8)
+    model(ids.to(dev), past_key_values=base, return_type="logits")
+    rows = torch.as_tensor([distinct.index(int(i)) for i in pi])
+    cache = KVCache.for_model(model, batch=len(pi), capacity=ids.shape[1] + width + 8)
+    for layer in range(base.config.n_layers):  # each row's base once, by a buffer copy
+        k, v = base.keys(layer, row=None), base.values(layer, row=None)  # [distinct, kv_heads, T, d_head]
+        cache.update(k[rows.to(k.device)], v[rows.to(v.device)], layer)
+    cache.rollback([int(p) for p in start])
+    cont, lens = _padded(rest)
+    hooks = patch_hooks(sj, np.zeros(len(pi), dtype=np.int64), values, site_list, bases)
+    with hooked(model, hooks):
+        logits = model(cont.to(dev), return_type="logits", **cache.forward_kwargs(width))  # [b, width, V]
+    base.close()
+    cache.close()
+    return logits[torch.arange(len(pi), device=logits.device), lens.to(logits.device) - 1][
+        :, prep.answer_ids].float().cpu()
+
+
 def interchange(model, tok, pairs: list[Pair], site_list: list[Site], subspace=None, *, probe=None,
                 batch_size: int = 16, seed: int = 0, progress=None) -> InterchangeResult:
     """Interchange interventions of every pair at every site (see the module). ``subspace``: None (the whole
     activation), "probe" (the span of ``probe``'s class directions at each site's hook), "random:k" (a random
     rank-k subspace per site, seeded), a ``[d, k]`` tensor (one basis for every site) or ``{Site: [d, k]}``
-    (DAS's). ``progress(n)`` is called with the rows done."""
+    (DAS's). Scored: pairs whose base and source the model answers right with no intervention (an unchanged wrong
+    answer would otherwise count as the counterfactual one), at sites where the counterfactual answer differs from
+    the base's. ``progress(n)`` is called with the rows done."""
     from beliefscope.analyses.subspaces import site_bases
 
     bases, label = site_bases(model, site_list, subspace, probe=probe, seed=seed)
     check_inputs(model, site_list, bases)
     prep = prepare(tok, pairs, site_list)
     src = source_activations(model, prep, site_list, batch_size)
-    clean = last_logits(model, prep.base_ids, prep.answer_ids)  # [P, C]
-    base_answer = clean.argmax(1).numpy()
+    clean = clean_logits(model, prep.base_ids, prep.answer_ids, batch_size)  # [P, C]
+    source_state = np.asarray([p.source.final_state for p in pairs])
+    base_right = clean.argmax(1).numpy() == prep.base_state  # [P]
+    source_right = clean_logits(model, prep.source_ids, prep.answer_ids, batch_size).argmax(1).numpy() == source_state
     P, S = prep.target.shape
-    run = ~prep.noop & (prep.target != prep.base_state[:, None])  # [P, S] informative rows
+    ran = ~prep.noop & (prep.target != prep.base_state[:, None])  # [P, S] rows whose answer should change
     answers = np.full((P, S), -1, dtype=np.int64)
+    logits = np.full((P, S, len(prep.answer_ids)), np.nan, dtype=np.float32)
     shift = np.zeros((P, S))
-    todo = np.argwhere(run)  # [n, 2] (pair, site)
+    todo = np.argwhere(ran)  # [n, 2] (pair, site)
     for lo in range(0, len(todo), batch_size):
         chunk = todo[lo: lo + batch_size]
         pi, sj = chunk[:, 0], chunk[:, 1]
         vals = src[torch.as_tensor(pi), torch.as_tensor(sj)]  # [b, d]
-        hooks = patch_hooks(sj, prep.pos_base[pi, sj], vals, site_list, bases)
-        got = last_logits(model, [prep.base_ids[i] for i in pi], prep.answer_ids, hooks)  # [b, C]
+        got = patched_logits(model, prep, pi, sj, vals, site_list, bases)  # [b, C]
+        logits[pi, sj] = got.numpy()
         answers[pi, sj] = got.argmax(1).numpy()
         t, b = torch.as_tensor(prep.target[pi, sj]), torch.as_tensor(prep.base_state[pi])
         ar = torch.arange(len(pi))
@@ -312,9 +363,10 @@ def interchange(model, tok, pairs: list[Pair], site_list: list[Site], subspace=N
         shift[pi, sj] = ((got[ar, t] - got[ar, b]) - (before[ar, t] - before[ar, b])).numpy()
         if progress:
             progress(len(chunk))
+    scored_mask = ran & (base_right & source_right)[:, None]
     rows = []
     for j, site in enumerate(site_list):
-        m = run[:, j]
+        m = scored_mask[:, j]
         ok = answers[m, j] == prep.target[m, j]
         iia = scored(ok, prep.groups[m], seed=seed).to_json()
         sh = shift[m, j]
@@ -323,6 +375,7 @@ def interchange(model, tok, pairs: list[Pair], site_list: list[Site], subspace=N
                      "logit_diff_shift": round(float(sh.mean()), 4) if len(sh) else float("nan"),
                      "logit_diff_shift_interval": [round(float(x), 4) for x in lo_hi],
                      "not_scored_no_op": int(prep.noop[:, j].sum()),
-                     "not_scored_same_answer": int((~prep.noop[:, j] & ~m).sum())})
-    return InterchangeResult(site_list, rows, answers, prep.target, run,
-                             float(np.mean(base_answer == prep.base_state)), label)
+                     "not_scored_same_answer": int((~prep.noop[:, j] & ~ran[:, j]).sum()),
+                     "not_scored_model_wrong": int((ran[:, j] & ~m).sum())})
+    return InterchangeResult(site_list, rows, answers, prep.target, scored_mask, float(np.mean(base_right)), label,
+                             logits=logits, ran=ran)

@@ -25,7 +25,6 @@ outputs only). Writes ``benchmarks/results/interchange.json``.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 
@@ -64,37 +63,11 @@ class InterchangeBenchConfig:
 QUICK = InterchangeBenchConfig(model="target", rendering="toy", pairs=6, events=(2, 4), repeats=1, profile_pairs=2)
 
 
-@contextlib.contextmanager
-def _logits_kept(store: list):
-    """Keep every ``[b, C]`` class-logit block `interchange` computes (its clean forward over every base, then its
-    patched chunks in the order of ``np.argwhere(run)``), to compare them with pyvene's."""
-    orig = ic.last_logits
-
-    def spy(*args, **kwargs):
-        out = orig(*args, **kwargs)
-        store.append(out)
-        return out
-
-    ic.last_logits = spy
-    try:
-        yield
-    finally:
-        ic.last_logits = orig
-
-
 def ours_sweep(model, tok, pairs, site_list, batch_size: int = 16) -> dict:
     """Our sweep: ``{"result": InterchangeResult, "logits": [P, S, C] class logits under the patch (NaN where not
     run)}``."""
-    store: list = []
-    with _logits_kept(store):
-        res = ic.interchange(model, tok, pairs, site_list, batch_size=batch_size)
-    P, S = res.answers.shape
-    todo = np.argwhere(res.scored_mask)
-    n_clean = 1  # the clean forward comes first (one call over every base)
-    patched = torch.cat(store[n_clean:]) if len(store) > n_clean else torch.zeros(0, 0)
-    logits = np.full((P, S, patched.shape[-1] if patched.ndim == 2 else 0), np.nan, dtype=np.float32)
-    if len(patched) == len(todo):
-        logits[todo[:, 0], todo[:, 1]] = patched.numpy()
+    res = ic.interchange(model, tok, pairs, site_list, batch_size=batch_size)
+    logits = res.logits  # [P, S, C], NaN where not run
     return {"result": res, "logits": logits}
 
 
