@@ -40,7 +40,8 @@ def thinking_interchange(model, tok, pairs: list, seed: int = 0, progress=None) 
             raise ValueError(f"pair {p.name}: the source's chunks end at {[e for e, _ in src.thoughts]}, the base's "
                              f"at {[e for e, _ in base.thoughts]}: pair stories whose chunks align (a minimal pair "
                              "in the toy rendering, analyses.pairs.task_pairs)")
-        runs.append((p, ids_b, base, src))
+        if base.tokens[:1] == [answers[p.base.final_state]] and src.tokens[:1] == [answers[p.source.final_state]]:
+            runs.append((p, ids_b, base, src))  # scored only where the model answers both stories right
     by_chunk: dict[int, dict[str, list]] = {}
     for p, ids_b, base, src in runs:
         lab_b, lab_s = (ex.labels(tok, text=ex.prompt) for ex in (p.base, p.source))
@@ -62,5 +63,6 @@ def thinking_interchange(model, tok, pairs: list, seed: int = 0, progress=None) 
     rows = [{"chunk": j, "iia_swap": scored(v["swap"], np.asarray(v["unit"]), seed).to_json(),
              "iia_random": scored(v["random"], np.asarray(v["unit"]), seed).to_json()}
             for j, v in sorted(by_chunk.items())]
-    return {"n_pairs": len(pairs), "site": "the state S written after chunk j", "chunks": rows,
-            "scored_on": "pairs whose counterfactual answer at that chunk differs from the base's own"}
+    return {"n_pairs": len(pairs), "n_answered_right": len(runs), "site": "the state S written after chunk j",
+            "chunks": rows, "scored_on": "pairs whose base and source the model answers right, at chunks whose "
+                                         "counterfactual answer differs from the base's own"}
