@@ -36,7 +36,14 @@ from beliefscope.analyses.lens_plots import attention_figure, example_figure, fo
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import compute_device, model_profile, writes_thoughts
 from beliefscope.probes.intervals import group_interval
-from beliefscope.probes.lens import LensDecoder, check_layers, class_token_ids, logit_lens, read_residuals, residuals
+from beliefscope.probes.lens import (
+    LensDecoder,
+    check_last_layer,
+    check_layers,
+    class_token_ids,
+    read_residuals,
+    residuals,
+)
 from beliefscope.probes.tuned_lens import TunedLens
 from beliefscope.tasks import get_task, parse_events_range
 from beliefscope.tasks.records import DataSource
@@ -108,23 +115,27 @@ def forced_rows(model, tok, ex, q_ids: list[int], story_ids: list[int], position
 
 
 def read_story(model, tok, ex, lenses: dict, forced: bool) -> dict:
-    """One story's in-place hits ``{lens: [L, T] bool}``, its position classes and truth, and forced hits."""
+    """One story's in-place hits ``{lens: [L, T] bool}`` (and class shares ``[L, T, K]`` in ``reading``), its
+    position classes and truth, and forced hits: one forward in place for every lens, one for the forced rows."""
     lab = ex.labels(tok, text=ex.prompt)
     ids = [int(i) for i in lab.input_ids]
     story, question = split_story(ex)
     story_end = len(ex.labels(tok, text=story).input_ids)
-    out = {"cls": position_classes(lab, len(ids), story_end), "truth": lab.state[: len(ids)], "in_place": {},
-           "forced": {}, "forced_truth": None, "reading": {}}
+    out = {"cls": position_classes(lab, len(ids), story_end), "truth": lab.state[: len(ids)], "ids": ids,
+           "in_place": {}, "forced": {}, "forced_truth": None, "reading": {}}
+    layers, decoder = list(range(model.cfg.n_layers)), LensDecoder(model)
+    class_ids = class_token_ids(tok, ex.state_names)
+    dev = compute_device(decoder.unembed)
+    resid, logits = residuals(model, torch.tensor([ids], device=dev), layers)  # one forward for every lens
+    check_last_layer(decoder, resid[-1, 0], logits[0])
     for name, lens in lenses.items():
-        r = logit_lens(model, ids, tok=tok, classes=list(ex.state_names), lens=lens)
-        out["in_place"][name] = r.class_share.argmax(-1) == out["truth"][None]  # [L, T]
-        out["reading"][name] = r
+        share = read_residuals(decoder, resid[:, 0], logits[0], layers, class_ids, lens)["class_share"]  # [L, T, K]
+        out["in_place"][name] = share.argmax(-1) == out["truth"][None]  # [L, T]
+        out["reading"][name] = share
     if forced and question:
         positions = np.nonzero(lab.is_event_boundary[:story_end])[0]
         q_ids = tok(question, add_special_tokens=False)["input_ids"]
         resid, logits = forced_rows(model, tok, ex, q_ids, ids[:story_end], positions)
-        layers, decoder = list(range(model.cfg.n_layers)), LensDecoder(model)
-        class_ids = class_token_ids(tok, ex.state_names)
         out["forced_truth"] = lab.state[positions]
         for name, lens in lenses.items():
             s = read_residuals(decoder, resid, logits.float(), layers, class_ids, lens)["class_share"]  # [L, n, K]
@@ -221,11 +232,10 @@ def write(res: dict, story: dict, examples, tok, out: str) -> list[str]:
     files = [os.path.join(out, "lens.json"), os.path.join(out, "lens-forming.png"), os.path.join(out, "lens-story.png")]
     save_fig(forming_figure(res), files[1])
     ex = examples[int(np.argmax([e.n_events for e in examples]))]
-    r = story["reading"]["logit"]
     truth = story["truth"]
-    share = np.take_along_axis(r.class_share, np.maximum(truth, 0)[None, :, None], 2)[..., 0]  # [L, T]
+    share = np.take_along_axis(story["reading"]["logit"], np.maximum(truth, 0)[None, :, None], 2)[..., 0]  # [L, T]
     p_true = np.where(truth[None] >= 0, share, np.nan)  # [L, T] P(true state); NaN where unlabelled
-    save_fig(example_figure(p_true, token_strings(tok, r.ids), story["cls"], ex.state_names), files[2])
+    save_fig(example_figure(p_true, token_strings(tok, story["ids"]), story["cls"], ex.state_names), files[2])
     if res.get("attention", {}).get("n_scored"):
         files.append(os.path.join(out, "lens-attention.png"))
         save_fig(attention_figure(res["attention"]), files[-1])

@@ -164,6 +164,18 @@ def read_residuals(decoder, resid, final, layers, class_ids=(), lens=None):
 
 
 @torch.no_grad()
+def check_last_layer(decoder: LensDecoder, resid: torch.Tensor, final: torch.Tensor) -> float:
+    """max |lens logits - model logits| of the last block's residuals ``[..., d]`` against the model's own logits
+    ``[..., V]``; refused (the lens would misread every layer) beyond `TOLERANCE`."""
+    delta = float((decoder(resid).to(final.device) - final.float()).abs().max())
+    if delta > TOLERANCE * max(1.0, float(final.abs().max())):
+        raise ValueError(f"the lens at the last block differs from {decoder.arch}'s own logits by {delta:.3g}: this "
+                         "architecture does more after its final norm than the lens knows (softcapping, scaling); "
+                         "the lens cannot read it faithfully")
+    return delta
+
+
+@torch.no_grad()
 def logit_lens(model, ids, *, tok=None, classes=(), layers="all", lens=None) -> LensReading:
     """Every block's answer at every position of ``ids`` (``[T]`` token ids, or a text with `tok`).
 
@@ -186,11 +198,7 @@ def logit_lens(model, ids, *, tok=None, classes=(), layers="all", lens=None) -> 
     decoder = LensDecoder(model)
     resid, logits = residuals(model, x.to(compute_device(decoder.unembed)), read)  # [L, 1, T, d], [1, T, V]
     final = logits[0].float()
-    delta = float((decoder(resid[read.index(last), 0]).to(final.device) - final).abs().max())
-    if delta > TOLERANCE * max(1.0, float(final.abs().max())):
-        raise ValueError(f"the lens at the last block differs from {decoder.arch}'s own logits by {delta:.3g}: this "
-                         "architecture does more after its final norm than the lens knows (softcapping, scaling); "
-                         "the lens cannot read it faithfully")
+    delta = check_last_layer(decoder, resid[read.index(last), 0], final)
     keep = [read.index(layer) for layer in layer_list]
     stats = read_residuals(decoder, resid[keep, 0], final, layer_list, class_ids, lens)
     return LensReading(layers=layer_list, ids=x[0].numpy(), class_names=[str(c) for c in classes], max_delta=delta,
