@@ -143,14 +143,20 @@ def token_counts(prep: ic.Prepared, run: np.ndarray, batch_size: int) -> dict:
                        for lo in range(0, len(lengths), batch_size)))
 
     todo = np.argwhere(run)
-    ours_patched = padded(lb[todo[:, 0]])
+    ours_prefill = ours_patched = 0  # each chunk prefills its distinct bases, then runs every row from its site on
+    for lo in range(0, len(todo), batch_size):
+        chunk = todo[lo: lo + batch_size]
+        distinct = np.unique(chunk[:, 0])
+        ours_prefill += len(distinct) * int(lb[distinct].max())
+        ours_patched += len(chunk) * int(max(lb[i] - prep.pos_base[i, j] for i, j in chunk))
     pv_base = pv_source = 0
     for j in range(S):
         rows = np.nonzero(run[:, j])[0]
         pv_base += padded(lb[rows])
         pv_source += padded(ls[rows])
     after_site = int(sum(lb[i] - prep.pos_base[i, j] for i, j in todo))  # what a patch resumed from a cache runs
-    ours = {"sources": padded(ls), "clean_bases": padded(lb), "patched": ours_patched}
+    ours = {"sources": 2 * padded(ls), "clean_bases": padded(lb), "prefill_for_patched": ours_prefill,
+            "patched": ours_patched}  # sources: their activations, then their clean answers
     return {"ours": ours, "ours_total": sum(ours.values()),
             "pyvene": {"sources": pv_source, "bases": pv_base}, "pyvene_total": pv_source + pv_base,
             "real_patched": int(lb[todo[:, 0]].sum()), "patched_at_or_after_the_site": after_site,
@@ -179,7 +185,8 @@ def profile(model, tok, pairs, site_list, batch_size: int, prep: ic.Prepared, ru
         lambda: ic.interchange(model, tok, pairs, site_list, batch_size=batch_size),
         {"prepare (tokenize, positions)": ("analyses/interchange.py", "prepare"),
          "source forwards": ("analyses/interchange.py", "source_activations"),
-         "clean + patched forwards": ("analyses/interchange.py", "last_logits"),
+         "clean forwards": ("analyses/interchange.py", "clean_logits"),
+         "patched forwards (resumed from the clean cache)": ("analyses/interchange.py", "patched_logits"),
          "the patch hook": ("analyses/interchange.py", "fn"),
          "bootstrap intervals": ("probes/intervals.py", "scored")})
     return {"pairs": len(pairs), "cprofile": parts, "lm_head": lm_head_share(model, prep, batch_size)}
@@ -221,9 +228,10 @@ def main(quick: bool = False, progress=None, config: InterchangeBenchConfig | No
                       repeats=cfg.repeats, warmup=0, progress=progress)
     ours, theirs = res["ours"]["outputs"], res["pyvene"]["outputs"]
     r = ours["result"]
-    iia_ours = [row["iia"]["accuracy"] for row in r.rows]
-    iia_pv = iia_per_site(theirs["answers"], prep, run)
-    d_iia = [abs(a - b) for a, b in zip(iia_ours, iia_pv)]
+    iia_ours = [row["iia"]["accuracy"] for row in r.rows]  # scored: the model right on base and source
+    iia_pv = iia_per_site(theirs["answers"], prep, r.scored_mask)  # pyvene's answers on the same rows
+    ran_ours, ran_pv = (iia_per_site(a, prep, run) for a in (r.answers, theirs["answers"]))  # every row intervened
+    d_iia = [abs(a - b) for a, b in zip(iia_ours + ran_ours, iia_pv + ran_pv) if np.isfinite(a) or np.isfinite(b)]
     n_layers, d_model = int(bridge.cfg.n_layers), int(bridge.cfg.d_model)
     diff = np.abs(ours["logits"] - theirs["logits"])[run]
     tol = logit_tolerance(theirs["logits"][run], n_layers, d_model)
@@ -239,7 +247,8 @@ def main(quick: bool = False, progress=None, config: InterchangeBenchConfig | No
         "speedup_spread": res["ours"]["speedup"], "speedup": res["ours"]["speedup"]["median"],
         "speedup_of_medians": res["ours"]["speedup_of_medians"],
         "rows_per_second_ours": round(int(run.sum()) / res["ours"]["seconds"]["median"], 2),
-        "iia_ours": iia_ours, "iia_pyvene": iia_pv, "max_abs_diff_iia": max(d_iia),
+        "iia_ours": iia_ours, "iia_pyvene": iia_pv, "iia_every_row_ours": ran_ours, "iia_every_row_pyvene": ran_pv,
+        "n_scored_rows": int(r.scored_mask.sum()), "max_abs_diff_iia": max(d_iia),
         "answers_equal": bool(np.array_equal(r.answers[run], theirs["answers"][run])),
         "n_answers_differ": int((r.answers[run] != theirs["answers"][run]).sum()),
         "max_abs_diff_class_logits": float(diff.max()) if diff.size and not np.isnan(diff).any() else None,
