@@ -10,6 +10,9 @@ hand-written forward hook.
 - **A hand-written patch** (the uncached reference): a plain ``register_forward_hook`` on the decoder layer of an
   independent HF model with the same weights, one pair and one site at a time, no batch and no padding; our
   batched sweep's class logits and logit-difference shifts equal it to 1e-4.
+- **pyvene's DAS** (a rank-1 ``LowRankRotatedSpaceIntervention`` on ``block_output``, trained with the loop of its
+  DAS tutorials): our `learn_das`'s held-out IIA lies within pyvene's 95% interval, on the same training pairs,
+  site, batches and scored held-out rows (`test_our_das_iia_lies_within_pyvenes_interval`).
 
 **Where a logit difference between pyvene and a hand-written patch comes from.** A ~3e-4 difference on a tiny
 random Llama was reported earlier; it is not in pyvene and not float rounding, and it does not reproduce. Measured
@@ -54,6 +57,7 @@ pytest.importorskip("pyvene", reason="pyvene is the reference here: pip install 
 from beliefscope.analyses.interchange import prepare, sites  # noqa: E402
 from beliefscope.analyses.pairs import task_pairs  # noqa: E402
 from beliefscope.benchmarks.interchange import (  # noqa: E402
+    _batch,
     iia_per_site,
     logit_tolerance,
     ours_sweep,
@@ -228,3 +232,106 @@ def test_quick_bench_interchange(tmp_path, monkeypatch):
     res = json.loads((tmp_path / "interchange.json").read_text())
     assert res["quick"] is True and res["answers_equal"] and res["max_abs_diff_iia"] <= 0.01
     assert res["outputs_identical"] and res["speedup"] > 0 and res["machine"]["torch_threads"] >= 1
+
+
+def pyvene_das(hf, prep, rows: np.ndarray, layer: int, cfg):
+    """pyvene's DAS (its public API): an ``IntervenableModel`` with a rank-``cfg.rank``
+    ``LowRankRotatedSpaceIntervention`` on ``block_output`` of ``layer`` (one ``pos`` unit), trained with the loop
+    of pyvene's DAS tutorials: the model frozen (``disable_model_gradients``), Adam over the intervention's
+    ``rotate_layer`` parameters, ``_, out = im(base, [source], {"sources->base": (source pos, base pos)})``,
+    ``loss.backward()``, ``optimizer.step()``, ``im.set_zero_grad()``. Everything else as `learn_das`: the pairs
+    ``rows`` of ``prep`` (position 0), the same batches (``torch.randperm`` of a generator seeded ``cfg.seed``),
+    cross-entropy over the class words at the base's last token against the counterfactual class."""
+    import pyvene as pv
+
+    torch.manual_seed(cfg.seed)
+    config = pv.IntervenableConfig(
+        representations=[pv.RepresentationConfig(layer, "block_output", "pos", 1, low_rank_dimension=cfg.rank)],
+        intervention_types=pv.LowRankRotatedSpaceIntervention)
+    im = pv.IntervenableModel(config, model=hf)
+    im.disable_model_gradients()
+    opt = torch.optim.Adam([{"params": v.rotate_layer.parameters()} for v in im.interventions.values()], lr=cfg.lr)
+    g = torch.Generator().manual_seed(cfg.seed)
+    for _ in range(cfg.steps):
+        b = rows[torch.randperm(len(rows), generator=g)[: cfg.batch_size].numpy()]
+        logits = pyvene_class_logits(im, prep, b)
+        loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(prep.target[b, 0]))
+        loss.backward()
+        opt.step()
+        im.set_zero_grad()
+    return im
+
+
+def pyvene_class_logits(im, prep, b: np.ndarray) -> torch.Tensor:
+    """``[len(b), C]`` class-word logits at the bases' last tokens under ``im``'s intervention at site 0 of ``prep``
+    (right padding with an attention mask, as `pyvene_sweep` calls pyvene)."""
+    base, lens = _batch([prep.base_ids[i] for i in b], "cpu")
+    source, _ = _batch([prep.source_ids[i] for i in b], "cpu")
+    where = {"sources->base": ([[[int(prep.pos_source[i, 0])] for i in b]], [[[int(prep.pos_base[i, 0])] for i in b]])}
+    _, out = im(base, [source], where)
+    return out.logits[torch.arange(len(b)), lens - 1][:, torch.as_tensor(prep.answer_ids)].float()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", [2, 3])
+def test_our_das_iia_lies_within_pyvenes_interval(target, layer):
+    """Our DAS (`analyses.das.learn_das`) against pyvene's (`pyvene_das`) at ``blocks.L.hook_resid_post``, position
+    ``last``, rank 1, on the toy target: the same 68 training pairs (120 coin pairs, seed 2, events (3, 8), split
+    by base story with `split_pairs(0.5, seed=0)`), the same steps (60), learning rate (0.01), batch (16) and batch
+    order, and pyvene's held-out IIA scored on the rows `interchange` scores ours on (of the 52 held-out pairs, those
+    whose base and source the model answers right and whose counterfactual answer, `prepare(...).target`, differs
+    from the base's: all 52 here), with the same group-bootstrap 95% interval (`probes.intervals.scored`).
+
+    Asserted: **our IIA lies within pyvene's interval** -- pyvene is the reference (issue 58 item 7: our DAS must
+    reach pyvene's IIA within its interval); its interval is how far a held-out IIA over these base stories moves
+    under resampling, so an IIA of ours inside it cannot be told apart from the reference's. Two-sided: an IIA above
+    it would mean the two differ too (in the objective or in the scoring), not that ours is better. And pyvene's
+    learned subspace scored by our `interchange` answers every scored row as pyvene's own forward does, so the two
+    IIAs differ only by their training, not by their scoring.
+
+    What differs between the two (measured, torch 2.13 CPU, pyvene 0.1.8): pyvene's ``LowRankRotateLayer`` holds a
+    ``[d, k]`` weight initialised by ``torch.nn.init.orthogonal_``, ours a ``Linear(d, k)``'s ``[k, d]`` weight
+    (Kaiming-uniform init); both under ``parametrizations.orthogonal`` (Householder for a non-square matrix), so
+    both keep orthonormal columns, but they start from other directions (|cos| 0.27 to 0.42 at seeds 0 to 2). The
+    intervention is the same map, ``b + ((s - b) W) Wᵀ``. pyvene runs whole forwards of HF's GPT-2 with a mask,
+    ours the bridge resumed from a KV cache. The tutorials call ``model.train()`` (dropout); this model has none
+    (p = 0), and `disable_model_gradients` leaves it in eval mode. Their loss is cross-entropy over the whole
+    vocabulary; here both use ours, over the class words, so that only the implementation is compared.
+
+    Measured (seed 0): blocks.2 ``last``: ours 0.2692 [0.1538, 0.3846], pyvene 0.2692 [0.1538, 0.3846] (the whole
+    residual's IIA there 0.3077 [0.1923, 0.4231]); the two learned directions |cos| 0.996 (with 100 steps, seeds
+    0 / 1 / 2: ours 0.27 / 0.29 / 0.29, pyvene 0.27 / 0.29 / 0.27, |cos| 0.99 / 1.00 / 0.94). blocks.3 ``last``:
+    1.0 [1.0, 1.0] both (|cos| 0.89: any direction near the used one moves every answer there). A random rank-1
+    subspace (`interchange(..., "random:1")`, seeds 0 to 2) scores 0.0 at both sites, outside pyvene's interval."""
+    from beliefscope.analyses.das import DasConfig, learn_das, split_pairs
+    from beliefscope.analyses.interchange import interchange
+    from beliefscope.probes.intervals import scored
+
+    bridge, tok = target
+    pairs = task_pairs(get_task("coinflip"), 120, seed=2, events=(3, 8))
+    train, test = split_pairs(pairs, 0.5, seed=0)
+    site = sites(bridge, [layer], ["last"])[0]
+    cfg = DasConfig(rank=1, steps=60, lr=0.01, batch_size=16, seed=0)
+
+    Q = learn_das(bridge, tok, train, site, cfg)
+    res = interchange(bridge, tok, test, [site], {site: Q})
+    ours = res.rows[0]["iia"]
+
+    prep_train = prepare(tok, train, [site])
+    learn = np.nonzero(~prep_train.noop[:, 0] & (prep_train.target[:, 0] != prep_train.base_state))[0]
+    im = pyvene_das(toy_hf("target", TARGET), prep_train, learn, layer, cfg)  # an independent copy of the weights
+    prep = prepare(tok, test, [site])
+    rows = np.nonzero(res.scored_mask[:, 0])[0]
+    with torch.no_grad():
+        answers = torch.cat([pyvene_class_logits(im, prep, rows[lo: lo + 16]).argmax(1)
+                             for lo in range(0, len(rows), 16)]).numpy()
+    theirs = scored(answers == prep.target[rows, 0], prep.groups[rows]).to_json()
+
+    W = next(iter(im.interventions.values())).rotate_layer.weight.detach()  # [d, k]
+    cross = interchange(bridge, tok, test, [site], {site: W})
+    assert np.array_equal(cross.answers[rows, 0], answers), "pyvene's subspace answers otherwise under our scoring"
+    assert theirs["n_rows"] == ours["n_rows"] == len(rows) > 30
+    if layer == 2:
+        assert 0.1 < theirs["accuracy"] < 0.9, f"pyvene's IIA {theirs} is trivial at blocks.2: a vacuous comparison"
+    lo, hi = theirs["interval"]
+    assert lo <= ours["accuracy"] <= hi, f"blocks.{layer} last: our DAS IIA {ours} lies outside pyvene's {theirs}"
