@@ -3,7 +3,8 @@
 On held-out pairs (split by base story), per site (layer x position rule):
 
 - **readable**: a logistic probe fitted on the training pairs' source activations at the site, scored on the
-  held-out ones, beside the majority class of the training rows;
+  held-out ones, beside the strongest of two baselines fitted on the same pairs: the majority class, and a
+  bag-of-words regression on the text up to the site (`probes.baselines.text_so_far_baseline`);
 - **used**: interchange IIA with the whole activation, with the probe's subspace, with the class means'
   subspace (the mass-mean direction of Marks & Tegmark 2023), with a random subspace of the same rank, and
   (at ``--das-layers``) with a DAS subspace of rank ``--das-rank`` trained on the training pairs;
@@ -94,10 +95,11 @@ def _readable(model, tok, train, test, site_list, batch_size, seed):
         for i, p in enumerate(pairs):
             lab = p.source.labels(tok, text=p.source.prompt)
             y[i] = np.asarray(states_after(p.source))[lab.events_so_far[prep.pos_source[i]]]
-        return X, y, prep.groups
+        return X, y, prep
 
-    Xtr, ytr, _ = acts_labels(train)
-    Xte, yte, gte = acts_labels(test)
+    Xtr, ytr, ptr = acts_labels(train)
+    Xte, yte, pte = acts_labels(test)
+    gte = pte.groups
     out, bases, means = [], {}, {}
     for j, site in enumerate(site_list):
         x, y = Xtr[:, j].double(), ytr[:, j]
@@ -115,21 +117,43 @@ def _readable(model, tok, train, test, site_list, batch_size, seed):
         W = torch.as_tensor(clf.coef_.T) / s[:, None]  # [d, C or 1] in activation space
         W = W - W.mean(1, keepdim=True) if W.shape[1] > 2 else W
         bases[site] = orthonormal(W[:, : max(1, W.shape[1] - (1 if W.shape[1] > 2 else 0))])
+        words = _bag_of_words(ptr, pte, j, ytr[:, j])
         out.append({"probe": scored(pred == yte[:, j], gte, seed).to_json(),
-                    "majority": scored(yte[:, j] == maj, gte, seed).to_json()})
+                    "majority": scored(yte[:, j] == maj, gte, seed).to_json(),
+                    "bag_of_words": scored(words == yte[:, j], gte, seed).to_json()})
     return out, bases, means
+
+
+def _bag_of_words(ptr, pte, j: int, ytr) -> np.ndarray:
+    """Held-out predictions ``[P_test]`` of a bag-of-words logistic regression on the source's tokens up to the
+    site (`probes.baselines.text_so_far_baseline`), fitted on the training pairs: the text's own answer."""
+    from scipy.sparse import csr_matrix
+
+    from beliefscope.probes.baselines import text_so_far_baseline
+
+    seqs = [ids[: int(p) + 1] for ids, p in zip(ptr.source_ids + pte.source_ids,
+                                                  np.concatenate([ptr.pos_source[:, j], pte.pos_source[:, j]]))]
+    vocab = int(max(int(s.max()) for s in seqs)) + 1
+    rows = np.concatenate([np.full(len(s), r) for r, s in enumerate(seqs)])
+    counts = csr_matrix((np.ones(len(rows)), (rows, np.concatenate(seqs))), shape=(len(seqs), vocab))
+    n = len(ptr.source_ids)
+    y = np.concatenate([ytr, np.zeros(len(seqs) - n, dtype=np.int64)])
+    return text_so_far_baseline(counts, y, [(np.arange(n), np.arange(n, len(seqs)))])[n:]
 
 
 def _verdict(r: dict) -> str:
     probe, maj, full, rnd = r["probe"], r["majority"], r["iia_full"], r["iia_random"]
+    best = max((b for b in (maj, r.get("bag_of_words")) if b), key=lambda b: b["accuracy"], default=None)
     subs = [x for x in (r["iia_probe"], r["iia_massmean"]) if x]
-    nums = (f"probe {probe['accuracy']:.2f} [{probe['interval'][0]:.2f}, {probe['interval'][1]:.2f}] vs majority "
-            f"{maj['accuracy']:.2f}; IIA whole {full['accuracy']:.2f}, probe subspace {r['iia_probe']['accuracy']:.2f}"
-            f", mass-mean {r['iia_massmean']['accuracy']:.2f}, random {rnd['accuracy']:.2f}" if probe else
-            f"IIA whole {full['accuracy']:.2f}")
+    nums = f"IIA whole {full['accuracy']:.2f}"
+    if probe:
+        nums = (f"probe {probe['accuracy']:.2f} [{probe['interval'][0]:.2f}, {probe['interval'][1]:.2f}] vs majority "
+                f"{maj['accuracy']:.2f}, bag-of-words {r['bag_of_words']['accuracy']:.2f}; {nums}, probe subspace "
+                f"{r['iia_probe']['accuracy']:.2f}, mass-mean {r['iia_massmean']['accuracy']:.2f}, random "
+                f"{rnd['accuracy']:.2f}")
     if r.get("iia_das"):
         nums += f", DAS {r['iia_das']['accuracy']:.2f}"
-    readable = bool(probe) and probe["interval"][0] > maj["accuracy"]
+    readable = bool(probe) and probe["interval"][0] > best["accuracy"]  # above the strongest baseline
     used_probe = any(x["interval"][0] > rnd["interval"][1] for x in subs)
     used_any = full["interval"][0] > 0.5
     if not readable:

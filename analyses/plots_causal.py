@@ -13,6 +13,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from beliefscope.analyses.common import save_fig  # noqa: E402
 
 SERIES = (("probe", "held-out probe", "tab:blue", "-"), ("majority", "majority class", "tab:gray", ":"),
+          ("bag_of_words", "bag-of-words (text so far)", "tab:brown", ":"),
           ("iia_full", "IIA, whole activation", "black", "-"), ("iia_probe", "IIA, probe subspace", "tab:orange", "-"),
           ("iia_massmean", "IIA, mass-mean subspace", "tab:purple", "-"),
           ("iia_random", "IIA, random subspace", "tab:red", "--"), ("iia_das", "IIA, DAS", "tab:green", "-"))
