@@ -113,9 +113,9 @@ def check_config(cfg: TunedLensConfig, n_texts: int) -> None:
     """Refuse settings that cannot train or cannot hold out a text, before any forward."""
     for name in ("steps", "batch_tokens", "max_tokens"):
         if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be at least 1, got {getattr(cfg, name)}")
+            raise ValueError(f"{name} (--{name.replace('_', '-')}) must be at least 1, got {getattr(cfg, name)}")
     if not 0 < cfg.heldout < 1:
-        raise ValueError(f"heldout must be a share between 0 and 1 (e.g. 0.2), got {cfg.heldout}")
+        raise ValueError(f"heldout (--heldout) must be a share between 0 and 1 (e.g. 0.2), got {cfg.heldout}")
     if n_texts < 2:
         raise ValueError(f"{n_texts} text(s): a tuned lens needs at least 2 (one held out for its KL table)")
 

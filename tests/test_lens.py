@@ -206,3 +206,18 @@ def test_forms_at_needs_the_last_layer_beyond_the_majority_and_its_interval():
     assert forms_at([0.9, 0.98, 0.97, 1.0], 0.6, 1.0) == 1
     assert forms_at([0.6, 0.6, 0.5, 0.65], 0.5, 0.45) is None  # the interval reaches the majority
     assert forms_at([0.5, 0.5, 0.5, 0.52], 0.5, 0.5) is None  # never beyond the majority
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--steps", "0"], "steps (--steps) must be at least 1, got 0"),
+    (["--heldout", "1.5"], "heldout (--heldout) must be a share between 0 and 1"),
+    (["--n", "1"], "--n 1: a tuned lens needs at least 2 texts"),
+    (["--data", "no-such.txt"], "--data no-such.txt does not exist"),
+])
+def test_lens_train_refuses_before_loading(argv, fragment, tmp_path, capsys, monkeypatch):
+    from beliefscope.analyses import lens_train
+    from beliefscope.cli import main
+
+    monkeypatch.setattr(lens_train, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert main(["lens-train", "--model", "target", "--out", str(tmp_path / "o"), *argv]) == 2
+    assert fragment in capsys.readouterr().err
