@@ -78,9 +78,7 @@ def _stacked_complete(capture, name: str, where) -> torch.Tensor:
     if not recs:
         raise KeyError(f"no record of {name!r} matches where=; the tags seen are "
                        f"{sorted({tuple(sorted(r.tags.items())) for r in capture.records[name]})[:4]}")
-    from beliefscope.hooks.capture import _committed  # (capture imports this module)
-
-    seen = torch.unique(torch.cat([_committed(r).positions for r in recs]))  # [n_seen] as `stacked` lays them out
+    seen = capture.stacked_positions(name, where)  # [n_seen] as `stacked` lays them out
     n = int(seen.max()) + 1
     if seen.numel() != n:
         missing = sorted(set(range(n)) - set(seen.tolist()))[:8]

@@ -87,6 +87,12 @@ class Capture:
             kept = kept.clone()  # same memory as the model's tensor, which later code may modify in place
         self.records[name].append(Record(positions=pos, act=kept, tags=dict(self.tags)))
 
+    def stacked_positions(self, name: str, where=None) -> torch.Tensor:
+        """``[n_seen]`` the positions `stacked` lays out for ``name`` (sorted, unique; committed ones under
+        decoding)."""
+        recs = [_committed(r) for r in self.records[name] if where is None or where(r.tags)]
+        return torch.unique(torch.cat([r.positions for r in recs])) if recs else torch.zeros(0, dtype=torch.long)
+
     def stacked(self, name: str, where=None) -> torch.Tensor:
         """Activations by absolute position, later writes winning. `where(tags) -> bool` filters records.
         Returns ``[batch, n_positions, ...]`` for positions 0..max.
