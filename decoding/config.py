@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 PREFILL_K = 8  # Thinking States' speculative prefill: complete chunks drafted per forward by default
@@ -107,6 +108,24 @@ class SpecConfig:
         if not self.adaptive:
             return int(self.gamma)
         return min(self.gamma_max, gamma + 2) if accepted == gamma else max(1, gamma - 1)
+
+
+def with_overrides(cfg: SpecConfig | None, overrides: dict) -> SpecConfig:
+    """``cfg`` (default ``SpecConfig()``) with some fields given as keywords, as ``generate(model, ids,
+    max_new_tokens=8)`` takes them; an unknown name is refused, naming the fields.
+
+    >>> with_overrides(None, {"max_new_tokens": 8}).max_new_tokens
+    8
+    """
+    cfg = cfg if cfg is not None else SpecConfig()
+    if not overrides:
+        return cfg
+    fields = sorted(f.name for f in dataclasses.fields(SpecConfig))
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise TypeError(f"unknown decoding setting(s) {', '.join(unknown)}: pass SpecConfig fields as keywords "
+                        f"({', '.join(fields)}) or a SpecConfig")
+    return dataclasses.replace(cfg, **overrides)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from beliefscope.cache import KVCache
 from beliefscope.decoding.config import SpecConfig
 from beliefscope.models.bare import last_logits_only, runnable
 from beliefscope.models.bridge import cache_kwarg
+from beliefscope.models.context import position_limit
 from beliefscope.models.profile import hf_of
 
 
@@ -53,8 +54,8 @@ def _to_device(value, dev):
 
 
 def context_limit(model) -> int:
-    c = hf_model(model).config
-    return int(getattr(c, "n_positions", None) or getattr(c, "max_position_embeddings", None) or 10**9)
+    """Positions the model can address (`models.context.position_limit`; 10**9 where its config states none)."""
+    return position_limit(hf_model(model).config) or 10**9
 
 
 def vocab_size(model) -> int:

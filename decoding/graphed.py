@@ -81,10 +81,11 @@ def why_not_model(model) -> str | None:
     return None
 
 
-KNOWN_HOOKS = ("beliefscope.models.bridge", "transformers.utils.output_capturing")  # modules of hooks a replay
-#   may skip: this project's input placement and cache guards (tensor work a recording keeps, or checks that
-#   pass over a `SlotWriter`), and the hooks transformers leaves after ``output_hidden_states=True`` (idle unless
-#   a forward asks for hidden states, which a recorded one does not)
+KNOWN_HOOKS = ("beliefscope.models.bridge", "beliefscope.models.context", "transformers.utils.output_capturing")
+#   modules of hooks a replay may skip: this project's input placement and cache guards (tensor work a recording
+#   keeps, or checks that pass over a `SlotWriter`), its context limit (a decoding run's budget keeps every
+#   replayed forward inside the context), and the hooks transformers leaves after ``output_hidden_states=True``
+#   (idle unless a forward asks for hidden states, which a recorded one does not)
 
 
 def _ours(fn) -> bool:

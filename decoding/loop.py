@@ -31,11 +31,14 @@ True
 from __future__ import annotations
 
 import time
+import weakref
 from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
-from beliefscope.decoding.config import SpecConfig
+from beliefscope.cache import KVCache
+from beliefscope.cache.guard import shapes_of_guarded
+from beliefscope.decoding.config import SpecConfig, with_overrides
 from beliefscope.decoding.core import (
     Generation,
     check_prompt,
@@ -68,12 +71,57 @@ class Proposal:
 
 
 @torch.no_grad()
-def speculative_loop(model, drafter, prompt_ids, cfg: SpecConfig, kind, *, tokenizer=None) -> Generation:
+def speculative_loop(model, drafter, prompt_ids, cfg: SpecConfig, kind, *, tokenizer=None,
+                     cache: KVCache | None = None) -> Generation:
     """Decode ``prompt_ids`` with ``drafter`` and the step ``kind`` (see the module docstring): the
-    engine (`decoding.engine.run`) stepping a `SpeculativeRun`."""
+    engine (`decoding.engine.run`) stepping a `SpeculativeRun`; ``cache``: continue it (`held_prefix`)."""
     with ExitStack() as stack:
-        policy = run(SpeculativeRun(model, drafter, prompt_ids, cfg, kind, tokenizer, stack))
+        policy = run(SpeculativeRun(model, drafter, prompt_ids, cfg, kind, tokenizer, stack, cache))
     return policy.finish()
+
+
+# cache -> (its forward_count, the tokens it held) when a decoding run finished with it: a later run that
+# continues it checks the prompt against them while no forward has written it since
+_HELD: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def held_prefix(model, cache, ids: torch.Tensor) -> int:
+    """How many leading tokens of ``ids`` (the whole sequence) ``cache`` holds, checked, for a run that continues it.
+
+    The rule is HF's ``generate(input_ids, past_key_values=cache)``: ``ids`` is the whole sequence, the
+    tokens the cache holds and then the new ones, and the cache is extended in place. A cache holding as
+    many positions as ``ids`` or more is refused (only new tokens were passed, or the cache is ahead), and
+    so is one whose tokens differ from ``ids`` where a decoding run recorded them (no forward since)."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache= takes a beliefscope KVCache (KVCache.for_model(model), or gen.cache of an earlier "
+                        f"run); got {type(cache).__name__}")
+    if cache.config.batch not in (None, 1) or len(cache.lengths) != 1:
+        raise ValueError(f"cache= continues one row; this cache has {len(cache.lengths)} rows: fork one row, or "
+                         "serve several with bs.Scheduler")
+    mine, theirs = shapes_of_guarded(model), cache.config
+    if (theirs.n_layers, theirs.kv_heads, theirs.d_head) != (mine.n_layers, mine.kv_heads, mine.d_head):
+        raise ValueError(f"cache= was built for another model ({theirs.model_name!r}: {theirs.n_layers} layers, "
+                         f"{theirs.kv_heads} kv heads of {theirs.d_head}) than this one ({mine.name!r}: "
+                         f"{mine.n_layers}, {mine.kv_heads} of {mine.d_head}): build it with KVCache.for_model(model)")
+    held, n = cache.seq_len, ids.numel()
+    if held != cache.get_seq_length():
+        raise ValueError(f"cache= has holes (logical length {held}, physical {cache.get_seq_length()}): continue "
+                         "a clean cache (roll it back to a length, or fork it there)")
+    if held >= n:
+        raise ValueError(
+            f"the cache holds {held} positions but prompt_ids has {n} tokens: pass the whole sequence, the {held} "
+            "tokens the cache holds and then at least one new token (as HF's generate(input_ids, past_key_values="
+            f"cache) takes it), not only the new tokens; to decode from a shorter prefix, cache.rollback(k) first")
+    record = _HELD.get(cache)
+    if record is not None and record[0] == cache.forward_count and len(record[1]) >= held:
+        have = ids[:held].tolist()
+        if have != record[1][:held]:
+            i = next(j for j, (a, b) in enumerate(zip(have, record[1])) if a != b)
+            raise ValueError(
+                f"prompt_ids differ from the tokens the cache holds at position {i} (cache {record[1][i]}, "
+                f"prompt {have[i]}): pass the whole sequence, the {held} tokens the cache holds and then the new "
+                "ones (HF's rule for generate(input_ids, past_key_values=cache)), not only the new tokens")
+    return held
 
 
 class SpeculativeRun:
@@ -81,22 +129,27 @@ class SpeculativeRun:
     built; each step drafts, verifies the pending token and the drafts in one forward, and keeps the
     accepted path (``clip_new``: the budget and EOS)."""
 
-    def __init__(self, model, drafter, prompt_ids, cfg: SpecConfig, kind, tokenizer, stack: ExitStack):
+    def __init__(self, model, drafter, prompt_ids, cfg: SpecConfig, kind, tokenizer, stack: ExitStack,
+                 cache: KVCache | None = None):
         self.t_start = time.perf_counter()
         ids0 = check_prompt(model, prompt_ids)
         self.model, self.drafter, self.cfg, self.kind = model, drafter, cfg, kind
         self.n_prompt = n_prompt = ids0.numel()
+        held = 0 if cache is None else held_prefix(model, cache, ids0)  # positions of ids0 the given cache holds
         self.eos = eos_id(model, cfg, tokenizer)
         room = kind.room  # the widest verify forward (padding included)
         self.budget = budget = token_budget(model, n_prompt, cfg.max_new_tokens, room)
         self.buf = torch.zeros(n_prompt + budget + room, dtype=torch.long)  # [n_prompt + budget + room] committed
         self.buf[:n_prompt] = ids0
-        self.cache = cache = new_cache(model, n_prompt + budget + room, cfg.keep_rejected)
+        if cache is None:
+            cache = new_cache(model, n_prompt + budget + room, cfg.keep_rejected)
+        self.cache = cache
         self.trace = trace = Trace(n_prompt) if cfg.trace else None
         self.res = res = Generation([], n_prompt, 0, 0, 0.0, trace=trace, cache=cache)
         self.caps = _capture_target(stack, model, cache, trace, cfg)
         t = time.perf_counter()
-        logits = forward(model, ids0, cache, last_only=True)[-1]  # [vocab]; prefill: cache = prompt (PREFILL)
+        # [vocab]; prefill of what the cache does not hold yet: the cache then holds the prompt
+        logits = forward(model, ids0[held:], cache, last_only=True)[-1]
         res.target_seconds += time.perf_counter() - t
         res.target_forwards = 1
         self.buf[n_prompt] = pick(logits, cfg, n_prompt)
@@ -155,6 +208,7 @@ class SpeculativeRun:
             close_step(self.caps, self.counts, res.steps - 1, keep, written_end=self.pos + 1 + len(prop.tokens))
 
     def finish(self) -> Generation:
+        _HELD[self.cache] = (self.cache.forward_count, self.buf[: self.length - 1].tolist())  # what it holds now
         self.res.tokens = self.buf[self.n_prompt: self.length].tolist()
         if self.res.tokens and self.res.tokens[-1] == self.eos:
             self.res.stop_reason = "eos"
@@ -210,19 +264,36 @@ class PlainStep:
 
 
 @torch.no_grad()
-def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 1, tokenizer=None) -> Generation:
+def generate(model, prompt_ids, cfg: SpecConfig | None = None, *, window: int = 1, tokenizer=None,
+             cache: KVCache | None = None, **settings) -> Generation:
     """Plain cached decoding, one token per target forward (the baseline): the loop with `PlainStep`.
+
+    ``cfg`` is optional: ``SpecConfig()``'s defaults (greedy, 32 new tokens, stop at EOS), and any of its
+    fields may be given as a keyword instead (``max_new_tokens=8``, ``temperature=0.7``, ...).
 
     ``window=1`` is ordinary single-token decoding. ``window=W > 1`` is the *fixed-shape
     reference*: each token comes from a forward of width W (pending token, then padding), the same
     shape as a speculative verify pass, so both see identical numerics (HF issue #39421).
 
+    ``cache``: continue a `KVCache` (an earlier ``gen.cache``, after a rollback or not, or one you filled),
+    extended in place. As with HF's ``generate(input_ids, past_key_values=cache)``, ``prompt_ids`` is the
+    whole sequence: the tokens the cache holds, then the new ones (at least one). Only the new ones run;
+    ``Generation.prompt_len`` counts the whole sequence. Passing only the new tokens is refused where it can
+    be seen (`held_prefix`).
+
     >>> from beliefscope.models.testing import tiny_gpt2
     >>> generate(tiny_gpt2(), [5, 6], SpecConfig(max_new_tokens=3, stop_at_eos=False), window=5).steps
     2
+    >>> model = tiny_gpt2()
+    >>> full = generate(model, [5, 6, 7], max_new_tokens=6, stop_at_eos=False)
+    >>> full.cache.rollback(4)                    # keep the prompt and the first generated token
+    >>> again = generate(model, [5, 6, 7, *full.tokens[:2]], cache=full.cache, max_new_tokens=4, stop_at_eos=False)
+    >>> again.tokens == full.tokens[2:]
+    True
     """
-    cfg = cfg or SpecConfig()
-    return speculative_loop(model, NoDrafter(), prompt_ids, cfg, PlainStep(cfg, window), tokenizer=tokenizer)
+    cfg = with_overrides(cfg, settings)
+    return speculative_loop(model, NoDrafter(), prompt_ids, cfg, PlainStep(cfg, window), tokenizer=tokenizer,
+                            cache=cache)
 
 
 def _compiled(model, cache, kind, res: Generation):

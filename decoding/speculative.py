@@ -16,8 +16,8 @@ True
 from __future__ import annotations
 
 import torch
-from beliefscope.cache import Provenance
-from beliefscope.decoding.config import SpecConfig
+from beliefscope.cache import KVCache, Provenance
+from beliefscope.decoding.config import SpecConfig, with_overrides
 from beliefscope.decoding.core import (
     Generation,
     forward,
@@ -124,7 +124,7 @@ class ChainStep:
 
 @torch.no_grad()
 def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecConfig | None = None, *,
-                         tokenizer=None) -> Generation:
+                         tokenizer=None, cache: KVCache | None = None, **settings) -> Generation:
     """Generate with draft -> verify -> rollback. ``drafter=None`` is plain cached decoding;
     ``cfg.tree`` drafts a token tree per step (``decoding.tree_generate``).
 
@@ -136,12 +136,13 @@ def speculative_generate(model, drafter: Drafter | None, prompt_ids, cfg: SpecCo
     up to the ~1e-7 shape-dependent rounding of HF issue #39421.
     The returned ``Generation`` has alpha, gammas, tokens per step, forward counts and draft vs
     target seconds (enough for c and Leviathan's bound); ``.trace`` when ``cfg.trace``.
+    ``cfg`` fields may be given as keywords, and ``cache`` continues a `KVCache`, as `generate` says.
     """
-    cfg = cfg or SpecConfig()
+    cfg = with_overrides(cfg, settings)
     if drafter is None:
-        return generate(model, prompt_ids, cfg, tokenizer=tokenizer)
+        return generate(model, prompt_ids, cfg, tokenizer=tokenizer, cache=cache)
     kind = TreeStep(cfg) if cfg.tree is not None else ChainStep(cfg)
-    return speculative_loop(model, drafter, prompt_ids, cfg, kind, tokenizer=tokenizer)
+    return speculative_loop(model, drafter, prompt_ids, cfg, kind, tokenizer=tokenizer, cache=cache)
 
 
 def equals(model, drafter: Drafter | None, cfg: SpecConfig) -> str:

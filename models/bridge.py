@@ -15,6 +15,9 @@ its own tokens alone. Two guards, installed once per model by :func:`guard_cache
   (token ids, masks, positions) to the device of the input embedding, as TransformerLens's
   ``HookedTransformer`` does with its tokens. Host-built ids then run on any device, and on a model
   split over devices (``device_map``) the first layer gets them where it lives.
+- **Context limit:** a forward pre-hook on the HF model refuses, before it runs, a forward whose tokens reach
+  past the positions the config states (`models.context`: a raw ``IndexError`` on GPT-2, silence on a rotary
+  model otherwise).
 - **Growth check:** around the HF model's forward, a cache that declares ``checks_growth``
   (``cache.KVCache`` does) must have grown by the tokens fed, or :class:`CacheBypassedError`
   names the transformers version and the keyword. Two Python hooks per forward (about 10 µs).
@@ -41,6 +44,7 @@ from importlib.metadata import version
 import torch
 from beliefscope.cache.guard import GUARD
 from beliefscope.models.bare import KNOWN_HOOKS, link_bridge, runnable
+from beliefscope.models.context import refuse_past_context
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.profile import compute_device, embedding_of, hf_of, model_shapes
 
@@ -50,8 +54,15 @@ class CacheBypassedError(RuntimeError):
 
 
 def build_bridge(hf_model, arch: str | None = None, tok=None):
-    """Wrap an in-memory HF causal LM as a guarded TransformerBridge (the model is modified in place)."""
+    """Wrap an in-memory HF causal LM as a guarded TransformerBridge (the model is modified in place).
+
+    Given ``tok``, the bridge's string paths (``to_tokens``, ``to_str_tokens``, a forward or ``generate`` of a
+    string) tokenize as ``tok(text)`` does: TransformerLens's ``cfg.default_prepend_bos`` is set to whether the
+    tokenizer adds a BOS itself, so no BOS is prepended that ``tok`` would not add (TransformerLens's own default
+    prepends one). Pass ``prepend_bos=True`` to those methods for TransformerLens's habit."""
     from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+
+    from beliefscope.models.tokenizer import tokenizer_adds_bos
 
     arch = arch or (hf_model.config.architectures or [type(hf_model).__name__])[0]
     kw = {"tokenizer": tok} if tok is not None else {}
@@ -62,6 +73,8 @@ def build_bridge(hf_model, arch: str | None = None, tok=None):
             f"TransformerLens {version('transformer-lens')} cannot build a bridge for {arch} with this config "
             f"({type(e).__name__}: {str(e)[:200]}); models the toolkit is tested on: Llama, GPT-2, GPT-NeoX, "
             "Qwen2/3, Gemma/Gemma2, Mistral, Phi, Phi-3, OPT, Falcon (multi-query), StableLM, OLMo2") from None
+    if tok is not None:  # one BOS rule: TransformerLens's string paths tokenize as `tok(text)` does (models.tokenizer)
+        bridge.cfg.default_prepend_bos = tokenizer_adds_bos(tok)
     guard_cache_handoff(bridge)
     return bridge
 
@@ -92,12 +105,13 @@ def guard_cache_handoff(model) -> None:
 
 
 def _guard_hf(hf) -> None:
-    """The HF model's part of the guard: the new cache keyword, input placement, eager masks, the growth
-    check and the checked ``generate``."""
+    """The HF model's part of the guard: the new cache keyword, input placement, eager masks, the context
+    limit (`models.context`), the growth check and the checked ``generate``."""
     if cache_kwarg(hf) == "cache":
         hf.register_forward_pre_hook(_to_new_cache_kwarg, with_kwargs=True)
     hf.register_forward_pre_hook(_inputs_to_embedding_device, with_kwargs=True)
     hf.register_forward_pre_hook(_additive_masks_for_eager, with_kwargs=True)
+    hf.register_forward_pre_hook(refuse_past_context, with_kwargs=True)  # models.context: before any position
     install_growth_check(hf)
     if hasattr(hf, "generate"):
         hf.generate = types.MethodType(_checked_generate, hf)  # a bound method: deep copies rebind it

@@ -81,7 +81,8 @@ def bridge_from_hf(model, tok=None):
 
 
 def load_model(name_or_path, device=None, dtype=None, *, tokenizer=None) -> tuple[Runner, Any]:
-    """Load a model as ``(TransformerBridge, tokenizer)``; see the module docstring for names.
+    """Load a model as ``(TransformerBridge, tokenizer)``; see the module docstring for names. The bridge
+    tokenizes a string as ``tokenizer(text)`` does, adding no BOS of its own (`models.bridge.build_bridge`).
 
     A Thinking States checkpoint comes back as ``(ThinkingStates, tokenizer)``, whose
     ``.bridge`` is the backbone's bridge. ``device``: default CUDA when available, else the CPU;

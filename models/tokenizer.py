@@ -47,3 +47,20 @@ def answer_token_ids(tok, names) -> list[int]:
                              "words that start differently (--answers)")
         first[i] = name
     return ids
+
+
+def tokenizer_adds_bos(tok) -> bool:
+    """Whether ``tok(text)`` (HF's ``add_special_tokens=True`` default) starts with the tokenizer's BOS of itself.
+
+    beliefscope's BOS rule: a text is the tokens its model's own tokenizer gives, ``tok(text)["input_ids"]``,
+    and nothing is added or removed. `load_model`'s bridge follows the same rule (its
+    ``cfg.default_prepend_bos`` is set from this), so ``bridge.to_tokens(text)`` equals ``tok(text)``.
+
+    >>> tokenizer_adds_bos(toy_tokenizer())
+    False
+    """
+    bos = getattr(tok, "bos_token_id", None)
+    if bos is None:
+        return False
+    ids = tok("a")["input_ids"]
+    return len(ids) > len(tok("a", add_special_tokens=False)["input_ids"]) and ids[0] == bos
