@@ -18,7 +18,7 @@ WARM    := import beliefscope.cli as c, beliefscope.models.load, transformer_len
   transformers.models.llama.modeling_llama, transformers.models.gpt2.modeling_gpt2, sklearn.linear_model, \
   matplotlib.pyplot; c.build_parser()
 
-.PHONY: demo test test-fast bench install clean-venv constraints browser gpu-check docs docs-serve
+.PHONY: demo test test-fast differential bench install clean-venv constraints browser gpu-check docs docs-serve
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -77,6 +77,13 @@ test:
 test-fast: $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder -m "not slow" \
 	  --durations=5 $(PYTEST_ARGS)
+
+# The differential harness (tests/test_differential.py, every public path against plain HF on six families) with
+# DIFF_EXAMPLES Hypothesis examples per property and family instead of `make test`'s 3; prints the statistics.
+DIFF_EXAMPLES ?= 50
+differential: $(STAMP)
+	BELIEFSCOPE_DIFF_EXAMPLES=$(DIFF_EXAMPLES) env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q tests/test_differential.py \
+	  --hypothesis-show-statistics $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VENV)/bin/beliefscope bench all --json
