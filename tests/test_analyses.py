@@ -126,13 +126,15 @@ def test_demo_numbers_are_internally_consistent(demo):
     steps = t["featured"]["steps"]
     assert all(len(st["committed"]) == st["accepted"] + 1 or st is steps[-1] for st in steps)
     assert all(st["rejected"] == st["proposals"][st["accepted"]:] for st in steps)
-    # the timeline the JSON records is the featured step: its verify row keeps `accepted` drafts as VERIFIED (2)
-    # and shows the rejected ones as REJECTED (3) after them
+    # the timeline the JSON records is the featured step: its verify row keeps `accepted` drafts as ACCEPTED (4)
+    # (or, with none accepted, the verifier's own pending token as VERIFIED, 2) and shows the rejected ones as
+    # REJECTED (3) after them
     tl, st = t["featured"]["timeline"], steps[t["featured"]["timeline_step"]] if steps else None
     if st is not None and st["rejected"]:
         name, toks, codes = tl["rows"][2]
         assert name == "verify + rollback" and len(toks) == len(codes)
-        assert codes[-len(st["rejected"]):] == [3] * len(st["rejected"]) and codes[-len(st["rejected"]) - 1] == 2
+        before = codes[-len(st["rejected"]) - 1]
+        assert codes[-len(st["rejected"]):] == [3] * len(st["rejected"]) and before == (4 if st["accepted"] else 2)
     d = s["determinism"]
     if "skipped" not in d:
         assert d["verified_unique_max"] == 1
