@@ -76,7 +76,7 @@ def _end(args, kwargs) -> int | None:
         return None
     pid = kwargs.get("position_ids")
     if torch.is_tensor(pid):
-        if pid.device.type != "cpu" or pid.numel() == 0:
+        if not pid.is_cpu or pid.numel() == 0:
             return None  # explicit positions on an accelerator: not read (a sync per forward, or a graph capture)
         return int(pid.max()) + 1
     cache = kwargs.get("past_key_values")
