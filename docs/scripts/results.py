@@ -19,8 +19,8 @@ Pictures are copied (`COPIED`: screenshots and figures that need a model run) or
 they change, so that rebuilding the site does not rewrite it.
 
 The code lives beside this file, by page family: ``results_doc.py`` (formats, `Doc`, the Markdown pieces),
-``results_decoding.py`` and ``results_models.py`` (the pages), ``results_pictures.py`` (the pictures); this
-module holds the index, the README's table and the entry points, and re-exports what callers read.
+``results_decoding.py``, ``results_gpu.py`` and ``results_models.py`` (the pages), ``results_pictures.py`` (the
+pictures); this module holds the index, the README's table and the entry points, and re-exports what callers read.
 
 Run directly (``python docs/scripts/results.py``) to rewrite the pages of this checkout's ``docs/``.
 """
@@ -36,8 +36,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # loaded by file path (tests, generate.py): its sibling modules must be importable
     sys.path.insert(0, HERE)
 
-from results_decoding import (CACHE, DET, DET_H200, FORCED, GPU, OVERHEAD, SPEC, cache_page,  # noqa: E402
-                              determinism_page, forced_page, gpu_page, overhead_page, spec_page)
+from results_decoding import (CACHE, DET, FORCED, OVERHEAD, SPEC, cache_page,  # noqa: E402
+                              determinism_page, forced_page, overhead_page, spec_page)
+from results_gpu import DET_H200, GPU, gpu_page  # noqa: E402
 from results_doc import FORMATS, NONE, RES, ROOT, Doc, _status, fmt_value, page, table  # noqa: E402
 from results_models import (HARVEST, PROBES, THINK, THINK_SMOL, _card, instrument_page,  # noqa: E402
                             models_page, probes_page, thinking_page)
