@@ -36,6 +36,7 @@ _API = {
     "Provenance": "beliefscope.cache",
     "capture": "beliefscope.hooks",
     "steer": "beliefscope.hooks",
+    "hook_names": "beliefscope.hooks",
     "to_activation_cache": "beliefscope.hooks",
     "speculative_generate": "beliefscope.decoding",
     "generate": "beliefscope.decoding",
@@ -92,7 +93,7 @@ if TYPE_CHECKING:  # what `_API` maps, spelled out for type checkers and "go to 
         make_drafter,
         speculative_generate,
     )
-    from beliefscope.hooks import capture, steer, to_activation_cache  # noqa: F401
+    from beliefscope.hooks import capture, hook_names, steer, to_activation_cache  # noqa: F401
     from beliefscope.models import ModelLoadError, checkpoint_path, load_hf, load_model  # noqa: F401
     from beliefscope.probes import (  # noqa: F401
         ActivationStore,

@@ -20,8 +20,9 @@ from beliefscope.decoding.drafters import (
 )
 from beliefscope.decoding.loop import generate
 from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
-from beliefscope.decoding.sweep import determinism_sweep
 from beliefscope.decoding.speculative import accept_greedy, accept_sampled, speculative_generate
+from beliefscope.decoding.sweep import determinism_sweep
+from beliefscope.decoding.thinking import ThinkingRun, run_thinking
 from beliefscope.decoding.trace import Step, Trace
 from beliefscope.decoding.tree import TokenTree
 
@@ -37,6 +38,7 @@ __all__ = [
     "SchedulerConfig",
     "SpecConfig",
     "Step",
+    "ThinkingRun",
     "TokenTree",
     "Trace",
     "TreeConfig",
@@ -45,5 +47,6 @@ __all__ = [
     "determinism_sweep",
     "generate",
     "make_drafter",
+    "run_thinking",
     "speculative_generate",
 ]

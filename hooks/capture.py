@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 from beliefscope.hooks.activation_cache import to_activation_cache
-from beliefscope.hooks.names import check_computed, hf_of, hook_name, resolve_hooks
+from beliefscope.hooks.names import check_computed, hf_of, hook_names, parse_hooks, resolve_hooks
 from beliefscope.hooks.points import attach, index_owners
 from torch.utils.hooks import RemovableHandle
 
@@ -49,8 +49,9 @@ class Capture:
     positions of the records a tag filter keeps, for TL's own methods.
     """
 
-    def __init__(self, names, cache=None, device=None):
+    def __init__(self, names, cache=None, device=None, n_layers: int | None = None):
         self.names = list(names)
+        self.n_layers = n_layers  # the model's layer count: lets `stacked` read a hook spec (``resid_post@3``)
         self.cache = cache
         self.device = device
         self.records: dict[str, list[Record]] = {n: [] for n in self.names}
@@ -87,6 +88,16 @@ class Capture:
             kept = kept.clone()  # same memory as the model's tensor, which later code may modify in place
         self.records[name].append(Record(positions=pos, act=kept, tags=dict(self.tags)))
 
+    def key(self, name: str) -> str:
+        """The captured hook ``name`` stands for: a full name, or one hook in the spec grammar
+        (`hooks.names.parse_hooks`, e.g. ``resid_post@-1``)."""
+        if name in self.records:
+            return name
+        full = parse_hooks(name, self.n_layers) if self.n_layers else [name]
+        if len(full) == 1 and full[0] in self.records:
+            return full[0]
+        raise KeyError(f"{name!r} was not captured; this capture holds {self.names}")
+
     def stacked_positions(self, name: str, where=None) -> torch.Tensor:
         """``[n_seen]`` the positions `stacked` lays out for ``name`` (sorted, unique; committed ones under
         decoding)."""
@@ -101,6 +112,7 @@ class Capture:
         verify step gives only its committed positions (below its ``committed_end`` tag), so rolled-back
         drafts never show here (read them with ``trace.activations(name, status="rolled_back")``) and the
         length is the cache's: the prompt and every committed token but the pending last one."""
+        name = self.key(name)
         recs = [r for r in self.records[name] if where is None or where(r.tags)]
         recs = [_committed(r) for r in recs]
         recs = [r for r in recs if len(r.positions)]
@@ -186,14 +198,16 @@ def check_device(device) -> None:
 def capture(model, names, cache=None, device=None):
     """Collect activations at `names` for every position of every forward in the block.
 
+    ``names``: hooks in the one spec grammar of `hooks.names.parse_hooks`: full names
+    (``blocks.3.hook_resid_post``), ``resid_post@3``, ``resid_post@0-5``, a bare kind for every layer.
     ``device``: where records are kept; None keeps them where the model computed them (pass
     ``"cpu"`` to offload a long capture from a GPU)."""
-    names = [names] if isinstance(names, str) else list(names)
+    names = hook_names(model, names)
     resolve_hooks(model, names)  # fail early, with suggestions
     check_computed(model, names)
     if device is not None:
         check_device(device)
-    cap = Capture(names, cache=cache, device=device)
+    cap = Capture(names, cache=cache, device=device, n_layers=int(model.cfg.n_layers))
 
     def pre(module, args, kwargs):
         tokens = args[0] if args else kwargs.get("input", kwargs.get("input_ids"))
@@ -247,9 +261,13 @@ def stream(model, names, sink):
 
 
 @contextmanager
-def steer(model, layer: int, direction: torch.Tensor, alpha: float, positions=None,
+def steer(model, layer, direction: torch.Tensor, alpha: float, positions=None,
           kind: str = "resid_post"):
     """Add ``alpha * direction`` to the residual stream at `layer`.
+
+    ``layer``: an int (with ``kind``), or one hook in the spec grammar of `hooks.names.parse_hooks`
+    (``"resid_post@3"``, ``"resid_post@-1"``, ``"blocks.3.hook_attn_out"``); a spec naming several hooks
+    is refused.
 
     `positions` are **sequence positions**, the same whichever way the tokens are computed (one uncached
     forward, cached one-token decoding, or speculative decoding's verify windows of the pending token,
@@ -273,7 +291,7 @@ def steer(model, layer: int, direction: torch.Tensor, alpha: float, positions=No
         4
     """
 
-    name = hook_name(kind, layer)
+    name = steer_hook(model, layer, kind)
     d = direction.detach().flatten()
     state = {"positions": None}  # the running forward's absolute positions [batch, n] (set by its pre-hook)
     wanted = _wanted(positions)
@@ -303,6 +321,20 @@ def steer(model, layer: int, direction: torch.Tensor, alpha: float, positions=No
     finally:
         if handle is not None:
             handle.remove()
+
+
+def steer_hook(model, layer, kind: str = "resid_post") -> str:
+    """The one hook `steer` writes to: ``layer`` an int with ``kind``, or a spec naming exactly one hook."""
+    if isinstance(layer, str):
+        names = hook_names(model, layer)
+        if len(names) != 1:
+            raise ValueError(f"steer needs one hook, and {layer!r} names {len(names)}: give one layer "
+                             "(e.g. 'resid_post@3'), or enter one steer per hook")
+        resolve_hooks(model, names)
+        return names[0]
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise TypeError(f"steer's layer must be an int or a hook spec such as 'resid_post@3', not {layer!r}")
+    return hook_names(model, kind if kind.startswith(("blocks.", "hook_")) else f"{kind}@{layer}")[0]
 
 
 def forward_positions(args, kwargs) -> torch.Tensor | None:

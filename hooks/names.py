@@ -69,6 +69,89 @@ def hook_name(kind: str, layer: int | None = None) -> str:
     return SHORT_NAMES[kind].format(l=layer)
 
 
+EMBED_NAMES = ("embed", "hook_embed")  # the embedding hook's spellings (it has no layer)
+
+
+def _layer_item(text: str, n_layers: int, spec: str) -> list[int]:
+    """Layers of one ``@`` item: ``all``, ``N`` (negatives count from the end), or an inclusive ``A-B``."""
+    text = text.strip()
+    if text in ("all", "*"):
+        return list(range(n_layers))
+    try:
+        if text.lstrip("-").isdigit():
+            layer = int(text)
+            got = [layer + n_layers if layer < 0 else layer]
+        else:
+            a, b = (int(x) for x in text.split("-"))
+            if b < a:
+                raise ValueError
+            got = list(range(a, b + 1))
+    except ValueError:
+        raise ValueError(f"hook spec {spec!r}: layer {text!r} is not N, -N, A-B or all "
+                         "(e.g. resid_post@3, resid_post@-1, resid_post@0-5, resid_post@0,3,5)") from None
+    bad = [x for x in got if not 0 <= x < n_layers]
+    if bad:
+        raise ValueError(f"hook spec {spec!r}: layer {text} is out of range; this model has layers 0..{n_layers - 1} "
+                         "(negatives count from the end: -1 is the last)")
+    return got
+
+
+def parse_hooks(spec, n_layers: int, layers="all") -> list[str]:
+    """Full hook names for a hook spec: **the one grammar** of `capture`, `steer`, `harvest` and the CLI's
+    ``--hooks``.
+
+    ``spec`` is a string of comma-separated items, or a list of them. An item is
+
+    - a full TransformerLens name (``blocks.3.hook_resid_post``, ``blocks.0.attn.hook_k``, ``hook_embed``),
+      kept as it is (checked against the model when it is resolved);
+    - ``embed``: the embedding hook;
+    - a short kind (``resid_post``, ``attn_out``, ``k``... see `SHORT_NAMES`) at ``layers``;
+    - ``KIND@LAYERS``: the kind at the layers named, ``N`` (negatives count from the end, ``-1`` the last),
+      an inclusive range ``A-B`` or ``all``; bare numbers after it continue its list
+      (``resid_post@0,3,5``).
+
+    ``layers`` (for kinds without ``@``): ``"all"``, an int, a list of ints or a comma-separated string.
+    Order is kept and duplicates dropped.
+
+    >>> parse_hooks("resid_post@-1,attn_out@0-1", n_layers=4)
+    ['blocks.3.hook_resid_post', 'blocks.0.hook_attn_out', 'blocks.1.hook_attn_out']
+    >>> parse_hooks("embed,resid_post@0,2", n_layers=4)
+    ['hook_embed', 'blocks.0.hook_resid_post', 'blocks.2.hook_resid_post']
+    >>> parse_hooks(["resid_post", "blocks.1.attn.hook_k"], n_layers=2, layers=[1])
+    ['blocks.1.hook_resid_post', 'blocks.1.attn.hook_k']
+    """
+    items = [x.strip() for x in spec.split(",")] if isinstance(spec, str) else [str(x).strip() for x in spec]
+    if isinstance(layers, str) and layers not in ("all", "*"):
+        layers = [int(x) for x in layers.split(",") if x.strip()]
+    default = _layer_item("all", n_layers, str(spec)) if layers in ("all", "*") else \
+        [_layer_item(str(x), n_layers, str(spec))[0] for x in ([layers] if isinstance(layers, int) else layers)]
+    names, last_kind = [], None
+    for item in items:
+        if not item:
+            raise ValueError(f"hook spec {spec!r} has an empty item: separate items with single commas")
+        if last_kind is not None and (item.lstrip("-").isdigit() or item[0].isdigit()):
+            names += [hook_name(last_kind, x) for x in _layer_item(item, n_layers, str(spec))]
+            continue
+        last_kind = None
+        if item in EMBED_NAMES:
+            names.append("hook_embed")
+        elif item.startswith(("blocks.", "hook_")):
+            names.append(item)
+        elif "@" in item:
+            kind, at = item.split("@", 1)
+            hook_name(kind, 0)  # an unknown kind is refused with the closest valid ones
+            names += [hook_name(kind, x) for x in _layer_item(at, n_layers, str(spec))]
+            last_kind = kind
+        else:
+            names += [hook_name(item, x) for x in default]
+    return list(dict.fromkeys(names))
+
+
+def hook_names(model, spec, layers="all") -> list[str]:
+    """`parse_hooks` for `model` (its number of layers)."""
+    return parse_hooks(spec, int(model.cfg.n_layers), layers)
+
+
 def layer_names(model, kind: str = "resid_post", layers="all") -> list[str]:
     """Hook names for `kind` at `layers` ("all", an int, or a list of ints)."""
     n = model.cfg.n_layers

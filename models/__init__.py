@@ -6,6 +6,7 @@
 1
 """
 
+from beliefscope.models.bare import runnable
 from beliefscope.models.bridge import guard_cache_handoff as guard
 from beliefscope.models.load import (
     SHIPPED,
@@ -15,12 +16,33 @@ from beliefscope.models.load import (
     default_device,
     load_hf,
     load_model,
+    model_defaults,
     resolve_store,
     shipped_names,
 )
 from beliefscope.models.profile import ModelProfile, ModelShapes, hf_of, model_profile, model_shapes, writes_thoughts
 from beliefscope.models.runner import Runner
+from beliefscope.models.tokenizer import toy_tokenizer
 
-__all__ = ["SHIPPED", "ModelLoadError", "ModelProfile", "ModelShapes", "Runner", "bridge_from_hf", "checkpoint_path",
-           "default_device", "guard", "hf_of", "load_hf", "load_model", "model_profile", "model_shapes",
-           "resolve_store", "shipped_names", "writes_thoughts"]
+__all__ = [
+    "ModelLoadError",
+    "ModelProfile",
+    "ModelShapes",
+    "Runner",
+    "SHIPPED",
+    "bridge_from_hf",
+    "checkpoint_path",
+    "default_device",
+    "guard",
+    "hf_of",
+    "load_hf",
+    "load_model",
+    "model_defaults",
+    "model_profile",
+    "model_shapes",
+    "resolve_store",
+    "runnable",
+    "shipped_names",
+    "toy_tokenizer",
+    "writes_thoughts",
+]

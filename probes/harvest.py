@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 import torch
-from beliefscope.hooks import layer_names, stream
+from beliefscope.hooks import hook_names, stream
 from beliefscope.models.devices import model_defaults, rank_device
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile, model_shapes
@@ -62,8 +62,8 @@ class HarvestConfig:
     n: int | None = None  # number of prompts (None: 1000)
     seed: int = 0  # example seed
     events: str = "1-8"  # inclusive range of events per prompt
-    hooks: str = "resid_post"  # comma-separated hook kinds or full names (embedding is always added)
-    layers: str = "all"  # "all" or comma-separated layer indices
+    hooks: str = "resid_post"  # hook spec: kinds at --layers, KIND@L (resid_post@-1), full names; +embedding
+    layers: str = "all"  # the layers of --hooks' bare kinds: "all" or comma-separated indices
     dtype: str = "auto"  # stored dtype: float32 / float16 / bfloat16, or "auto": float16 for pretrained (natural
     #   English) models, whose probe accuracies it leaves unchanged (README), float32 for the toy models
     random_init_seed: int = 0  # seed of the random-init twin model (harvested into OUT/random_init)
@@ -106,18 +106,9 @@ def make_examples(cfg: HarvestConfig) -> list:
 
 
 def hook_names_for(model, hooks, layers) -> list[str]:
-    """Full hook names for kinds x layers, with the embedding hook first."""
-
-    kinds = [h.strip() for h in hooks.split(",")] if isinstance(hooks, str) else list(hooks)
-    if isinstance(layers, str) and layers != "all":
-        layers = [int(x) for x in layers.split(",")]
-    names = [EMBED_HOOK]
-    for k in kinds:
-        if k.startswith(("blocks.", "hook_")):
-            names.append(k)
-        else:
-            names += layer_names(model, k, layers)
-    return list(dict.fromkeys(names))
+    """Full hook names for a hook spec (`hooks.names.parse_hooks`: kinds at ``layers``, ``KIND@L`` items,
+    full names), with the embedding hook first."""
+    return list(dict.fromkeys([EMBED_HOOK, *hook_names(model, hooks, layers)]))
 
 
 def row_labels(ex, lab, prompt_id: int) -> dict[str, np.ndarray]:

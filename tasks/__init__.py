@@ -13,7 +13,7 @@ from beliefscope.tasks import coinflip, cups, variables
 from beliefscope.tasks.base import Event, Example, TokenLabels, label_offsets, parse_events_range
 from beliefscope.tasks.coinflip import CoinFlip
 from beliefscope.tasks.cups import Cups
-from beliefscope.tasks.records import DataConfig, load_data
+from beliefscope.tasks.records import DataConfig, example_path, load_data
 from beliefscope.tasks.variables import Variables
 
 TASKS = {"coinflip": CoinFlip, "cups": Cups, "variables": Variables}
@@ -39,17 +39,18 @@ def toy_vocabulary() -> list[str]:
 
 
 __all__ = [
-    "TASKS",
     "CoinFlip",
     "Cups",
-    "Variables",
+    "DataConfig",
     "Event",
     "Example",
+    "TASKS",
     "TokenLabels",
+    "Variables",
+    "example_path",
     "get_task",
-    "load_data",
-    "DataConfig",
     "label_offsets",
+    "load_data",
     "parse_events_range",
     "toy_vocabulary",
 ]
