@@ -15,7 +15,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.cache import KVCache
+from beliefscope.cache import KVCache, Provenance
 from beliefscope.decoding.config import SpecConfig
 from beliefscope.models.bare import last_logits_only, runnable
 from beliefscope.models.bridge import cache_kwarg
@@ -226,3 +226,22 @@ def pick(logits: torch.Tensor, cfg: SpecConfig, position: int) -> int:
     if cfg.temperature == 0:
         return int(logits.argmax())
     return sample(probs(logits, cfg.temperature), seeded_generator(cfg.seed, position, "target"))
+
+
+def settle(cache, position: int, n_accepted: int, drafts_end: int, keep: int, keep_rejected: bool) -> None:
+    """Label and cut a verify window laid out as [pending, accepted drafts, rejected drafts, padding] from
+    ``position``: the accepted ones ACCEPTED, the rejected ones REJECTED (kept in ``cache.rejected`` with
+    ``keep_rejected``), the padding dropped with no record; then the cache holds ``keep`` positions.
+
+    ``keep`` is below the accepted drafts' end when EOS (or the budget) ends the output on an accepted draft:
+    that draft is the pending output token, and the accepted drafts after it are cut unlabelled, like padding.
+    They were not rejected, so they are never in ``cache.rejected``."""
+    accepted_end = position + 1 + n_accepted
+    cache.mark(position + 1, min(keep, accepted_end), Provenance.ACCEPTED)
+    if keep_rejected and accepted_end < drafts_end:
+        cache.mark(accepted_end, drafts_end, Provenance.REJECTED)
+    if keep < accepted_end:
+        cache.rollback(accepted_end, rejected_end=drafts_end)
+        cache.rollback(keep, rejected_end=keep)
+    else:
+        cache.rollback(keep, rejected_end=drafts_end)

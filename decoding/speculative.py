@@ -26,6 +26,7 @@ from beliefscope.decoding.core import (
     probs,
     sample,
     seeded_generator,
+    settle,
 )
 from beliefscope.decoding.drafter import Drafter
 from beliefscope.decoding.loop import Proposal, generate, speculative_loop
@@ -109,13 +110,10 @@ class ChainStep:
 
     def commit(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> None:
         # the window [pending, drafts..., padding] sits at position..: the pending token is the verifier's own
-        # (VERIFIED, as written), the drafts before `keep` were accepted, those after it were not (REJECTED,
-        # kept with keep_rejected), and the padding is dropped with no label, never kept
+        # (VERIFIED, as written), the drafts on `path` were accepted, those after it were not (REJECTED, kept
+        # with keep_rejected), and the padding is dropped with no label, never kept
         drafts_end = position + 1 + len(prop.tokens)
-        cache.mark(position + 1, keep, Provenance.ACCEPTED)
-        if self.cfg.keep_rejected and keep < drafts_end:
-            cache.mark(keep, drafts_end, Provenance.REJECTED)
-        cache.rollback(keep, rejected_end=drafts_end)
+        settle(cache, position, len(path), drafts_end, keep, self.cfg.keep_rejected)
 
     def after(self, res: Generation, prop: Proposal, path: list[int], n_kept: int, width: int) -> dict:
         self.gamma = min(self.cfg.next_gamma(self.gamma, len(path)), self.cfg.window_size - 1)

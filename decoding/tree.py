@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.cache import Provenance
 from beliefscope.cache.masks import apply_windows, key_positions
 from beliefscope.decoding.config import TreeConfig  # noqa: F401 (re-exported)
-from beliefscope.decoding.core import context_limit, probs, sample, seeded_generator
+from beliefscope.decoding.core import context_limit, probs, sample, seeded_generator, settle
 
 
 @dataclass
@@ -220,7 +219,8 @@ def accept_tree_sampled(logits: torch.Tensor, tree: TokenTree, temperature: floa
 
 def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: int, keep_rejected: bool) -> None:
     """After a tree verify at ``position`` (the pending token's), make the cache hold the prefix, the
-    pending token and the first ``keep - position - 1`` nodes of ``path`` contiguously, and drop the rest.
+    pending token and the first ``keep - position - 1`` nodes of ``path`` contiguously, and drop the rest
+    (`decoding.core.settle`: accepted nodes that eos or the budget cut are dropped, never REJECTED).
 
     Accepted entries computed at tree slots are moved next to the prefix with ``KVCache.overwrite``
     (their keys already carry the right positions: a node's position is the pending token's plus
@@ -228,11 +228,9 @@ def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: in
     and kept by the rollback with REJECTED provenance, so ``cache.rejected`` holds the whole discarded
     tree, and nothing else (the forward's padding is dropped, never kept).
     """
-    n_path = keep - position - 1  # accepted nodes to keep (eos or the budget may cut the path)
-    accepted = path[:n_path]
-    order = list(accepted)
+    order = list(path)  # every accepted node, the ones eos or the budget cut included
     if keep_rejected:
-        taken = set(accepted)
+        taken = set(path)
         order += [i for i in range(len(tree)) if i not in taken]
     if order != list(range(len(order))):  # slots position+1+i already hold node i: move only when needed
         src = torch.tensor(order) + position + 1  # [m] slots of the nodes to move
@@ -241,11 +239,7 @@ def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: in
             k, v = cache.keys(layer, src), cache.values(layer, src)  # [kv_heads, m, d_head] copies
             cache.overwrite(layer, dst, k, v)
     nodes_end = position + 1 + len(tree)  # past the last node; the padding of the forward lies beyond
-    if n_path:
-        cache.mark(position + 1, keep, Provenance.ACCEPTED)
-    if keep_rejected and keep < nodes_end:
-        cache.mark(keep, nodes_end, Provenance.REJECTED)
-    cache.rollback(keep, rejected_end=nodes_end)  # the padding is no draft: never kept
+    settle(cache, position, len(path), nodes_end, keep, keep_rejected)
 
 
 def layout(tokens: list[int], parents: list[int], q: list | None = None) -> TokenTree:

@@ -81,11 +81,10 @@ class TreeStep:
         tree = prop.tree
         res.tree_nodes.append(len(tree))
         res.path_ranks.append([tree.rank[i] for i in path])
-        kept = path[:n_kept]
-        on_path = set(kept)
+        on_path = set(path)  # accepted, even where eos or the budget cut the output before the path's end
         return {"rejected": [tree.tokens[i] for i in range(len(tree)) if i not in on_path],
                 "tree_parents": list(tree.parents), "path": list(path),
-                "rejected_order": _rejected_order(tree, kept, width) if self.cfg.keep_rejected else None}
+                "rejected_order": _rejected_order(tree, path, width) if self.cfg.keep_rejected else None}
 
 
 @torch.no_grad()
@@ -98,8 +97,8 @@ def tree_generate(model, drafter, prompt_ids, cfg: SpecConfig, *, tokenizer=None
     return speculative_loop(model, drafter, prompt_ids, cfg, TreeStep(cfg), tokenizer=tokenizer)
 
 
-def _rejected_order(tree: TokenTree, kept: list[int], width: int) -> list[int]:
+def _rejected_order(tree: TokenTree, path: list[int], width: int) -> list[int]:
     """Proposal index of each slot of the step's rejected span, as ``commit_path`` lays it out (the
     forward's padding is not in the span)."""
-    taken = set(kept)
+    taken = set(path)
     return [i for i in range(len(tree)) if i not in taken]
