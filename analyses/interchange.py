@@ -36,14 +36,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from beliefscope.analyses.pairs import Pair, counterfactual_state
-from beliefscope.hooks import hooked, stream
+from beliefscope.analyses.patching import (  # noqa: F401 (last_logits, last_logits_grad: re-exported)
+    last_logits,
+    last_logits_grad,
+    patch_hooks,
+    prefill,
+    resumed_logits,
+    row_batches,
+    source_pass,
+)
 from beliefscope.hooks.names import check_computed, hook_name, resolve_hooks
 from beliefscope.models.profile import writes_thoughts
 from beliefscope.models.tokenizer import answer_token_ids
 from beliefscope.probes.intervals import group_interval, scored
 
 POSITION_RULES = "last, last_event, event:K (0-based, negative from the end), end:J (J-th token from the end), pos:N"
-MAX_SOURCE_BYTES = 4 * 2 ** 30  # source activations kept for one call
 
 
 @dataclass(frozen=True)
@@ -152,15 +159,6 @@ def prepare(tok, pairs: list[Pair], site_list: list[Site]) -> Prepared:
                     answer_ids, np.asarray([p.unit for p in pairs]))
 
 
-def _padded(seqs: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``[b, T_max]`` ids (pad 0: a causal model's real tokens never read it) and lengths ``[b]``."""
-    lens = torch.as_tensor([len(s) for s in seqs])
-    ids = torch.zeros(len(seqs), int(lens.max()), dtype=torch.long)
-    for r, s in enumerate(seqs):
-        ids[r, : len(s)] = torch.as_tensor(s)
-    return ids, lens
-
-
 def check_inputs(model, site_list: list[Site], bases: dict | None = None) -> None:
     """Refuse, before any forward: a Thinking States model, unknown hooks, bases wider than the residual."""
     if writes_thoughts(model):
@@ -179,80 +177,9 @@ def check_inputs(model, site_list: list[Site], bases: dict | None = None) -> Non
                              f"[d_model={d}, k] with 1 <= k <= {d} (the rank cannot exceed d_model)")
 
 
-@torch.no_grad()
 def source_activations(model, prep: Prepared, site_list: list[Site], batch_size: int = 16) -> torch.Tensor:
     """``[P, S, d]`` float32: each source's activation at each site's hook and position."""
-    P, S, d = len(prep.source_ids), len(site_list), int(model.cfg.d_model)
-    if P * S * d * 4 > MAX_SOURCE_BYTES:
-        raise ValueError(f"{P} pairs x {S} sites would keep {P * S * d * 4 / 2 ** 30:.1f} GiB of source activations: "
-                         "pass fewer pairs, layers or positions per call")
-    out = torch.zeros(P, S, d)
-    by_hook: dict[str, list[int]] = {}
-    for j, s in enumerate(site_list):
-        by_hook.setdefault(s.hook, []).append(j)
-    for lo in range(0, P, batch_size):
-        rows = list(range(lo, min(P, lo + batch_size)))
-        ids, _ = _padded([prep.source_ids[i] for i in rows])
-        r = torch.as_tensor(rows)
-
-        def sink(name, act, r=r):
-            for j in by_hook[name]:
-                pos = torch.as_tensor(prep.pos_source[r, j]).to(act.device)
-                out[r, j] = act[torch.arange(len(r), device=act.device), pos].float().cpu()
-
-        with stream(model, list(by_hook), sink):
-            model(ids.to(_device(model)), return_type="logits")
-    return out
-
-
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-def last_logits(model, seqs: list, answer_ids: list, fwd_hooks=None) -> torch.Tensor:
-    """``[b, C]`` float32: the class words' logits at each sequence's last token, under ``fwd_hooks`` (no gradient;
-    `last_logits_grad` keeps it)."""
-    with torch.no_grad():
-        return last_logits_grad(model, seqs, answer_ids, fwd_hooks).cpu()
-
-
-def last_logits_grad(model, seqs: list, answer_ids: list, fwd_hooks=None) -> torch.Tensor:
-    """`last_logits` on the model's device, differentiable in what the hooks put in (DAS trains through it)."""
-    ids, lens = _padded(seqs)
-    with hooked(model, fwd_hooks or []):
-        logits = model(ids.to(_device(model)), return_type="logits")  # [b, T, V]
-    return logits[torch.arange(len(seqs), device=logits.device), lens.to(logits.device) - 1][:, answer_ids].float()
-
-
-def patch_hooks(rows_site: np.ndarray, rows_pos: np.ndarray, values: torch.Tensor, site_list: list[Site],
-                bases: dict | None = None) -> list:
-    """Forward hooks putting ``values [b, d]`` (row r's source activation) at row r's site and position, whole or
-    in its site's subspace (``bases[site]`` ``[d, k]`` orthonormal, None: the whole activation)."""
-    hooks: dict[str, list[int]] = {}
-    for r, j in enumerate(rows_site):
-        hooks.setdefault(site_list[j].hook, []).append(r)
-
-    def make(rows):
-        r_idx = torch.as_tensor(rows)
-        Qs = [(bases or {}).get(site_list[rows_site[r]]) for r in rows]
-
-        def fn(act, *, hook):
-            dev = act.device
-            pos = torch.as_tensor(rows_pos[rows]).to(dev)
-            idx = r_idx.to(dev)
-            a = act[idx, pos].float()  # [n, d]
-            s = values[r_idx].to(dev)
-            new = s.clone()
-            for k, Q in enumerate(Qs):
-                if Q is not None:
-                    Qd = Q.to(dev, torch.float32)
-                    new[k] = a[k] + ((s[k] - a[k]) @ Qd) @ Qd.T
-            act = act.clone()
-            act[idx, pos] = new.to(act.dtype)
-            return act
-        return fn
-
-    return [(h, make(rows)) for h, rows in hooks.items()]
+    return source_pass(model, prep.source_ids, prep.pos_source, site_list, prep.answer_ids, batch_size)[0]
 
 
 @dataclass
@@ -287,45 +214,6 @@ class InterchangeResult:
         return layers, rules, grid
 
 
-def clean_logits(model, seqs: list, answer_ids: list, batch_size: int) -> torch.Tensor:
-    """``[n, C]``: the class words' logits at each sequence's last token, no intervention, in chunks."""
-    return torch.cat([last_logits(model, seqs[lo: lo + batch_size], answer_ids) for lo in range(0, len(seqs),
-                                                                                               batch_size)])
-
-
-@torch.no_grad()
-def patched_logits(model, prep: Prepared, pi: np.ndarray, sj: np.ndarray, values: torch.Tensor, site_list: list,
-                   bases: dict | None = None) -> torch.Tensor:
-    """``[b, C]`` class logits of rows (pair ``pi[r]``, site ``sj[r]``) under their interventions, each resumed from
-    its base's clean KV cache at the patched token: nothing before that token changes, so the bases are prefilled
-    once (one row each), every row is rolled back to its own site, and only the tokens from the site on run again,
-    patched at the first of them (what a full recompute gives, to float rounding; tests/test_interchange.py)."""
-    from beliefscope.cache import KVCache
-
-    distinct = sorted(set(int(i) for i in pi))
-    ids, _ = _padded([prep.base_ids[i] for i in distinct])
-    dev = _device(model)
-    start = prep.pos_base[pi, sj]  # [b] the patched token of each row
-    rest = [prep.base_ids[i][p:] for i, p in zip(pi, start)]
-    width = max(len(x) for x in rest)
-    base = KVCache.for_model(model, batch=len(distinct), capacity=ids.shape[1] + 8)
-    model(ids.to(dev), past_key_values=base, return_type="logits")
-    rows = torch.as_tensor([distinct.index(int(i)) for i in pi])
-    cache = KVCache.for_model(model, batch=len(pi), capacity=ids.shape[1] + width + 8)
-    for layer in range(base.config.n_layers):  # each row's base once, by a buffer copy
-        k, v = base.keys(layer, row=None), base.values(layer, row=None)  # [distinct, kv_heads, T, d_head]
-        cache.update(k[rows.to(k.device)], v[rows.to(v.device)], layer)
-    cache.rollback([int(p) for p in start])
-    cont, lens = _padded(rest)
-    hooks = patch_hooks(sj, np.zeros(len(pi), dtype=np.int64), values, site_list, bases)
-    with hooked(model, hooks):
-        logits = model(cont.to(dev), return_type="logits", **cache.forward_kwargs(width))  # [b, width, V]
-    base.close()
-    cache.close()
-    return logits[torch.arange(len(pi), device=logits.device), lens.to(logits.device) - 1][
-        :, prep.answer_ids].float().cpu()
-
-
 def interchange(model, tok, pairs: list[Pair], site_list: list[Site], subspace=None, *, probe=None,
                 batch_size: int = 16, seed: int = 0, progress=None) -> InterchangeResult:
     """Interchange interventions of every pair at every site (see the module). ``subspace``: None (the whole
@@ -339,30 +227,40 @@ def interchange(model, tok, pairs: list[Pair], site_list: list[Site], subspace=N
     bases, label = site_bases(model, site_list, subspace, probe=probe, seed=seed)
     check_inputs(model, site_list, bases)
     prep = prepare(tok, pairs, site_list)
-    src = source_activations(model, prep, site_list, batch_size)
-    clean = clean_logits(model, prep.base_ids, prep.answer_ids, batch_size)  # [P, C]
+    src, source_logits = source_pass(model, prep.source_ids, prep.pos_source, site_list, prep.answer_ids,
+                                     batch_size)  # [P, S, d], [P, C]
     source_state = np.asarray([p.source.final_state for p in pairs])
-    base_right = clean.argmax(1).numpy() == prep.base_state  # [P]
-    source_right = clean_logits(model, prep.source_ids, prep.answer_ids, batch_size).argmax(1).numpy() == source_state
+    source_right = source_logits.argmax(1).numpy() == source_state  # [P]
     P, S = prep.target.shape
     ran = ~prep.noop & (prep.target != prep.base_state[:, None])  # [P, S] rows whose answer should change
     answers = np.full((P, S), -1, dtype=np.int64)
     logits = np.full((P, S, len(prep.answer_ids)), np.nan, dtype=np.float32)
     shift = np.zeros((P, S))
-    todo = np.argwhere(ran)  # [n, 2] (pair, site)
-    for lo in range(0, len(todo), batch_size):
-        chunk = todo[lo: lo + batch_size]
-        pi, sj = chunk[:, 0], chunk[:, 1]
-        vals = src[torch.as_tensor(pi), torch.as_tensor(sj)]  # [b, d]
-        got = patched_logits(model, prep, pi, sj, vals, site_list, bases)  # [b, C]
-        logits[pi, sj] = got.numpy()
-        answers[pi, sj] = got.argmax(1).numpy()
-        t, b = torch.as_tensor(prep.target[pi, sj]), torch.as_tensor(prep.base_state[pi])
-        ar = torch.arange(len(pi))
-        before = clean[torch.as_tensor(pi)]
-        shift[pi, sj] = ((got[ar, t] - got[ar, b]) - (before[ar, t] - before[ar, b])).numpy()
-        if progress:
-            progress(len(chunk))
+    clean = torch.zeros(P, len(prep.answer_ids))  # [P, C] the bases' own class logits
+    for lo in range(0, P, batch_size):  # the bases of a batch are prefilled once; their rows resume from them
+        chunk = np.arange(lo, min(P, lo + batch_size))
+        base, clean[chunk] = prefill(model, [prep.base_ids[i] for i in chunk], prep.answer_ids)
+        todo = np.argwhere(ran[chunk]) + [lo, 0]  # [n, 2] (pair, site)
+        starts = prep.pos_base[todo[:, 0], todo[:, 1]]  # [n] the patched token of each row
+        widths = np.asarray([len(prep.base_ids[i]) for i in todo[:, 0]]) - starts
+        budget = batch_size * max(len(prep.base_ids[i]) for i in chunk)  # a clean forward's tokens
+        for rows in row_batches(widths, budget, max_rows=8 * batch_size):
+            pi, sj = todo[rows, 0], todo[rows, 1]
+            vals = src[torch.as_tensor(pi), torch.as_tensor(sj)]  # [b, d]
+            hooks = patch_hooks(sj, np.zeros(len(pi), dtype=np.int64), vals, site_list, bases)
+            got = resumed_logits(model, base, torch.as_tensor(pi - lo), starts[rows],
+                                 [prep.base_ids[i][p:] for i, p in zip(pi, starts[rows])], hooks,
+                                 prep.answer_ids)  # [b, C]
+            logits[pi, sj] = got.numpy()
+            answers[pi, sj] = got.argmax(1).numpy()
+            t, b = torch.as_tensor(prep.target[pi, sj]), torch.as_tensor(prep.base_state[pi])
+            ar = torch.arange(len(pi))
+            before = clean[torch.as_tensor(pi)]
+            shift[pi, sj] = ((got[ar, t] - got[ar, b]) - (before[ar, t] - before[ar, b])).numpy()
+            if progress:
+                progress(len(rows))
+        base.close()
+    base_right = clean.argmax(1).numpy() == prep.base_state  # [P]
     scored_mask = ran & (base_right & source_right)[:, None]
     rows = []
     for j, site in enumerate(site_list):

@@ -5,8 +5,9 @@ base story at a site's token with the source story's activation there, and read 
 base's last token. The sweep is every block x the position rules (``last_event``, ``last``) x every pair.
 
 - **Ours**: ``interchange(model, tok, pairs, sites(model, "all", positions))``: one forward per batch of sources
-  collects every site's source activation, one forward per batch of bases gives the clean answers, then rows of
-  many (pair, site) share each patched forward (right padding, no mask).
+  collects every site's source activation and the sources' answers, one prefill per batch of bases gives their
+  answers and KV cache, then each (pair, site) row resumes from its base's cache at the patched token, many rows
+  per forward, longest first (`analyses.patching`); the output layer runs at the last tokens only.
 - **pyvene** (0.1.8, its public API): one ``IntervenableModel`` per layer (a ``VanillaIntervention`` on
   ``block_output``, ``unit="pos"``), called once per (position rule, batch of ``batch_size`` pairs) with the
   batch's bases and sources right-padded with an attention mask and one unit location per row
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 from beliefscope.analyses import interchange as ic
 from beliefscope.analyses.pairs import task_pairs
+from beliefscope.analyses.patching import padded
 from beliefscope.benchmarks.common import cprofile_parts, header, interleaved, smollm2_available, toy_target, \
     write_result
 from beliefscope.hooks.names import hf_of
@@ -171,7 +173,7 @@ def lm_head_share(model, prep: ic.Prepared, batch_size: int, repeats: int = 5) -
     body = getattr(hf, getattr(hf, "base_model_prefix", "model"), None)
     if body is None:
         return {"skipped": "no body module under the HF model"}
-    ids, _ = ic._padded(prep.base_ids[:batch_size])
+    ids, _ = padded(prep.base_ids[:batch_size])
     ids = ids.to(next(hf.parameters()).device)
     res = interleaved({"full": lambda: hf(ids), "body": lambda: body(ids)}, repeats=repeats, warmup=1)
     full, bod = res["full"]["seconds"]["median"], res["body"]["seconds"]["median"]
@@ -184,10 +186,10 @@ def profile(model, tok, pairs, site_list, batch_size: int, prep: ic.Prepared, ru
     parts = cprofile_parts(
         lambda: ic.interchange(model, tok, pairs, site_list, batch_size=batch_size),
         {"prepare (tokenize, positions)": ("analyses/interchange.py", "prepare"),
-         "source forwards": ("analyses/interchange.py", "source_activations"),
-         "clean forwards": ("analyses/interchange.py", "clean_logits"),
-         "patched forwards (resumed from the clean cache)": ("analyses/interchange.py", "patched_logits"),
-         "the patch hook": ("analyses/interchange.py", "fn"),
+         "source forwards (and their clean answers)": ("analyses/patching.py", "source_pass"),
+         "base prefills (and their clean answers)": ("analyses/patching.py", "prefill"),
+         "patched rows (resumed from the base's cache)": ("analyses/patching.py", "resumed_logits"),
+         "the patch hook": ("analyses/patching.py", "fn"),
          "bootstrap intervals": ("probes/intervals.py", "scored")})
     return {"pairs": len(pairs), "cprofile": parts, "lm_head": lm_head_share(model, prep, batch_size)}
 

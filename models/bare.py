@@ -117,6 +117,12 @@ def last_logits_only(hf: torch.nn.Module) -> dict:
     return {"logits_to_keep": 1} if _takes_logits_to_keep(type(hf)) else {}
 
 
+def takes_logits_to_keep(hf: torch.nn.Module) -> bool:
+    """Whether ``hf``'s forward takes ``logits_to_keep`` (an int, or a tensor of the positions whose logits it
+    computes), as transformers' causal LMs do."""
+    return _takes_logits_to_keep(type(hf))
+
+
 @functools.cache
 def _takes_logits_to_keep(cls: type) -> bool:
     import inspect
