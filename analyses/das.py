@@ -29,6 +29,9 @@ from beliefscope.analyses.interchange import (
     prepare,
     source_activations,
 )
+from beliefscope.analyses.patching import Prefilled, resumed_logits_grad
+
+MAX_PREFILL_BYTES = 2 * 2 ** 30  # the training bases' clean caches DAS keeps; past it, every step runs whole stories
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,10 @@ def learn_das(model, tok, pairs: list, site: Site, cfg: DasConfig = DasConfig(),
         raise ValueError(f"no training pair changes the answer at {site.hook} {site.position}: DAS has nothing to "
                          "learn from; choose a site after the stories differ")
     src = source_activations(model, prep, [site], cfg.batch_size)[:, 0]  # [P, d]
+    train = [prep.base_ids[i] for i in keep]
+    # each row resumes from its base's clean cache at the site: only the tokens from there on run forward and back
+    base = Prefilled(model, train, prep.answer_ids, cfg.batch_size) \
+        if Prefilled.nbytes(model, train) <= MAX_PREFILL_BYTES else None
     dev = next(model.parameters()).device
     torch.manual_seed(cfg.seed)
     rot = torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(d, cfg.rank, bias=False)).to(dev)
@@ -78,11 +85,18 @@ def learn_das(model, tok, pairs: list, site: Site, cfg: DasConfig = DasConfig(),
     g = torch.Generator().manual_seed(cfg.seed)
     params = list(rot.parameters())
     for _ in range(cfg.steps):
-        b = keep[torch.randperm(len(keep), generator=g)[: cfg.batch_size].numpy()]
+        sel = torch.randperm(len(keep), generator=g)[: cfg.batch_size].numpy()
+        b = keep[sel]
         Q = rot.weight.T  # [d, k]
-        hooks = patch_hooks(np.zeros(len(b), dtype=np.int64), prep.pos_base[b, 0], src[torch.as_tensor(b)], [site],
-                            {site: Q})
-        logits = last_logits_grad(model, [prep.base_ids[i] for i in b], prep.answer_ids, hooks)  # [b, C]
+        starts = prep.pos_base[b, 0]  # [b] the site's token in each base
+        zeros = np.zeros(len(b), dtype=np.int64)
+        if base is not None:
+            hooks = patch_hooks(zeros, zeros, src[torch.as_tensor(b)], [site], {site: Q})
+            logits = resumed_logits_grad(model, base, sel, starts, [prep.base_ids[i][p:] for i, p in zip(b, starts)],
+                                         hooks, prep.answer_ids)  # [b, C]
+        else:
+            hooks = patch_hooks(zeros, starts, src[torch.as_tensor(b)], [site], {site: Q})
+            logits = last_logits_grad(model, [prep.base_ids[i] for i in b], prep.answer_ids, hooks)  # [b, C]
         loss = torch.nn.functional.cross_entropy(logits, torch.as_tensor(prep.target[b, 0]).to(logits.device))
         grads = torch.autograd.grad(loss, params)
         for p, gr in zip(params, grads):
@@ -91,4 +105,6 @@ def learn_das(model, tok, pairs: list, site: Site, cfg: DasConfig = DasConfig(),
         opt.zero_grad(set_to_none=True)
         if progress:
             progress(1)
+    if base is not None:
+        base.close()
     return rot.weight.detach().T.cpu().contiguous()

@@ -40,7 +40,7 @@ from beliefscope.analyses.patching import (  # noqa: F401 (last_logits, last_log
     last_logits,
     last_logits_grad,
     patch_hooks,
-    prefill,
+    Prefilled,
     resumed_logits,
     row_batches,
     source_pass,
@@ -239,7 +239,8 @@ def interchange(model, tok, pairs: list[Pair], site_list: list[Site], subspace=N
     clean = torch.zeros(P, len(prep.answer_ids))  # [P, C] the bases' own class logits
     for lo in range(0, P, batch_size):  # the bases of a batch are prefilled once; their rows resume from them
         chunk = np.arange(lo, min(P, lo + batch_size))
-        base, clean[chunk] = prefill(model, [prep.base_ids[i] for i in chunk], prep.answer_ids)
+        base = Prefilled(model, [prep.base_ids[i] for i in chunk], prep.answer_ids, batch_size)
+        clean[chunk] = base.logits
         todo = np.argwhere(ran[chunk]) + [lo, 0]  # [n, 2] (pair, site)
         starts = prep.pos_base[todo[:, 0], todo[:, 1]]  # [n] the patched token of each row
         widths = np.asarray([len(prep.base_ids[i]) for i in todo[:, 0]]) - starts
@@ -248,7 +249,7 @@ def interchange(model, tok, pairs: list[Pair], site_list: list[Site], subspace=N
             pi, sj = todo[rows, 0], todo[rows, 1]
             vals = src[torch.as_tensor(pi), torch.as_tensor(sj)]  # [b, d]
             hooks = patch_hooks(sj, np.zeros(len(pi), dtype=np.int64), vals, site_list, bases)
-            got = resumed_logits(model, base, torch.as_tensor(pi - lo), starts[rows],
+            got = resumed_logits(model, base, pi - lo, starts[rows],
                                  [prep.base_ids[i][p:] for i, p in zip(pi, starts[rows])], hooks,
                                  prep.answer_ids)  # [b, C]
             logits[pi, sj] = got.numpy()

@@ -126,34 +126,77 @@ def patch_hooks(rows_site: np.ndarray, rows_pos: np.ndarray, values: torch.Tenso
     return [(h, make(rows)) for h, rows in hooks.items()]
 
 
-@torch.no_grad()
-def prefill(model, seqs: list, answer_ids: list) -> tuple[KVCache, torch.Tensor]:
-    """``(cache, [b, C])``: the sequences' KV cache (one row each, right-padded) and their clean class logits."""
-    ids, lens = padded(seqs)
-    cache = KVCache.for_model(model, batch=len(seqs), capacity=ids.shape[1] + 8)
-    kw, col = keep_last(model, lens)
-    logits = model(ids.to(device_of(model)), past_key_values=cache, return_type="logits", **kw)
-    return cache, logits[torch.arange(len(seqs), device=logits.device), col.to(logits.device)][
-        :, answer_ids].float().cpu()
+class Prefilled:
+    """The clean KV caches of many sequences (one row each, ``batch_size`` per prefill forward, no gradient) and
+    their clean class logits ``[n, C]``: what every patched row of theirs resumes from."""
+
+    def __init__(self, model, seqs: list, answer_ids: list, batch_size: int = 16):
+        self.chunks: list[KVCache] = []  # one cache per prefill forward
+        self.where: list[tuple[int, int]] = []  # (chunk, row) of each sequence
+        logits = []
+        with torch.no_grad():
+            for lo in range(0, len(seqs), batch_size):
+                part = seqs[lo: lo + batch_size]
+                ids, lens = padded(part)
+                cache = KVCache.for_model(model, batch=len(part), capacity=ids.shape[1] + 8)
+                kw, col = keep_last(model, lens)
+                got = model(ids.to(device_of(model)), past_key_values=cache, return_type="logits", **kw)
+                logits.append(got[torch.arange(len(part), device=got.device), col.to(got.device)][
+                    :, answer_ids].float().cpu())
+                self.where += [(len(self.chunks), r) for r in range(len(part))]
+                self.chunks.append(cache)
+        self.logits = torch.cat(logits)  # [n, C]
+
+    @staticmethod
+    def nbytes(model, seqs: list) -> int:
+        """What the caches of ``seqs`` hold, in bytes (float32 keys and values of every layer)."""
+        cfg = model.cfg
+        kv = int(getattr(cfg, "n_key_value_heads", None) or cfg.n_heads) * int(cfg.d_head)
+        return sum(len(s) for s in seqs) * int(cfg.n_layers) * 2 * kv * 4
+
+    def prefix(self, layer: int, idx, upto: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[b, kv_heads, upto, d_head]`` keys and values of sequences ``idx`` at ``layer``, their first ``upto``
+        positions (the rows' own prefixes; what lies past a row's own length is never read)."""
+        ks, vs = [], []
+        for i in idx:
+            c, r = self.where[int(i)]
+            k, v = self.chunks[c].keys(layer, row=None), self.chunks[c].values(layer, row=None)
+            n = min(upto, k.shape[2])
+            pad = (0, 0, 0, upto - n)  # a short chunk: zeros past its padded length
+            ks.append(torch.nn.functional.pad(k[r, :, :n], pad))
+            vs.append(torch.nn.functional.pad(v[r, :, :n], pad))
+        return torch.stack(ks), torch.stack(vs)
+
+    def close(self) -> None:
+        for cache in self.chunks:
+            cache.close()
 
 
-@torch.no_grad()
-def resumed_logits(model, base: KVCache, rows: torch.Tensor, starts: np.ndarray, rest: list, hooks: list,
-                   answer_ids: list) -> torch.Tensor:
-    """``[b, C]`` class logits of rows resumed from ``base`` (row ``rows[r]`` of it) at token ``starts[r]``, running
-    ``rest[r]`` (the base's tokens from there on) under ``hooks``."""
+def resumed_logits_grad(model, base: Prefilled, idx, starts: np.ndarray, rest: list, hooks: list,
+                        answer_ids: list) -> torch.Tensor:
+    """``[b, C]`` class logits (on the model's device, differentiable in what ``hooks`` put in) of sequences ``idx``
+    of ``base`` resumed at tokens ``starts``, running ``rest[r]`` (the sequence's tokens from there on) under
+    ``hooks``: only those tokens run; the prefix's keys and values are the clean ones (no gradient: nothing before
+    the patched token depends on the patch)."""
     width, upto = max(len(x) for x in rest), int(starts.max())
     cache = KVCache.for_model(model, batch=len(rest), capacity=upto + width + 8)
-    for layer in range(base.config.n_layers if upto else 0):  # each row's base prefix, one buffer copy per layer
-        k, v = base.keys(layer, row=None), base.values(layer, row=None)  # [n_bases, kv_heads, T, d_head]
-        cache.update(k[rows.to(k.device), :, :upto], v[rows.to(v.device), :, :upto], layer)
+    with torch.no_grad():
+        for layer in range(base.chunks[0].config.n_layers if upto else 0):  # one buffer copy per layer
+            cache.update(*base.prefix(layer, idx, upto), layer)
     cache.rollback([int(p) for p in starts])
     cont, lens = padded(rest)
     kw, col = keep_last(model, lens, [name for name, _ in hooks])
     with hooked(model, hooks):
         logits = model(cont.to(device_of(model)), return_type="logits", **cache.forward_kwargs(width), **kw)
     cache.close()
-    return logits[torch.arange(len(rest), device=logits.device), col.to(logits.device)][:, answer_ids].float().cpu()
+    return logits[torch.arange(len(rest), device=logits.device), col.to(logits.device)][:, answer_ids].float()
+
+
+def resumed_logits(model, base: Prefilled, idx, starts: np.ndarray, rest: list, hooks: list,
+                   answer_ids: list) -> torch.Tensor:
+    """`resumed_logits_grad` without a gradient, on the host."""
+    with torch.no_grad():
+        return resumed_logits_grad(model, base, idx, starts, rest, hooks, answer_ids).cpu()
 
 
 def row_batches(widths: np.ndarray, budget: int, max_rows: int) -> list[np.ndarray]:
