@@ -175,9 +175,8 @@ def main(argv=None) -> int:
     quiet = getattr(args, "quiet", False)
     if quiet:
         args.no_progress = True
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun every process would run the whole command
-        how = ("`torchrun --nproc-per-node N -m beliefscope.probes.harvest ARGS` shards the records by rank"
-               if args.command == "harvest" else "run it in one process")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.command != "harvest":  # harvest shards by rank
+        how = ("run it in one process (only `harvest` shards its records across torchrun's processes)")
         print(f"beliefscope {args.command}: error: started by torchrun (WORLD_SIZE {os.environ['WORLD_SIZE']}), where "
               f"each process would run the whole command (a store would hold every record twice): {how}",
               file=sys.stderr)

@@ -148,6 +148,11 @@ def model_defaults(device=None, dtype=None, device_map=None, max_memory=None, of
         _DEFAULTS.update(old)
 
 
+def current_defaults() -> dict:
+    """``{"device", "dtype"}`` that the enclosing `model_defaults` block set (None where it set none)."""
+    return {"device": _DEFAULTS["device"], "dtype": _DEFAULTS["dtype"]}
+
+
 def rank_device(device: str, local_rank: int) -> str | None:
     """The device of one torchrun process: ``auto`` is ``cuda:LOCAL_RANK`` (modulo the GPUs of this node) when the
     node has GPUs, else the CPU; any other value is used as given.

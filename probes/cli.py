@@ -16,6 +16,7 @@ import sys
 from beliefscope.base.config_flags import Command, register_command
 from beliefscope.probes.harvest import BY_HAND, CHOICES, HELPS, HarvestRunConfig, add_hand_flags
 from beliefscope.probes.harvest import run as run_harvest
+from beliefscope.probes.harvest import run_sharded
 from beliefscope.probes.report import ProbeCommandConfig
 
 
@@ -38,6 +39,8 @@ def harvest_run(cfg: HarvestCommandConfig, progress=None) -> dict:
     say = None if cfg.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     bars = (lambda out: _tqdm(f"harvest {out}")) if cfg.progress else None
     run_cfg = HarvestRunConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(HarvestRunConfig)})
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started by torchrun: shard by rank, as the module entry does
+        return run_sharded(run_cfg, None, None, bars, say)
     return run_harvest(run_cfg, bars, say=say)
 
 

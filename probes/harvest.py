@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 import torch
 from beliefscope.hooks import hook_names, stream
-from beliefscope.models.devices import model_defaults, rank_device
+from beliefscope.models.devices import current_defaults, model_defaults, rank_device
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile, model_shapes
 from beliefscope.probes.harvest_data import (
@@ -361,30 +361,45 @@ def main(argv=None) -> int:
                                                     "else the CPU; or cpu, cuda, cuda:N")
     p.add_argument("--dtype", dest="model_dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     args = p.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    factory = None
+    if not args.no_progress and rank == 0:
+        factory = lambda out: progress_bar(f"harvest {os.path.basename(out)}", leave=True)
+    result = run_sharded(config_from_args(HarvestRunConfig, args), args.device, args.model_dtype, factory)
+    if rank == 0:
+        sys.stdout.write(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+def run_sharded(cfg: HarvestRunConfig, device: str | None = None, model_dtype: str | None = None,
+                progress_factory=None, say=None) -> dict:
+    """`run` in one process of a ``torchrun`` job (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``; gloo): this process
+    harvests prompts ``rank, rank + N, ...`` on ``rank_device(device, LOCAL_RANK)``, and rank 0 merges the shards
+    once every rank is done. Both ``-m beliefscope harvest`` and ``-m beliefscope.probes.harvest`` run it. ``device``
+    and ``model_dtype`` None: those of the enclosing `model_defaults` (the command line's ``--device``, ``--dtype``).
+    Returns the result on rank 0 and None on the others."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-
-    device = rank_device(args.device, int(os.environ.get("LOCAL_RANK", "0")))
+    cur = current_defaults()
+    device = device or ("auto" if cur["device"] is None else str(cur["device"]))
+    model_dtype = model_dtype or cur["dtype"]
+    dev = rank_device(device, int(os.environ.get("LOCAL_RANK", "0")))
     barrier = None
     if world > 1:
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         barrier = dist.barrier
-    factory = None
-    if not args.no_progress and rank == 0:
-        factory = lambda out: progress_bar(f"harvest {os.path.basename(out)}", leave=True)
     try:
-        with model_defaults(device=device, dtype=args.model_dtype):
-            result = run(config_from_args(HarvestRunConfig, args), factory, rank, world, barrier)
+        with model_defaults(device=dev, dtype=model_dtype):
+            result = run(cfg, progress_factory if rank == 0 else None, rank, world, barrier,
+                         say if rank == 0 else None)
     finally:
         if world > 1:
             import torch.distributed as dist
 
             dist.destroy_process_group()
-    if rank == 0:
-        sys.stdout.write(json.dumps(result, indent=1) + "\n")
-    return 0
+    return result if rank == 0 else None
 
 
 if __name__ == "__main__":

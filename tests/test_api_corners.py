@@ -150,16 +150,19 @@ def test_capture_to_a_device_this_torch_lacks_is_refused():
     assert cap.records["blocks.0.hook_resid_post"][0].act.shape[-2] == 2
 
 
-def test_the_main_command_under_torchrun_refuses_with_the_right_one(tmp_path, monkeypatch, capsys):
+def test_the_main_command_under_torchrun_refuses_what_it_cannot_shard(tmp_path, monkeypatch, capsys):
     """Before: `torchrun ... -m beliefscope harvest` made both ranks write every record ("store ... holds some
-    prompts twice"). Now each process refuses before any work and names the sharding entry point."""
+    prompts twice"). Now `harvest` shards by rank as `-m beliefscope.probes.harvest` does (test_data_chain's
+    torchrun test, row for row), and any other command refuses before any work, saying to run it in one process."""
     import os
 
     from beliefscope.cli import main
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    out = tmp_path / "acts"
-    assert main(["harvest", "--model", "target", "--n", "4", "--out", str(out), "--quiet"]) == 2
-    assert "-m beliefscope.probes.harvest ARGS` shards the records by rank" in capsys.readouterr().err
+    out = tmp_path / "probes"
+    assert main(["probe", "--acts", str(tmp_path / "acts"), "--out", str(out), "--quiet"]) == 2
+    assert "run it in one process (only `harvest` shards" in capsys.readouterr().err
     assert not os.path.exists(out)
+
+

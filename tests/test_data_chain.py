@@ -179,9 +179,11 @@ def test_store_round_trips_through_a_hf_dataset(chain, tmp_path):
 
 
 @pytest.mark.slow
-def test_torchrun_harvest_of_your_own_data_equals_one_process(chain):
-    """`torchrun --nproc-per-node 2 -m beliefscope.probes.harvest --data ...` (gloo on the CPU): the merged store
-    holds the one-process store's rows, labels and activations, row for row."""
+@pytest.mark.parametrize("entry", [["beliefscope.probes.harvest"], ["beliefscope", "harvest"]], ids=["module", "main"])
+def test_torchrun_harvest_of_your_own_data_equals_one_process(chain, entry):
+    """`torchrun --nproc-per-node 2 -m beliefscope.probes.harvest --data ...` and the main command `-m beliefscope
+    harvest` (gloo on the CPU): the merged store holds the one-process store's rows, labels and activations, row for
+    row (before, the main command made both ranks write every record)."""
     import subprocess
     import sys
     import time
@@ -191,10 +193,11 @@ def test_torchrun_harvest_of_your_own_data_equals_one_process(chain):
     from beliefscope.probes.store import ActivationStore
 
     tmp, model, acts, _ = chain
-    two = str(tmp / "acts-2ranks")
+    two = str(tmp / f"acts-2ranks-{entry[0]}")
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     t = time.perf_counter()
-    r = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", "29519", "-m", "beliefscope.probes.harvest",
+    port = "29519" if len(entry) == 1 else "29521"
+    r = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", port, "-m", *entry,
                         "--model", model, "--data", DATA, "--events-field", "location", "--label-field", "negated",
                         "--out", two, "--no-progress", "--shard-rows", "400", "--device", "cpu"], cwd=ROOT,
                        env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600,

@@ -202,6 +202,8 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     total = command.total(cfg) if command.total else None
     with progress_bar(command.unit or command.name, total, disable=quiet or command.total is None) as bar:
         result = command.run(cfg, bar.update)
+    if result is None:  # a process with nothing to say (a torchrun rank other than 0: rank 0 reports)
+        return 0
     if getattr(args, "json", False):
         print(json.dumps(command.as_json(result) if command.as_json else result, indent=command.json_indent,
                          default=float))
