@@ -1,7 +1,9 @@
 """`beliefscope lens-train`: fit a tuned lens (`probes.tuned_lens`) on your text or the shipped corpus, save it
 with the model's checkpoint hash, and chart held-out KL per layer, tuned vs logit lens.
 
-Texts come from ``--data``: a ``.txt`` file (one text per line), or records (``.jsonl``, ``.csv``, ... read
+With ``--acts STORE`` (a `beliefscope harvest` store of this model, every block's ``resid_post``) it trains
+from the stored residuals and runs no forward over the texts (`probes.tuned_lens_store`). Otherwise texts come
+from ``--data``: a ``.txt`` file (one text per line), or records (``.jsonl``, ``.csv``, ... read
 by `tasks.sources.read_rows`, their ``--text-field``). Without ``--data``, `tasks.corpus.shipped_texts`
 gives ``--n`` texts fit for the model's tokenizer.
 
@@ -21,7 +23,9 @@ from beliefscope.analyses.common import check_writable_parent, save_fig
 from beliefscope.analyses.lens_plots import kl_figure
 from beliefscope.models.load import load_model
 from beliefscope.models.profile import model_profile
+from beliefscope.probes.store import ActivationStore
 from beliefscope.probes.tuned_lens import TunedLensConfig, check_config, train_tuned_lens
+from beliefscope.probes.tuned_lens_store import train_tuned_lens_from_store
 from beliefscope.tasks.corpus import shipped_texts
 from beliefscope.tasks.sources import read_rows
 
@@ -36,6 +40,8 @@ class LensTrainConfig(TunedLensConfig):
     text_field: str = "text"  # with record --data: the field holding the text
     n: int | None = None  # texts used (default: every text of --data; 200 of the shipped corpus)
     rendering: str | None = None  # shipped corpus: toy / natural (default: the model's own)
+    acts: str = ""  # an activation store of this model (`beliefscope harvest --layers all`): train from its stored
+    #   residuals, with no forward over the texts (instead of --data or the shipped corpus)
 
 
 def texts_of(cfg: LensTrainConfig) -> list[str]:
@@ -66,32 +72,43 @@ def prepare(cfg: LensTrainConfig) -> LensTrainConfig:
         raise ValueError("--out is required: the folder the tuned lens is saved to")
     check_writable_parent(os.path.join(cfg.out, "tuned_lens.json"))
     check_config(cfg, max(2, cfg.n or 2))
+    if cfg.acts and (cfg.data or cfg.n is not None):
+        raise ValueError(f"--acts {cfg.acts} trains on the store's prompts: leave out --data and --n (harvest "
+                         "the texts you want into the store)")
+    if cfg.acts:
+        ActivationStore.open(cfg.acts)  # a missing or unfinished store, refused before the model loads
     return cfg
 
 
 def train_main(cfg: LensTrainConfig, *, model=None, tok=None, progress=None) -> dict:
     """Train, save and chart; returns the lens's metadata (its held-out KL table included) and the files."""
     prepare(cfg)
-    texts = texts_of(cfg)
     tl = TunedLensConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(TunedLensConfig)})
-    check_config(tl, len(texts))
+    texts = [] if cfg.acts else texts_of(cfg)
+    if not cfg.acts:
+        check_config(tl, len(texts))
     if model is None:
         model, tok = load_model(cfg.model)
-    lens = train_tuned_lens(model, tok, texts, tl, name=cfg.model, progress=progress)
+    if cfg.acts:
+        lens = train_tuned_lens_from_store(model, cfg.acts, tl, name=cfg.model, progress=progress)
+    else:
+        lens = train_tuned_lens(model, tok, texts, tl, name=cfg.model, progress=progress)
     lens.save(cfg.out)
     kl = lens.meta["heldout_kl"]
     png = os.path.join(cfg.out, "kl.png")
     save_fig(kl_figure(kl["logit"], kl["tuned"], f"{cfg.model}: held-out KL to the final distribution "
                                                  f"({lens.meta['n_heldout_texts']} texts)"), png)
     files = [os.path.join(cfg.out, f) for f in ("tuned_lens.safetensors", "tuned_lens.json")] + [png]
-    return {**lens.meta, "out": cfg.out, "source": cfg.data or "shipped corpus", "files": files}
+    source = f"activation store {cfg.acts}" if cfg.acts else cfg.data or "shipped corpus"
+    return {**lens.meta, "out": cfg.out, "source": source, "files": files}
 
 
 def kl_lines(res: dict) -> list[str]:
     """The held-out KL table, one line per layer."""
     kl = res["heldout_kl"]
     head = (f"tuned lens of {res['model']}: {res['train_tokens']} training tokens from {res['n_train_texts']} texts, "
-            f"{res['config']['steps']} steps in {res['train_seconds']} s (capture {res['capture_seconds']} s); "
+            f"{res['config']['steps']} steps in {res['train_seconds']} s ({'read' if res.get('store') else 'capture'} "
+            f"{res['capture_seconds']} s); "
             f"{res['bytes'] / 1e6:.1f} MB")
     rows = [f"layer {i:>2}: logit {a:8.3f}  tuned {b:8.3f}" for i, (a, b) in enumerate(zip(kl["logit"], kl["tuned"]))]
     return [head, f"held-out KL(final || lens), nats, over {res['n_heldout_texts']} texts:", *rows,

@@ -7,7 +7,8 @@ As in the paper, every translator starts at the identity (``A = 0, b = 0``: the 
 to minimise KL(final distribution || lens distribution), averaged over tokens. The last block's residual
 *is* the final one, so its translator stays the identity. Training reads residuals captured once
 (`hooks.capture`, one forward per text) and fits every layer at once from them; the model is never run
-again. Held-out texts (whole texts, never tokens of a training text) give the KL table, tuned vs logit.
+again (`probes.tuned_lens_store` fits the same translators from a harvest store's residuals, with no forward
+at all). Held-out texts (whole texts, never tokens of a training text) give the KL table, tuned vs logit.
 
 A lens is saved like a probe (a folder with ``tuned_lens.safetensors`` and ``tuned_lens.json`` carrying the
 model's name and checkpoint hash) and is refused on another model (`TunedLens.check_model`).
@@ -164,17 +165,33 @@ def train_tuned_lens(model, tok, texts, config: TunedLensConfig | None = None, *
     cfg = config or TunedLensConfig()
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
     check_config(cfg, len(texts))
-    rng = np.random.default_rng(cfg.seed)
-    order = rng.permutation(len(texts))
-    n_held = max(1, int(round(cfg.heldout * len(texts))))
-    held, train = [texts[i] for i in order[:n_held]], [texts[i] for i in order[n_held:]]
+    held, train = split_heldout(len(texts), cfg)
+    layers = list(range(model.cfg.n_layers))
+    t0 = time.perf_counter()
+    R = _capture(model, tok, [texts[i] for i in train], layers, cfg.max_tokens, progress)  # [N, L, d]
+    t_capture = time.perf_counter() - t0
+    lens, t_train, losses = fit_translators(model, R, cfg, progress)
+    t2 = time.perf_counter()
+    kl = heldout_kl(model, tok, [texts[i] for i in held], {"logit": None, "tuned": lens}, layers)
+    lens.meta = _meta(model, name, cfg, layers, losses, R, kl, n_train=len(train), n_held=len(held),
+                      heldout_tokens=_n_tokens(tok, [texts[i] for i in held]), capture_seconds=t_capture,
+                      train_seconds=t_train, heldout_seconds=time.perf_counter() - t2)
+    return lens
+
+
+def split_heldout(n: int, cfg: TunedLensConfig) -> tuple[list[int], list[int]]:
+    """(held-out, training) indices of `n` texts: a seeded permutation, whole texts held out."""
+    order = np.random.default_rng(cfg.seed).permutation(n)
+    n_held = max(1, int(round(cfg.heldout * n)))
+    return [int(i) for i in order[:n_held]], [int(i) for i in order[n_held:]]
+
+
+def fit_translators(model, R: torch.Tensor, cfg: TunedLensConfig, progress=None):
+    """Fit every layer's translator at once from residuals ``R [N, L, d]`` (the last block's is the final one);
+    returns ``(lens, seconds, mean loss per step)``. The model's own decoder gives the targets; it never runs."""
     L, d = model.cfg.n_layers, model.cfg.d_model
-    layers = list(range(L))
     decoder = LensDecoder(model)
     dev = compute_device(decoder.unembed)
-    t0 = time.perf_counter()
-    R = _capture(model, tok, train, layers, cfg.max_tokens, progress)  # [N, L, d]
-    t_capture = time.perf_counter() - t0
     A = [torch.zeros(d, d, device=dev, requires_grad=True) for _ in range(L - 1)]  # the last block stays identity
     b = [torch.zeros(d, device=dev, requires_grad=True) for _ in range(L - 1)]
     opt = torch.optim.Adam([*A, *b], lr=cfg.lr)
@@ -200,19 +217,19 @@ def train_tuned_lens(model, tok, texts, config: TunedLensConfig | None = None, *
         losses.append(step / (L - 1))
         if progress:
             progress(1)
-    t_train = time.perf_counter() - t1
     zero = torch.zeros(1, d, d, device=dev)
     lens = TunedLens(A=torch.cat([torch.stack([a.detach() for a in A]), zero]).cpu(),
                      b=torch.cat([torch.stack([x.detach() for x in b]), zero[:, 0]]).cpu())
-    t2 = time.perf_counter()
-    kl = heldout_kl(model, tok, held, {"logit": None, "tuned": lens}, layers)
-    lens.meta = {"model": name or getattr(model, "name_or_path", "") or type(model).__name__,
-                 "checkpoint_hash": checkpoint_hash(model), "hooks": [f"blocks.{x}.hook_resid_post" for x in layers],
-                 "config": asdict(cfg), "n_train_texts": len(train), "n_heldout_texts": len(held),
-                 "train_tokens": int(R.shape[0]), "capture_seconds": round(t_capture, 1),
-                 "train_seconds": round(t_train, 1),
-                 "heldout_seconds": round(time.perf_counter() - t2, 1), "heldout_tokens": _n_tokens(tok, held),
-                 "loss_first": round(losses[0], 4),
-                 "loss_last": round(losses[-1], 4), "bytes": int((lens.A.numel() + lens.b.numel()) * 4),
-                 "heldout_kl": kl}
-    return lens
+    return lens, time.perf_counter() - t1, losses
+
+
+def _meta(model, name, cfg, layers, losses, R, kl, *, n_train, n_held, heldout_tokens, capture_seconds,
+          train_seconds, heldout_seconds, **extra) -> dict:
+    return {"model": name or getattr(model, "name_or_path", "") or type(model).__name__,
+            "checkpoint_hash": checkpoint_hash(model), "hooks": [f"blocks.{x}.hook_resid_post" for x in layers],
+            "config": asdict(cfg), "n_train_texts": n_train, "n_heldout_texts": n_held,
+            "train_tokens": int(R.shape[0]), "capture_seconds": round(capture_seconds, 1),
+            "train_seconds": round(train_seconds, 1), "heldout_seconds": round(heldout_seconds, 1),
+            "heldout_tokens": heldout_tokens, "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
+            "bytes": int((model.cfg.n_layers * (model.cfg.d_model + 1) * model.cfg.d_model) * 4), "heldout_kl": kl,
+            **extra}
