@@ -157,15 +157,22 @@ class Prefilled:
     def prefix(self, layer: int, idx, upto: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``[b, kv_heads, upto, d_head]`` keys and values of sequences ``idx`` at ``layer``, their first ``upto``
         positions (the rows' own prefixes; what lies past a row's own length is never read)."""
-        ks, vs = [], []
-        for i in idx:
-            c, r = self.where[int(i)]
+        where = np.asarray([self.where[int(i)] for i in idx])  # [b, 2] (chunk, row)
+        parts, order = [], []
+        for c in np.unique(where[:, 0]):  # one gather per prefill chunk
+            mine = np.nonzero(where[:, 0] == c)[0]
             k, v = self.chunks[c].keys(layer, row=None), self.chunks[c].values(layer, row=None)
+            rows = torch.as_tensor(where[mine, 1], device=k.device)
             n = min(upto, k.shape[2])
             pad = (0, 0, 0, upto - n)  # a short chunk: zeros past its padded length
-            ks.append(torch.nn.functional.pad(k[r, :, :n], pad))
-            vs.append(torch.nn.functional.pad(v[r, :, :n], pad))
-        return torch.stack(ks), torch.stack(vs)
+            parts.append((torch.nn.functional.pad(k[rows, :, :n], pad), torch.nn.functional.pad(v[rows, :, :n], pad)))
+            order.append(mine)
+        if len(parts) == 1:
+            return parts[0]
+        back = torch.as_tensor(np.argsort(np.concatenate(order)))  # rows back in the order of ``idx``
+        k = torch.cat([a for a, _ in parts])
+        v = torch.cat([b for _, b in parts])
+        return k[back.to(k.device)], v[back.to(v.device)]
 
     def close(self) -> None:
         for cache in self.chunks:

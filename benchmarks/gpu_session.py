@@ -6,6 +6,9 @@
 - ``determinism``: `bench determinism` (LLM-42's cost table) on the SmolLM2-shaped model in bf16, its forwards
   replayed as CUDA graphs (``SchedulerConfig(compile=True)``);
 - ``compile``: the compiled decode (`decoding.graphed`) against HF eager ``generate`` at equal tokens;
+- ``interchange``: `bench interchange`'s full sweep (every block x ``last_event``, ``last``; 200 coin pairs in
+  natural English) on the SmolLM2-shaped model in float32, ours against pyvene's loop (pyvene must be importable:
+  carry its wheel); with random weights the answers are compared, not the model's IIA;
 - ``profile``: where a capture of every ``resid_post`` spends its time beside ``output_hidden_states`` on the
   SmolLM2-shaped model in bf16 (interleaved timings of its pieces, and the profiler's busiest host ops).
 
@@ -38,8 +41,9 @@ from contextlib import contextmanager
 
 from beliefscope.analyses.common import write_json
 
-PARTS = ("check", "compile", "overhead", "determinism", "profile")
-LIMITS_S = {"check": 330, "compile": 70, "overhead": 200, "determinism": 100, "profile": 60}  # per part, on an H100
+PARTS = ("check", "compile", "overhead", "determinism", "profile", "interchange")
+LIMITS_S = {"check": 330, "compile": 70, "overhead": 200, "determinism": 100, "profile": 60,
+            "interchange": 300}  # per part, on an H100
 
 
 class OutOfTime(Exception):
@@ -107,6 +111,23 @@ def part_determinism(args, smol: str) -> dict:
     keys = ("ratio_at_10pct", "ratio_at_50pct", "ratio_at_100pct", "outputs_identical")
     table = {x["config"]: x["ratio"]["median"] for x in res["models"]["smollm2"]["rows"]}
     return {**{k: res.get(k) for k in keys}, "rows": table}
+
+
+def part_interchange(args, smol: str) -> dict:
+    from beliefscope.benchmarks import interchange
+    from beliefscope.models.devices import model_defaults
+
+    os.environ["BELIEFSCOPE_BENCH_OUT"] = args.out
+    cfg = interchange.QUICK if args.quick else interchange.InterchangeBenchConfig(
+        model=smol, pairs=200, repeats=3, profile_pairs=0)
+    with model_defaults(device=args.device, dtype="float32"):
+        res = interchange.main(quick=False, config=cfg)
+    keys = ("speedup", "speedup_spread", "seconds_ours", "seconds_pyvene", "n_pairs", "n_rows", "answers_equal",
+            "n_answers_differ", "max_abs_diff_iia", "max_abs_diff_class_logits", "logit_tolerance", "tokens",
+            "outputs_identical")
+    out = {k: res.get(k) for k in keys}
+    print("  interchange:", json.dumps({k: out[k] for k in ("speedup", "n_rows", "outputs_identical")}), flush=True)
+    return out
 
 
 def part_compile(args, smol: str) -> dict:

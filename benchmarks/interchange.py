@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from beliefscope.analyses import interchange as ic
 from beliefscope.analyses.pairs import task_pairs
-from beliefscope.analyses.patching import padded
+from beliefscope.analyses.patching import padded, row_batches
 from beliefscope.benchmarks.common import cprofile_parts, header, interleaved, smollm2_available, toy_target, \
     write_result
 from beliefscope.hooks.names import hf_of
@@ -140,25 +140,25 @@ def token_counts(prep: ic.Prepared, run: np.ndarray, batch_size: int) -> dict:
     lb = np.array([len(x) for x in prep.base_ids])
     ls = np.array([len(x) for x in prep.source_ids])
 
-    def padded(lengths):
+    def padded_tokens(lengths):
         return int(sum(len(lengths[lo: lo + batch_size]) * lengths[lo: lo + batch_size].max()
                        for lo in range(0, len(lengths), batch_size)))
 
     todo = np.argwhere(run)
-    ours_prefill = ours_patched = 0  # each chunk prefills its distinct bases, then runs every row from its site on
-    for lo in range(0, len(todo), batch_size):
-        chunk = todo[lo: lo + batch_size]
-        distinct = np.unique(chunk[:, 0])
-        ours_prefill += len(distinct) * int(lb[distinct].max())
-        ours_patched += len(chunk) * int(max(lb[i] - prep.pos_base[i, j] for i, j in chunk))
+    ours_patched = 0  # each batch of bases is prefilled once; its rows run from their site on, longest first
+    for lo in range(0, P, batch_size):
+        chunk = np.arange(lo, min(P, lo + batch_size))
+        rows = np.argwhere(run[chunk]) + [lo, 0]
+        widths = lb[rows[:, 0]] - prep.pos_base[rows[:, 0], rows[:, 1]]
+        for b in row_batches(widths, batch_size * int(lb[chunk].max()), 8 * batch_size):
+            ours_patched += len(b) * int(widths[b].max())
     pv_base = pv_source = 0
     for j in range(S):
         rows = np.nonzero(run[:, j])[0]
-        pv_base += padded(lb[rows])
-        pv_source += padded(ls[rows])
+        pv_base += padded_tokens(lb[rows])
+        pv_source += padded_tokens(ls[rows])
     after_site = int(sum(lb[i] - prep.pos_base[i, j] for i, j in todo))  # what a patch resumed from a cache runs
-    ours = {"sources": 2 * padded(ls), "clean_bases": padded(lb), "prefill_for_patched": ours_prefill,
-            "patched": ours_patched}  # sources: their activations, then their clean answers
+    ours = {"sources": padded_tokens(ls), "base_prefills": padded_tokens(lb), "patched": ours_patched}
     return {"ours": ours, "ours_total": sum(ours.values()),
             "pyvene": {"sources": pv_source, "bases": pv_base}, "pyvene_total": pv_source + pv_base,
             "real_patched": int(lb[todo[:, 0]].sum()), "patched_at_or_after_the_site": after_site,
