@@ -15,6 +15,7 @@ _API = {
     "trajectory": ("beliefscope.analyses.beliefs", "trajectory"),
     "figures": ("beliefscope.analyses.beliefs", "figures"),
     "forced_answers": ("beliefscope.analyses.forced", "forced_answers"),
+    "lens_answers": ("beliefscope.analyses.lens_readable", "lens_answers"),
     "Site": ("beliefscope.analyses.interchange", "Site"),
     "InterchangeResult": ("beliefscope.analyses.interchange", "InterchangeResult"),
     "sites": ("beliefscope.analyses.interchange", "sites"),

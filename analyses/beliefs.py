@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from beliefscope.analyses import plots
+from beliefscope.analyses.lens_readable import lens_answers, one_token_classes
 from beliefscope.analyses.common import (
     best_probe_layer,
     check_probe_matches,
@@ -244,7 +245,33 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
            "answer": ex.answer if ex is not None and ex.events else None, "files": [out, line_path]}
     if forced is not None:
         res["forced_p_state0"] = np.round(forced.p_state[:, 0], 4).tolist()
+        res.update(lens_part(bridge, tok, ex, forced, out, res["files"]))
     return res
+
+
+def lens_part(model, tok, ex, forced, out: str, files: list) -> dict:
+    """The trajectory through the logit lens (`analyses.lens_readable`): every block's answer at every token, the
+    block from which the model's answer is readable at each (None: not there), and a layer x token figure
+    (``-lens`` beside the others) of the lens's distribution over the class words. Nothing where the class
+    words are not one token each."""
+    if not one_token_classes(tok, ex.state_names):
+        return {}
+    r = lens_answers(model, tok, ex, forced=forced)
+    names, share = list(ex.state_names), r["share"]["logit"]  # [L, T, K]
+    tokens, truth = token_strings(tok, ex.labels(tok, text=ex.prompt).input_ids), ex.labels(tok, text=ex.prompt).state
+    path = sibling(out, "-lens")
+    labels = [f"L{x}" for x in range(share.shape[0])]
+    title = "logit lens: the class words at every block and token"
+    if len(names) > 2:
+        fig = plots.class_heatmap(share, tokens, truth, names, state_colours(len(names)), layer_labels=labels,
+                                  title=title)
+    else:
+        fig = plots.belief_heatmap(share[..., 0], tokens, np.where(truth < 0, np.nan, (truth == 0).astype(float)),
+                                   title=title, state_name=names[0], layer_labels=labels)
+    save_fig(fig, path)
+    files.append(path)
+    return {"lens": [[names[k] for k in row] for row in r["logit"].T.tolist()],  # [T][L]
+            "lens_readable_from": r["readable_from"]}
 
 
 def _thinking_beliefs(config: BeliefsConfig, model, tok, ex, probe, out: str) -> dict:
@@ -267,6 +294,7 @@ def _thinking_beliefs(config: BeliefsConfig, model, tok, ex, probe, out: str) ->
            "thoughts": thoughts, "forced": [names[k] for k in r["forced"]],
            "thought_accuracy": round(float(np.mean([t == names[k] for t, k in zip(thoughts, truth)])), 4)
            if thoughts else None, "answer": ex.answer, "files": [out]}
+    res.update(lens_part(model, tok, ex, forced_answers(model, tok, ex), out, res["files"]))
     if probe is not None:
         res["probe"] = [names[k] for k in r["probe"]]
         res["accuracy_at_layer"] = round(float(np.mean(np.array(r["probe"]) == np.array(r["truth"]))), 4)

@@ -89,6 +89,8 @@ def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:
     for n, flag in ((cfg.n_train, "--n-train"), (cfg.n_test, "--n-test"), (cfg.causal_n, "--causal-n")):
         if n < 1:
             raise ValueError(f"{flag} must be at least 1, got {n}")
+    if cfg.lens_n < 0:
+        raise ValueError(f"--lens-n must be 0 (no lens reading) or more, got {cfg.lens_n}")
     bands = tuple(b.strip() for b in cfg.bands) if cfg.bands else tuple(get_task(cfg.task).bands[:3])
     for b in bands:
         parse_events_range(b)

@@ -32,6 +32,7 @@ from beliefscope.analyses import plots
 from beliefscope.analyses.causal import causal_check
 from beliefscope.analyses.common import save_fig
 from beliefscope.analyses.forced import forced_answers
+from beliefscope.analyses.lens_readable import instrument_lens, tuned_lenses
 from beliefscope.analyses.state_strips import strips_figure
 from beliefscope.hooks import capture
 from beliefscope.models.cards import checkpoint_sha256
@@ -71,6 +72,10 @@ class InstrumentConfig(DataSource):
     #   probe number: only the forced answers run the model (the store's own), and --models is not read
     probes: str = ""  # with --acts: the folder `beliefscope probe --acts ACTS --out` wrote
     n: int | None = None  # with --acts: the records whose forced answers are read (None: every record)
+    lens_n: int = 50  # held-out stories of the first band read through the lens (its sentence "readable from layer L
+    #   at P", analyses.lens_readable; 0: none)
+    tuned: tuple = ()  # tuned lens folders (lens-train --out) read beside the logit lens: MODEL=FOLDER entries, or
+    #   one folder per model in --models order ("-": none for that model)
 
 
 def dev_prompts(config: InstrumentConfig, name: str) -> int:
@@ -89,10 +94,12 @@ def dev_examples(name: str, task: str, n: int, seed: int):
 
 def prompts_read(config: InstrumentConfig) -> int:
     """How many prompts `main` reads (the total of its progress bar): per model, the training and dev
-    prompts twice (the model and its random-init twin), every band's held-out prompts, and the twin's
-    first band."""
+    prompts twice (the model and its random-init twin), every band's held-out prompts, the twin's
+    first band, and the first band's stories read through the lens."""
     n_bands = len(config.bands) if config.bands else 3
-    return sum(2 * (config.n_train + dev_prompts(config, m)) + config.n_test * (n_bands + 1) for m in config.models)
+    lens = min(config.lens_n, config.n_test)  # the first band's stories read through the lens
+    return sum(2 * (config.n_train + dev_prompts(config, m)) + config.n_test * (n_bands + 1) + lens
+               for m in config.models)
 
 
 def _hooks(model) -> list[str]:
@@ -272,6 +279,7 @@ def main(config: InstrumentConfig, progress=None) -> dict:
 
     for name in config.models:  # every name before any work
         check_model_name(name)
+    tuned = tuned_lenses(config.models, config.tuned)
     torch.set_num_threads(config.threads)
     read = functools.partial(collect, offset=config.probe_offset)  # the probes' rows
     out = {"config": {k: getattr(config, k) for k in config.__dataclass_fields__}, "models": {}}
@@ -285,6 +293,8 @@ def main(config: InstrumentConfig, progress=None) -> dict:
         # probe that learned the training templates' words cannot win by a tie at 1.0
         dev = dev_examples(name, config.task, dev_prompts(config, name), config.seed)
         model, tok = load_model(name)
+        if tuned.get(name) is not None:
+            tuned[name].check_model(model, name)
         tr = read(model, tok, train, forced=False, progress=progress)
         dv = read(model, tok, dev, forced=False, progress=progress) if dev else None
         probe, layer = fit_probes(tr["X"], tr["truth"], tr["prompt"], n_classes,
@@ -323,6 +333,8 @@ def main(config: InstrumentConfig, progress=None) -> dict:
         if writes_thoughts(model):
             res["causal"] = causal_check(model, tok, config.causal_n, config.seed + 99, test_task)
         res["trajectory"] = story_readout(model, tok, tests[bands[-1]][0], probe, layer)
+        if config.lens_n:
+            res["lens"] = instrument_lens(model, tok, tests[bands[0]][: config.lens_n], tuned.get(name), progress)
         res["verdict"] = verdict(name, res["bands"], 1 / n_classes)
         out["models"][name] = res
     return out
@@ -346,6 +358,9 @@ def table_lines(res: dict) -> list[str]:
     lines.append("")
     for name, r in res["models"].items():
         lines.append(f"- {r['verdict']}.")
+        if "lens" in r:
+            lines.append(f"- {name}, {r['lens']['n_stories']} stories of {next(iter(r['bands']))} events: "
+                         f"{r['lens']['sentence']}.")
         if "causal" in r:
             c = r["causal"]
             lines.append(f"- causal check on {name} ({c['n']} prompts): swapping S at one chunk for another state's "

@@ -39,6 +39,7 @@ from beliefscope.analyses.common import (
 )
 from beliefscope.analyses.forced import forced_answers
 from beliefscope.analyses.instrument import _hooks as hooks
+from beliefscope.analyses.lens_readable import lens_answers, lens_hover, one_token_classes
 from beliefscope.analyses.instrument import collect, dev_examples, fit_probes, tasks_for
 from beliefscope.analyses.plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
 from beliefscope.analyses.state_strips import state_colours
@@ -160,7 +161,9 @@ def readout(model, probe, rows, ids) -> np.ndarray:
 
 def story_panel(model, tok, probe, rows, ex) -> dict:
     """One model on one story: probe at every layer and token, forced answer and thought at every
-    event boundary (the forced answers of `analyses.forced`)."""
+    event boundary (the forced answers of `analyses.forced`), and the logit lens's answer at every block and
+    token (``lens [T][L]``) with the block it is readable from (``lens_from [T]``) where the class words are one
+    token each."""
 
     lab = ex.labels(tok, text=ex.prompt)
     p = readout(model, probe, rows, lab.input_ids)
@@ -171,6 +174,9 @@ def story_panel(model, tok, probe, rows, ex) -> dict:
     out["forced"] = np.round(fa.p_state, 3).tolist()
     if fa.thought_state is not None:
         out["thought"] = [int(k) for k in fa.thought_state]
+    if one_token_classes(tok, ex.state_names):  # every layer's lens answer beside the probe (analyses.lens_readable)
+        r = lens_answers(model, tok, ex, forced=fa)
+        out.update(lens=lens_hover(r), lens_from=r["readable_from"])
     return out
 
 

@@ -151,6 +151,9 @@ JS = r"""
       dd(dl, 'forced answer', 'ins-forced', S[fk] + ' (P ' + fmt(f[fk]) + ')'); }
     if (m.thinking) dd(dl, 'thought', 'ins-thought', j < 0 ? '\u2014 (written after an event)' :
                        P.thought[j] >= 0 ? S[P.thought[j]] : '(none)');
+    if (P.lens) dd(dl, 'logit lens', 'ins-lens', P.lens_from[ti] === null ?
+                   'the model\u2019s answer is not readable here' :
+                   S[P.lens[ti][P.lens[ti].length - 1]] + ' readable from block ' + P.lens_from[ti]);
     ins.append(dl, el('div', {class: 'muted'}, binary ? 'P(' + S[0] + ') at every layer:' :
                       'state the probe reads at every layer:'));
     const tab = el('table', {class: 'layers', id: 'ins-layers'});
@@ -164,8 +167,10 @@ JS = r"""
         b.style.background = D.state_colours[kk]; box.append(b); });
       const td = el('td'); td.append(box);
       const kk = argmax(v);
-      tr.append(el('th', {}, layerName(m, lr)), td,
-                el('td', {class: 'num'}, binary ? fmt(v[0]) : S[kk] + ' ' + fmt(v[kk])));
+      const b = m.layers[lr];  // the block of this probe row (-1: the embedding, which the lens does not read)
+      tr.append(el('th', {}, layerName(m, lr)), td);
+      if (P.lens) tr.append(el('td', {class: 'lens'}, b >= 0 ? 'lens ' + S[P.lens[ti][b]] : ''));
+      tr.append(el('td', {class: 'num'}, binary ? fmt(v[0]) : S[kk] + ' ' + fmt(v[kk])));
       tab.append(tr);
     });
     ins.append(tab, el('p', {class: 'muted'},

@@ -34,7 +34,12 @@ def test_thinking_beliefs_without_probe(tmp_path, capsys):
     written = written[1:]  # one per event
     assert res["thoughts"] == written and len(written) == 4
     assert res["thought_accuracy"] == sum(a == b for a, b in zip(written, truth)) / 4
-    assert os.path.getsize(out) > 10_000 and res["files"] == [str(out)]
+    lens = str(tmp_path / "b-lens.png")  # the logit lens at every block and token (analyses.lens_readable)
+    assert os.path.getsize(out) > 10_000 and res["files"] == [str(out), lens] and os.path.getsize(lens) > 10_000
+    # the lens at the last block and the answer position is the model's answer, read there in place; the forced
+    # answer after the last event runs the same prompt chunk by chunk (`thinking_readouts`): the two agree
+    assert res["lens"][-1][-1] == res["forced"][-1] and len(res["lens"]) == len(res["tokens"])
+    assert res["lens_readable_from"][-1] is not None
 
 
 def test_model_without_thoughts_needs_a_probe(tmp_path, capsys):
