@@ -79,6 +79,12 @@ def test_hover_shows_the_json(browser, tmp_path_factory):
             assert _text(browser, "ins-truth") == names[panel["truth"][t]]
             shown = [r.text.split()[-1] for r in browser.find_elements("css selector", "#ins-layers tr")]
             assert shown == [f"{panel['p'][r][t][0]:.3f}" for r in range(len(m["layers"]))]
+            # every layer's logit-lens answer beside the probe (none for the embedding row), and where it is readable
+            cells = [c.text for c in browser.find_elements("css selector", "#ins-layers td.lens")]
+            assert cells == [f"lens {names[panel['lens'][t][b]]}" if b >= 0 else "" for b in m["layers"]]
+            frm = panel["lens_from"][t]
+            assert _text(browser, "ins-lens") == ("the model\u2019s answer is not readable here" if frm is None else
+                                                  f"{names[panel['lens'][t][-1]]} readable from block {frm}")
             assert el.value_of_css_property("background-color").replace("rgba", "rgb").replace(", 1)", ")") == \
                 _ramp(data["belief_colours"], panel["p"][m["best"]][t][0])
             if t in panel["boundaries"]:
