@@ -6,9 +6,11 @@ attention mass on the true evidence against the mass on a distractor.
 - **distractor**: the sentence holding the last mention of the class named last in the story
   (`tasks.surface.last_named`), the reading a model that "answers the box named last" would use.
 
-Only stories where the two differ (the last-named class is not the answer, and the sentences are not the same)
-are scored; the others are counted. The pattern is captured at ``blocks.L.attn.hook_pattern`` by
-`hooks.capture`, the hooks every other reading uses.
+The first token is left out of both (most models park attention there, the "attention sink"; its mass is
+reported as ``sink_mass``). Only stories where the two differ (the last-named class is not the answer, and the
+sentences are not the same) are scored; the others are counted. Masses are also grouped by how many sentences
+follow the evidence (``by_sentences_after``: recency) and precede it (``by_sentences_before``). The pattern is
+captured at ``blocks.L.attn.hook_pattern`` by `hooks.capture`, the hooks every other reading uses.
 
 Usage (not run as a doctest: it needs a model and many forwards)::
 
@@ -65,6 +67,18 @@ def evidence_and_distractor(ex) -> tuple[tuple[int, int] | None, tuple[int, int]
     return evidence, hold, truth, named
 
 
+def sentences_after(story: str, end: int) -> int:
+    """How many sentences of `story` follow the one ending at character `end` (recency: 0 is the last)."""
+    return len(re.findall(r"[.?!](\s|$)", story[end:].strip()))
+
+
+def by_group(E: np.ndarray, D: np.ndarray, key: list) -> dict:
+    """Per-layer mean masses (over heads and stories) grouped by `key` (sentences after, or before, the evidence)."""
+    key = np.asarray(key)
+    return {str(k): {"n": int((key == k).sum()), "evidence_mass": E[key == k].mean((0, 2)).round(4).tolist(),
+                     "distractor_mass": D[key == k].mean((0, 2)).round(4).tolist()} for k in sorted(set(key))}
+
+
 def _mask(offsets: np.ndarray, span: tuple[int, int]) -> np.ndarray:
     """``[T]`` tokens whose characters fall in `span`."""
     return (offsets[:, 0] < span[1]) & (offsets[:, 1] > span[0]) & (offsets[:, 1] > offsets[:, 0])
@@ -77,7 +91,7 @@ def evidence_attention(model, tok, examples, progress=None) -> dict:
     and 95% bootstrap intervals over stories of the per-layer means."""
     s = model_shapes(model)
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(s.n_layers)]
-    ev, di, scored, skipped = [], [], 0, 0
+    ev, di, sink, back, index, scored, skipped = [], [], [], [], [], 0, 0
     for ex in examples:
         evidence, distractor, truth, named = evidence_and_distractor(ex)
         if distractor is None:
@@ -89,8 +103,13 @@ def evidence_attention(model, tok, examples, progress=None) -> dict:
             with capture(model, names) as cap:
                 model(ids, return_type=None)
             pat = torch.stack([cap.stacked(n)[0, :, -1].float() for n in names]).cpu().numpy()  # [L, H, T]
-            ev.append(pat[..., _mask(offsets, evidence)].sum(-1))  # [L, H]
-            di.append(pat[..., _mask(offsets, distractor)].sum(-1))
+            real = np.arange(len(offsets)) > 0  # the first token (the attention sink) counts for neither
+            ev.append(pat[..., _mask(offsets, evidence) & real].sum(-1))  # [L, H]
+            di.append(pat[..., _mask(offsets, distractor) & real].sum(-1))
+            sink.append(pat[..., 0])
+            story = split_story(ex)[0]
+            back.append(sentences_after(story, evidence[1]))
+            index.append(sentences_after(story[: evidence[0]], 0))  # sentences before the evidence
             scored += 1
         if progress:
             progress(1)
@@ -104,5 +123,7 @@ def evidence_attention(model, tok, examples, progress=None) -> dict:
                                   for i in range(s.n_layers)],
             "distractor_interval": [[round(x, 4) for x in group_interval(D[:, i].mean(1), groups)]
                                     for i in range(s.n_layers)],
+            "by_sentences_after": by_group(E, D, back), "by_sentences_before": by_group(E, D, index),
+            "sink_mass": np.stack(sink).mean((0, 2)).round(4).tolist(),
             "heads_favouring_evidence": (E.mean(0) > D.mean(0)).mean(1).round(4).tolist(),
             "evidence_by_head": E.mean(0).round(4).tolist(), "distractor_by_head": D.mean(0).round(4).tolist()}

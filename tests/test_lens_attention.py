@@ -46,7 +46,7 @@ def test_masses_equal_hf_eager_attention():
         with torch.no_grad():
             att = hf(torch.tensor([enc["input_ids"]]), output_attentions=True).attentions  # L x [1, H, T, T]
         last = np.stack([a[0, :, -1].numpy() for a in att])  # [L, H, T]
-        inside = [(off[:, 0] < s[1]) & (off[:, 1] > s[0]) for s in (e, d)]
+        inside = [(off[:, 0] < s[1]) & (off[:, 1] > s[0]) & (np.arange(len(off)) > 0) for s in (e, d)]
         ev.append(last[..., inside[0]].sum(-1))
         di.append(last[..., inside[1]].sum(-1))
     assert res["n_scored"] == len(ev) > 0 and res["n_skipped"] == len(examples) - len(ev)
