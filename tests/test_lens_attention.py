@@ -52,3 +52,35 @@ def test_masses_equal_hf_eager_attention():
     assert res["n_scored"] == len(ev) > 0 and res["n_skipped"] == len(examples) - len(ev)
     np.testing.assert_allclose(res["evidence_mass"], np.mean(ev, 0).mean(1), atol=1e-4)
     np.testing.assert_allclose(res["distractor_mass"], np.mean(di, 0).mean(1), atol=1e-4)
+
+
+def test_tracking_attention_set_is_scorable_and_stratified(tmp_path):
+    """tasks/data/tracking_attention.jsonl is what its generator writes, and every story is scored: the evidence is
+    not the last sentence, the box named last is not the answer, the evidence's position and the answers vary."""
+    import importlib.util
+    import os
+    from collections import Counter
+
+    from beliefscope.analyses.lens_attention import sentences_after
+    from beliefscope.analyses.forced import split_story
+    from tests.helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("gen", os.path.join(ROOT, "docs", "examples",
+                                                                      "make_tracking_attention.py"))
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    shipped = os.path.join(ROOT, "tasks", "data", "tracking_attention.jsonl")
+    with open(gen.main(str(tmp_path / "t.jsonl"))) as a, open(shipped) as b:
+        assert a.read() == b.read()  # seeded: byte-identical
+    data = load_data(shipped, events_field=("box",))
+    assert len(data) == 200 and data.label_names == ["box"]
+    after, answers = Counter(), Counter()
+    for i in range(len(data)):
+        ex = data.example(i, "box")
+        evidence, distractor, truth, named = evidence_and_distractor(ex)
+        story = split_story(ex)[0]
+        assert distractor is not None and named != truth and distractor[1] == len(story)  # the last sentence
+        after[sentences_after(story, evidence[1])] += 1
+        answers[truth] += 1
+    assert set(after) == {1, 2, 3} and min(after.values()) >= 40, after
+    assert max(answers.values()) / len(data) < 0.34, answers
