@@ -30,6 +30,7 @@ from beliefscope.analyses.pairs import record_pairs, states_after, task_pairs
 from beliefscope.analyses.subspaces import orthonormal
 from beliefscope.models.profile import writes_thoughts
 from beliefscope.probes.intervals import scored
+from beliefscope.probes.twin import checkpoint_hash
 from beliefscope.tasks.records import DataSource
 
 
@@ -173,7 +174,8 @@ def main(cfg: InterchangeConfig, *, bridge=None, tok=None, progress=None) -> dic
     if bridge is None:
         bridge, tok = load_model(cfg.model)
     if writes_thoughts(bridge):  # its belief is the written state S: swap that (the ground truth)
-        res = {"model": cfg.model, "source": f"task {cfg.task} ({cfg.rendering}, {cfg.events} events)",
+        res = {"model": cfg.model, "checkpoint_hash": checkpoint_hash(bridge),
+               "source": f"task {cfg.task} ({cfg.rendering}, {cfg.events} events)",
                **thinking_interchange(bridge, tok, pairs, cfg.seed, progress), "files": []}
         if cfg.out:
             from beliefscope.analyses.common import write_json
@@ -218,7 +220,8 @@ def main(cfg: InterchangeConfig, *, bridge=None, tok=None, progress=None) -> dic
         erased = {str(x): erasure(bridge, tok, bases, ErasureConfig(layer=x, positions="last", seed=cfg.seed,
                                                                      heldout_share=cfg.heldout_share,
                                                                      batch_size=cfg.batch_size)) for x in erase_layers}
-    res = {"model": cfg.model, "source": cfg.data or f"task {cfg.task} ({cfg.rendering}, {cfg.events} events)",
+    res = {"model": cfg.model, "checkpoint_hash": checkpoint_hash(bridge),
+           "source": cfg.data or f"task {cfg.task} ({cfg.rendering}, {cfg.events} events)",
            "n_pairs": len(pairs), "n_train_pairs": len(train), "n_heldout_pairs": len(test),
            "base_correct": round(full.base_correct, 4), "das_rank": cfg.das_rank,
            "scored_on": "held-out pairs (split by base story); IIA over pairs whose counterfactual answer differs from "
