@@ -71,6 +71,12 @@ def iia_by_layer(report: dict) -> dict[str, list]:
     return out
 
 
+def causal_summary(report: dict) -> dict:
+    """What the instrument keeps of a report: its table, the per-block IIA and the lines it prints."""
+    return {"model": report.get("model"), "source": report.get("source"), "rows": causal_table(report),
+            "iia_by_layer": iia_by_layer(report), "lines": causal_lines(report)}
+
+
 def _fmt(x: dict | None) -> str:
     return "-" if x is None else f"{x['accuracy']:.2f} [{x['interval'][0]:.2f}, {x['interval'][1]:.2f}]"
 

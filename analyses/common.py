@@ -58,6 +58,28 @@ def png_data_uri(data: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode()
 
 
+def model_folders(models, entries, flag: str) -> dict:
+    """``{model: folder}`` of a per-model flag (``--tuned``, ``--interchange``): ``MODEL=FOLDER`` entries (any
+    subset of ``models``), or one folder per model in order ("-" or "" for none); checked before any work.
+
+    >>> model_folders(("a", "b"), ["b=x"], "--tuned"), model_folders(("a", "b"), ["x", "-"], "--tuned")
+    ({'b': 'x'}, {'a': 'x'})
+    """
+    entries = [str(f) for f in entries or ()]
+    if entries and all("=" in f for f in entries):
+        pairs = dict(f.split("=", 1) for f in entries)
+        unknown = sorted(set(pairs) - set(models))
+        if unknown:
+            raise ValueError(f"{flag} names {unknown}, not among --models {list(models)}: use MODEL=FOLDER with a "
+                             "model of --models")
+    else:
+        if entries and len(entries) != len(models):
+            raise ValueError(f"{flag} gives {len(entries)} folders for {len(models)} models {list(models)}: give "
+                             "one per model in order ('-' for none), or MODEL=FOLDER entries")
+        pairs = dict(zip(models, entries))
+    return {m: f for m, f in pairs.items() if f and f != "-"}
+
+
 def sibling(path: str, suffix: str) -> str:
     """`runs/x.png` + "-line" -> `runs/x-line.png`."""
     stem, ext = os.path.splitext(path)

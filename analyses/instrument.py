@@ -30,8 +30,9 @@ import numpy as np
 import torch
 from beliefscope.analyses import plots
 from beliefscope.analyses.causal import causal_check
-from beliefscope.analyses.common import save_fig
+from beliefscope.analyses.common import model_folders, save_fig
 from beliefscope.analyses.forced import forced_answers
+from beliefscope.analyses.causal_readings import causal_summary, load_report
 from beliefscope.analyses.lens_readable import instrument_lens, tuned_lenses
 from beliefscope.analyses.state_strips import strips_figure
 from beliefscope.hooks import capture
@@ -74,6 +75,8 @@ class InstrumentConfig(DataSource):
     n: int | None = None  # with --acts: the records whose forced answers are read (None: every record)
     lens_n: int = 50  # held-out stories of the first band read through the lens (its sentence "readable from layer L
     #   at P", analyses.lens_readable; 0: none)
+    interchange: tuple = ()  # `beliefscope interchange --out` folders of the models, MODEL=FOLDER (or one per model):
+    #   their causal tests (IIA, DAS, erasure, verdicts per layer) join each model's table
     tuned: tuple = ()  # tuned lens folders (lens-train --out) read beside the logit lens: MODEL=FOLDER entries, or
     #   one folder per model in --models order ("-": none for that model)
 
@@ -280,6 +283,9 @@ def main(config: InstrumentConfig, progress=None) -> dict:
     for name in config.models:  # every name before any work
         check_model_name(name)
     tuned = tuned_lenses(config.models, config.tuned)
+    causal = model_folders(config.models, config.interchange, "--interchange")
+    for folder in causal.values():  # every report readable before any model loads
+        load_report(folder)
     torch.set_num_threads(config.threads)
     read = functools.partial(collect, offset=config.probe_offset)  # the probes' rows
     out = {"config": {k: getattr(config, k) for k in config.__dataclass_fields__}, "models": {}}
@@ -335,6 +341,8 @@ def main(config: InstrumentConfig, progress=None) -> dict:
         res["trajectory"] = story_readout(model, tok, tests[bands[-1]][0], probe, layer)
         if config.lens_n:
             res["lens"] = instrument_lens(model, tok, tests[bands[0]][: config.lens_n], tuned.get(name), progress)
+        if name in causal:  # measured on this checkpoint, or refused
+            res["causal_tests"] = causal_summary(load_report(causal[name], model))
         res["verdict"] = verdict(name, res["bands"], 1 / n_classes)
         out["models"][name] = res
     return out
@@ -361,6 +369,7 @@ def table_lines(res: dict) -> list[str]:
         if "lens" in r:
             lines.append(f"- {name}, {r['lens']['n_stories']} stories of {next(iter(r['bands']))} events: "
                          f"{r['lens']['sentence']}.")
+        lines += [f"- {name}: {line.strip()}" for line in r.get("causal_tests", {}).get("lines", [])]
         if "causal" in r:
             c = r["causal"]
             lines.append(f"- causal check on {name} ({c['n']} prompts): swapping S at one chunk for another state's "

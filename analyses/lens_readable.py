@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from beliefscope.analyses.common import model_folders
 from beliefscope.analyses.forced import forced_answers
 from beliefscope.models.profile import compute_device
 from beliefscope.probes.intervals import group_interval
@@ -142,19 +143,7 @@ def sentence(res: dict) -> str:
 def tuned_lenses(models, folders) -> dict:
     """``{model: TunedLens}`` of ``--tuned``, loaded before any model is: ``MODEL=FOLDER`` entries (any subset
     of the models), or one folder per model in order ("-" for none)."""
-    folders = [str(f) for f in folders or ()]
-    if folders and all("=" in f for f in folders):
-        pairs = dict(f.split("=", 1) for f in folders)
-        unknown = sorted(set(pairs) - set(models))
-        if unknown:
-            raise ValueError(f"--tuned names {unknown}, not among --models {list(models)}: use MODEL=FOLDER with a "
-                             "model of --models")
-    else:
-        if folders and len(folders) != len(models):
-            raise ValueError(f"--tuned gives {len(folders)} folders for {len(models)} models {list(models)}: give "
-                             "one per model in order ('-' for none), or MODEL=FOLDER entries")
-        pairs = dict(zip(models, folders))
-    return {m: TunedLens.load(f) for m, f in pairs.items() if f and f != "-"}
+    return {m: TunedLens.load(f) for m, f in model_folders(models, folders, "--tuned").items()}
 
 
 def instrument_lens(model, tok, examples, tuned=None, progress=None) -> dict:

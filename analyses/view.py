@@ -39,6 +39,8 @@ from beliefscope.analyses.common import (
 )
 from beliefscope.analyses.forced import forced_answers
 from beliefscope.analyses.instrument import _hooks as hooks
+from beliefscope.analyses.causal_readings import iia_by_layer, load_report
+from beliefscope.analyses.common import model_folders
 from beliefscope.analyses.lens_readable import lens_answers, lens_hover, one_token_classes
 from beliefscope.analyses.instrument import collect, dev_examples, fit_probes, tasks_for
 from beliefscope.analyses.plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
@@ -79,6 +81,8 @@ class ViewConfig(DataSource):
     label: str = ""  # with --data: the label drawn (default: the probe's)
     question: str = ""  # with --data: the question asked at every event end for the forced answer
     answers: tuple = ()  # with --data: one answer word per class, in class order (default: the class names)
+    interchange: tuple = ()  # `beliefscope interchange --out` folders, MODEL=FOLDER (or one per model): the hover
+    #   shows each block's interchange accuracy at event boundaries and the last token
 
 
 def model_task(name: str) -> str | None:
@@ -255,6 +259,9 @@ def build(cfg: ViewConfig, progress=None) -> dict:
     if len(probes) != len(names):
         raise ValueError(f"--probes gives {len(probes)} folders for {len(names)} models {names}: give one per model "
                          "(an empty entry fits a probe here)")
+    causal = model_folders(names, cfg.interchange, "--interchange")
+    for folder in causal.values():
+        load_report(folder)
     renderings = set()
     for name in names:  # every refusal before any model is loaded
         check_model_name(name)
@@ -307,7 +314,8 @@ def build(cfg: ViewConfig, progress=None) -> dict:
                 progress(1)
         data["models"].append({"name": name, "thinking": thinking, "layers": [r[0] for r in rows],
                                "hooks": [r[1] for r in rows], "best": best, "probe": source,
-                               "probe_accuracy_at_best": round(hits / max(1, n_tok), 4), "scored_on": scored_on})
+                               "probe_accuracy_at_best": round(hits / max(1, n_tok), 4), "scored_on": scored_on,
+                               **({"iia": iia_by_layer(load_report(causal[name], model))} if name in causal else {})})
         if decode == "auto" and not thinking:
             decode = name
     data["decode"] = None

@@ -129,6 +129,14 @@ JS = r"""
   // ------------------------------------------------------------------ the inspector
   const ins = document.getElementById('inspector');
   let current = null;
+  function iiaAt(m, P, ti, b) {  // the block's interchange accuracy at this token's position rule, if measured
+    if (b < 0) return '';
+    const j = P.boundaries.indexOf(ti), last = P.boundaries.length - 1;
+    const rules = ti === P.tokens.length - 1 ? ['last'] : j < 0 ? [] :
+      (j === last ? ['last_event', 'event:' + j, 'event:-1'] : ['event:' + j, 'event:' + (j - last - 1)]);
+    const rule = rules.find(x => m.iia[x] && m.iia[x][b] !== null && m.iia[x][b] !== undefined);
+    return rule ? 'IIA ' + fmt(m.iia[rule][b]) : '';
+  }
   function dd(dl, key, id, text) { dl.append(el('dt', {}, key), el('dd', {id: id}, text)); }
   function show(s) {
     if (current) current.classList.remove('sel');
@@ -170,6 +178,7 @@ JS = r"""
       const b = m.layers[lr];  // the block of this probe row (-1: the embedding, which the lens does not read)
       tr.append(el('th', {}, layerName(m, lr)), td);
       if (P.lens) tr.append(el('td', {class: 'lens'}, b >= 0 ? 'lens ' + S[P.lens[ti][b]] : ''));
+      if (m.iia) tr.append(el('td', {class: 'iia'}, iiaAt(m, P, ti, b)));
       tr.append(el('td', {class: 'num'}, binary ? fmt(v[0]) : S[kk] + ' ' + fmt(v[kk])));
       tab.append(tr);
     });

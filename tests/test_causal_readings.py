@@ -49,3 +49,22 @@ def test_a_report_of_another_model_or_no_report_is_refused(report, tmp_path):
     (tmp_path / "interchange.json").write_text('{"model": "x"}')
     with pytest.raises(ValueError, match="is not an interchange report"):
         load_report(str(tmp_path))
+
+
+def test_the_instrument_and_the_viewer_carry_the_report(report, tmp_path):
+    from beliefscope.analyses.instrument import InstrumentConfig, table_lines
+    from beliefscope.analyses.instrument import main as instrument
+    from beliefscope.analyses.view import ViewConfig, build
+
+    rep = load_report(str(report))
+    res = instrument(InstrumentConfig(models=("target",), n_train=60, n_test=20, bands=((3, 4),), random_init=False,
+                                      lens_n=0, interchange=(f"target={report}",)))
+    got = res["models"]["target"]["causal_tests"]
+    assert got["rows"] == causal_table(rep) and got["iia_by_layer"] == iia_by_layer(rep)
+    lines = table_lines(res)
+    assert sum("IIA probe" in line for line in lines) == len(rep["sites"])
+    data = build(ViewConfig(models=("target",), events="3-4", n=1, n_train=20, decode="",
+                            interchange=(f"target={report}",), out=str(tmp_path / "v.html")))
+    assert data["models"][0]["iia"] == iia_by_layer(rep)
+    with pytest.raises(ValueError, match="--interchange names \\['draft'\\]"):
+        build(ViewConfig(models=("target",), interchange=(f"draft={report}",)))

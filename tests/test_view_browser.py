@@ -98,6 +98,32 @@ def test_hover_shows_the_json(browser, tmp_path_factory):
                 assert "not an event boundary" in _text(browser, "ins-forced")
 
 
+def test_hover_shows_each_blocks_interchange_accuracy(browser, tmp_path_factory):
+    """With an interchange report (`view --interchange`), every block's row of the hover shows its IIA at the
+    hovered token's position rule: event:j at boundary j, last_event at the last boundary, last at the last token,
+    nothing elsewhere (values are the page JSON's, here set by hand so that every cell differs)."""
+    import copy
+
+    from beliefscope.analyses.view_page import render
+
+    data = copy.deepcopy(page("coinflip")[0])
+    m = data["models"][1]  # target: a plain model
+    n = 1 + max(m["layers"])
+    m["iia"] = {"event:0": [0.1 + b / 100 for b in range(n)], "last_event": [0.2 + b / 100 for b in range(n)],
+                "last": [0.3 + b / 100 for b in range(n)]}
+    path = tmp_path_factory.mktemp("view-iia") / "view.html"
+    path.write_text(render(data))
+    browser.get(path.as_uri())
+    assert browser.execute_script("return document.body.dataset.ready") == "1"
+    panel = data["stories"][0]["models"][m["name"]]
+    want = {panel["boundaries"][0]: "event:0", panel["boundaries"][-1]: "last_event", len(panel["tokens"]) - 1: "last",
+            panel["boundaries"][0] + 1: None}
+    for t, rule in want.items():
+        _hover(browser, _tok(browser, 0, 1, t))
+        cells = [c.text for c in browser.find_elements("css selector", "#ins-layers td.iia")]
+        assert cells == [("" if rule is None or b < 0 else f"IIA {m['iia'][rule][b]:.3f}") for b in m["layers"]], t
+
+
 def test_layer_control_and_keyboard(browser, tmp_path_factory):
     from selenium.webdriver.common.keys import Keys
 
