@@ -3,6 +3,7 @@ the model in one piece computes: logits, captures, the KV cache, greedy and spec
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -92,3 +93,16 @@ def test_device_map_flags_are_checked_before_loading(tmp_path):
     assert main(["eval", "--model", PATH, "--n", "2", "--max-memory", "cpu=2GiB"]) == 2  # no --device-map
     assert main(["eval", "--model", PATH, "--n", "2", "--device-map", "auto", "--max-memory", "gpu=lots"]) == 2
     assert main(["eval", "--model", "thinking", "--n", "2", "--device-map", "auto"]) == 2  # composed at load time
+
+
+def test_the_logit_lens_of_the_split_model_equals_the_model_in_one_piece(whole_and_split):
+    """The lens reads every block through the model's own final norm and lm_head, here on disk until used: every
+    block's distribution equals the model in one piece's, and the last block is the split model's own logits."""
+    from beliefscope.probes.lens import logit_lens
+
+    (whole, tok), (split, _) = whole_and_split
+    ids = tok(STORY)["input_ids"]
+    a, b = logit_lens(whole, ids, tok=tok, classes=("heads", "tails")), logit_lens(split, ids, tok=tok,
+                                                                                   classes=("heads", "tails"))
+    assert np.array_equal(a.top_id, b.top_id) and np.array_equal(a.class_p, b.class_p) and np.array_equal(a.kl, b.kl)
+    assert b.max_delta < 1e-5  # the split model's last block through the lens is its own logits
