@@ -142,11 +142,15 @@ def _bag_of_words(ptr, pte, j: int, ytr) -> np.ndarray:
     return text_so_far_baseline(counts, y, [(np.arange(n), np.arange(n, len(seqs)))])[n:]
 
 
+MIN_SCORED_PAIRS = 5  # base stories an IIA needs before a verdict says "used" or "not used" (its bootstrap unit)
+
+
 def _verdict(r: dict) -> str:
     probe, maj, full, rnd = r["probe"], r["majority"], r["iia_full"], r["iia_random"]
     best = max((b for b in (maj, r.get("bag_of_words")) if b), key=lambda b: b["accuracy"], default=None)
     subs = [x for x in (r["iia_probe"], r["iia_massmean"]) if x]
-    nums = f"IIA whole {full['accuracy']:.2f}"
+    n_iia = int(full.get("n_groups", 0))  # base stories whose pairs the IIA scores (the model right on both stories)
+    nums = f"IIA whole {full['accuracy']:.2f} over {n_iia} scored pair group(s)"
     if probe:
         nums = (f"probe {probe['accuracy']:.2f} [{probe['interval'][0]:.2f}, {probe['interval'][1]:.2f}] vs majority "
                 f"{maj['accuracy']:.2f}, bag-of-words {r['bag_of_words']['accuracy']:.2f}; {nums}, probe subspace "
@@ -155,6 +159,10 @@ def _verdict(r: dict) -> str:
     if r.get("iia_das"):
         nums += f", DAS {r['iia_das']['accuracy']:.2f}"
     readable = bool(probe) and probe["interval"][0] > best["accuracy"]  # above the strongest baseline
+    if n_iia < MIN_SCORED_PAIRS or not np.isfinite(full["interval"][0]):  # no verdict on use from so few pairs
+        why = (f"use not measured: {n_iia} base stor{'y' if n_iia == 1 else 'ies'} scored, fewer than "
+               f"{MIN_SCORED_PAIRS} (IIA counts pairs whose base and source the model answers right)")
+        return f"{'readable' if readable else 'not readable'}; {why} ({nums})"
     used_probe = any(x["interval"][0] > rnd["interval"][1] for x in subs)
     used_any = full["interval"][0] > 0.5
     if not readable:

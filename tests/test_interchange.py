@@ -224,3 +224,25 @@ def test_thinking_states_written_state_moves_every_answer(capsys):
     res = json.loads(capsys.readouterr().out)
     assert res["chunks"] and all(r["iia_swap"]["accuracy"] == 1.0 for r in res["chunks"])
     assert max(r["iia_random"]["accuracy"] for r in res["chunks"]) <= 0.2
+
+
+def test_a_verdict_says_nothing_of_use_from_too_few_scored_pairs():
+    """SmolLM2 on coin stories answers one word whatever the story, so a minimal pair (opposite final states) is
+    almost never answered right on both stories: 1 scored pair of 53. A verdict must then say that use was not
+    measured, not "not used" from an IIA of one pair (whose interval is undefined)."""
+    from beliefscope.analyses.interchange_report import MIN_SCORED_PAIRS, _verdict
+
+    def acc(a, lo, hi, n):
+        return {"accuracy": a, "interval": [lo, hi], "n_rows": n, "n_groups": n}
+
+    nan = float("nan")
+    row = {"probe": acc(0.9, 0.8, 1.0, 50), "majority": acc(0.5, 0.4, 0.6, 50), "bag_of_words": acc(0.6, 0.5, 0.7, 50),
+           "iia_probe": acc(0.0, nan, nan, 1), "iia_massmean": acc(0.0, nan, nan, 1),
+           "iia_random": acc(0.0, nan, nan, 1), "iia_full": acc(1.0, nan, nan, 1)}
+    v = _verdict(row)
+    assert v.startswith("readable; use not measured: 1 base story scored") and "over 1 scored" in v
+    many = {k: (acc(x["accuracy"], 0.0, 0.1, 40) if k.startswith("iia") else x) for k, x in row.items()}
+    many["iia_full"] = acc(0.0, 0.0, 0.05, 40)
+    assert _verdict(many).startswith("readable but not used") and MIN_SCORED_PAIRS <= 40
+    row["probe"] = acc(0.45, 0.3, 0.6, 50)
+    assert _verdict(row).startswith("not readable; use not measured")
