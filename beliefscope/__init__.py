@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.2.0"
 
+from beliefscope.base.versions import check_versions  # noqa: E402
+
+check_versions()  # a transformers or TransformerLens release outside the tested range fails here, naming the range
+
 # In a source checkout the subpackages are the folders beside this one (the build maps them for
 # the wheel); `benchmarks`, which is never installed, is reached the same way.
 _CHECKOUT = Path(__file__).resolve().parent.parent
