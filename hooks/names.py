@@ -102,8 +102,8 @@ def parse_hooks(spec, n_layers: int, layers="all") -> list[str]:
 
     ``spec`` is a string of comma-separated items, or a list of them. An item is
 
-    - a full TransformerLens name (``blocks.3.hook_resid_post``, ``blocks.0.attn.hook_k``, ``hook_embed``),
-      kept as it is (checked against the model when it is resolved);
+    - a full TransformerLens name (``blocks.3.hook_resid_post``, ``blocks.0.attn.hook_k``, ``hook_embed``,
+      ``ln_final.hook_scale``: any name with a dot), kept as it is (checked against the model when resolved);
     - ``embed``: the embedding hook;
     - a short kind (``resid_post``, ``attn_out``, ``k``... see `SHORT_NAMES`) at ``layers``;
     - ``KIND@LAYERS``: the kind at the layers named, ``N`` (negatives count from the end, ``-1`` the last),
@@ -135,8 +135,8 @@ def parse_hooks(spec, n_layers: int, layers="all") -> list[str]:
         last_kind = None
         if item in EMBED_NAMES:
             names.append("hook_embed")
-        elif item.startswith(("blocks.", "hook_")):
-            names.append(item)
+        elif item.startswith(("blocks.", "hook_")) or ("." in item and "@" not in item):
+            names.append(item)  # a full name (ln_final.hook_scale, unembed.hook_in...): kinds have no dot
         elif "@" in item:
             kind, at = item.split("@", 1)
             hook_name(kind, 0)  # an unknown kind is refused with the closest valid ones

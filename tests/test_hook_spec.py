@@ -32,6 +32,7 @@ N = 4  # layers of the grammar cases
     ("resid_post", 2, ["blocks.2.hook_resid_post"]),
     (["mlp_out@all"], "all", [f"blocks.{i}.hook_mlp_out" for i in range(N)]),
     ("embed,blocks.2.attn.hook_z,hook_embed", "all", ["hook_embed", "blocks.2.attn.hook_z"]),
+    ("ln_final.hook_scale,unembed.hook_in", "all", ["ln_final.hook_scale", "unembed.hook_in"]),
     ("resid_post@1,resid_post@1", "all", ["blocks.1.hook_resid_post"]),
 ])
 def test_the_grammar_against_hand_written_names(spec, layers, want):

@@ -228,8 +228,9 @@ def test_thinking_states_written_state_moves_every_answer(capsys):
 
 def test_a_verdict_says_nothing_of_use_from_too_few_scored_pairs():
     """SmolLM2 on coin stories answers a minimal pair's two stories alike (it ignores the turned-over event), so a
-    pair (opposite final states) is almost never answered right on both stories: 1 scored pair of 53. A verdict must then say that use was not
-    measured, not "not used" from an IIA of one pair (whose interval is undefined)."""
+    pair (opposite final states) is almost never answered right on both stories: 1 scored pair of 53. A verdict
+    must then say that use was not measured, not "not used" from an IIA of one pair (whose interval is
+    undefined)."""
     from beliefscope.analyses.interchange_report import MIN_SCORED_PAIRS, _verdict
 
     def acc(a, lo, hi, n):
