@@ -219,7 +219,9 @@ def _beliefs(run: DemoRun) -> None:
     run.summary["beliefs"] = b
     run.sections.append(section("Belief trajectory of one story", readings.reading_beliefs(b), b["files"],
                                  ["Probe P(heads) at every layer and token; the strip below marks the true state.",
-                                  f"Layer {best} over the tokens, true state as a step, forced answers as squares."],
+                                  f"Layer {best} over the tokens, true state as a step, forced answers as squares.",
+                                  "Logit lens: the class words' probability at every block and token, read through "
+                                  "the model's own final norm and unembedding."],
                                  f"<p>Prompt: <code>{html.escape(b['prompt'])}</code></p>"))
 
 
