@@ -42,9 +42,9 @@ def _acc(reading: dict | None) -> dict | None:
 
 def causal_table(report: dict) -> list[dict]:
     """One row per site of a plain model's report: ``layer``, ``position``, ``probe``, ``baseline`` (the stronger
-    of the majority class and the bag-of-words regression, by name), ``iia_probe``, ``iia_das`` (None where DAS was
-    not trained), ``iia_full``, ``erasure_drop`` (LEACE at that layer's last token, beside a random erasure; None
-    where the layer was not erased), and ``verdict``."""
+    of the majority class and the bag-of-words regression, by name), ``iia_full``, ``iia_probe``, ``iia_massmean``,
+    ``iia_random``, ``iia_das`` (None where DAS was not trained), ``erasure_drop`` (LEACE at that layer's last
+    token, beside a random erasure; None where the layer was not erased), and ``verdict``."""
     erased = report.get("erasure") or {}
     rows = []
     for site in report.get("sites", []):
@@ -53,7 +53,8 @@ def causal_table(report: dict) -> list[dict]:
         rows.append({
             "layer": site["layer"], "position": site["position"], "probe": _acc(site.get("probe")),
             "baseline": {"name": base, **_acc(site[base])}, "iia_full": _acc(site.get("iia_full")),
-            "iia_probe": _acc(site.get("iia_probe")), "iia_das": _acc(site.get("iia_das")),
+            "iia_probe": _acc(site.get("iia_probe")), "iia_massmean": _acc(site.get("iia_massmean")),
+            "iia_random": _acc(site.get("iia_random")), "iia_das": _acc(site.get("iia_das")),
             "erasure_drop": None if drop is None else {"leace": drop["drop_leace"], "random": drop["drop_random"]},
             "verdict": site["verdict"]})
     return rows
@@ -94,6 +95,7 @@ def causal_lines(report: dict) -> list[str]:
         erase = "" if drop is None else (f"; LEACE drop {drop['leace']['drop']:+.2f} vs random "
                                          f"{drop['random']['drop']:+.2f}")
         lines.append(f"  block {r['layer']:>2} {r['position']:<10} probe {_fmt(r['probe'])} vs {r['baseline']['name']} "
-                     f"{_fmt(r['baseline'])}; IIA probe {_fmt(r['iia_probe'])}, DAS {_fmt(r['iia_das'])}{erase}: "
+                     f"{_fmt(r['baseline'])}; IIA whole {_fmt(r['iia_full'])}, probe {_fmt(r['iia_probe'])}, mass-mean "
+                     f"{_fmt(r['iia_massmean'])}, random {_fmt(r['iia_random'])}, DAS {_fmt(r['iia_das'])}{erase}: "
                      f"{r['verdict'].split(' (')[0]}")
     return lines

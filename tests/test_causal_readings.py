@@ -62,7 +62,7 @@ def test_the_instrument_and_the_viewer_carry_the_report(report, tmp_path):
     got = res["models"]["target"]["causal_tests"]
     assert got["rows"] == causal_table(rep) and got["iia_by_layer"] == iia_by_layer(rep)
     lines = table_lines(res)
-    assert sum("IIA probe" in line for line in lines) == len(rep["sites"])
+    assert sum("IIA whole" in line and "mass-mean" in line for line in lines) == len(rep["sites"])
     data = build(ViewConfig(models=("target",), events="3-4", n=1, n_train=20, decode="",
                             interchange=(f"target={report}",), out=str(tmp_path / "v.html")))
     assert data["models"][0]["iia"] == iia_by_layer(rep)
