@@ -23,9 +23,9 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
-from beliefscope.analyses import plots
-from beliefscope.analyses.lens_readable import lens_answers, one_token_classes
-from beliefscope.analyses.common import (
+from . import plots
+from .lens_readable import lens_answers, one_token_classes
+from .common import (
     best_probe_layer,
     check_probe_matches,
     check_probe_states,
@@ -39,13 +39,13 @@ from beliefscope.analyses.common import (
     sibling,
     token_strings,
 )
-from beliefscope.analyses.forced import forced_answers
-from beliefscope.analyses.instrument import story_readout
-from beliefscope.analyses.state_strips import state_colours, strips_figure
-from beliefscope.models.load import load_model
-from beliefscope.models.profile import model_profile, writes_thoughts
-from beliefscope.tasks.parse import parse_prompt
-from beliefscope.tasks.records import DataConfig, load_data
+from .forced import forced_answers
+from .instrument import story_readout
+from .state_strips import state_colours, strips_figure
+from ..models.load import load_model
+from ..models.profile import model_profile, writes_thoughts
+from ..tasks.parse import parse_prompt
+from ..tasks.records import DataConfig, load_data
 
 
 @dataclass

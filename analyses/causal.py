@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from beliefscope.decoding.thinking import run_thinking
-from beliefscope.models.thinking.data import thought_word_id
-from beliefscope.tasks import get_task
-from beliefscope.tasks.variables import VARIABLES
+from ..decoding.thinking import run_thinking
+from ..models.thinking.data import thought_word_id
+from ..tasks import get_task
+from ..tasks.variables import VARIABLES
 
 
 def _replay(ex, done: int, start):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from beliefscope.probes.twin import checkpoint_hash
+from ..probes.twin import checkpoint_hash
 
 BASELINES = ("majority", "bag_of_words")  # the report's baselines of the held-out probe
 

@@ -1,6 +1,10 @@
 """`beliefscope beliefs | forced | instrument | interchange | lens | lens-train | trace | determinism | demo | view`
 (registered by beliefscope/cli.py).
 
+Imports inside the command functions are CLI start-up (said here, as the architecture asks): an area is
+imported to register its commands, and each command loads torch and its models only when it runs, so
+``beliefscope CMD --help`` answers at once.
+
 Each command is a ``beliefscope.base.config_flags.Command``: its config class (whose fields are its flags,
 defaults and help), a ``run(cfg, progress) -> dict`` and the ``lines`` it prints without ``--json``.
 
@@ -20,18 +24,18 @@ import dataclasses
 import os
 import time
 
-from beliefscope.analyses import beliefs, determinism, forced, spec_trace, view
-from beliefscope.analyses.beliefs import BeliefsConfig
-from beliefscope.analyses.demo import DemoConfig
-from beliefscope.analyses.determinism import DeterminismConfig, int_list
-from beliefscope.analyses.forced import ForcedConfig
-from beliefscope.analyses.instrument import InstrumentConfig
-from beliefscope.analyses.lens import LensConfig
-from beliefscope.analyses.lens_train import LensTrainConfig
-from beliefscope.analyses.lens_train import prepare as lens_train_prepare
-from beliefscope.analyses.interchange_report import InterchangeConfig
-from beliefscope.analyses.spec_trace import TraceConfig
-from beliefscope.analyses.view import ViewConfig
+from . import beliefs, determinism, forced, spec_trace, view
+from .beliefs import BeliefsConfig
+from .demo import DemoConfig
+from .determinism import DeterminismConfig, int_list
+from .forced import ForcedConfig
+from .instrument import InstrumentConfig
+from .lens import LensConfig
+from .lens_train import LensTrainConfig
+from .lens_train import prepare as lens_train_prepare
+from .interchange_report import InterchangeConfig
+from .spec_trace import TraceConfig
+from .view import ViewConfig
 from beliefscope.base.config_flags import Command, register_command
 
 _MODEL = ("checkpoint folder or alias (target, smollm2, thinking, smollm2-thinking); the model the probe was fit "
@@ -80,7 +84,7 @@ def _forced_lines(res: dict) -> list[str]:
 
 def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:
     from beliefscope.base.files import check_writable_parent
-    from beliefscope.tasks import get_task, parse_events_range
+    from ..tasks import get_task, parse_events_range
 
     if cfg.data or cfg.acts:
         if cfg.out:
@@ -100,11 +104,11 @@ def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:
 
 
 def _instrument(cfg: InstrumentConfig, progress) -> dict:
-    from beliefscope.analyses.instrument import main, write
-    from beliefscope.analyses.instrument_data import main_data
+    from .instrument import main, write
+    from .instrument_data import main_data
 
     if cfg.acts:
-        from beliefscope.analyses.instrument_store import main_store
+        from .instrument_store import main_store
 
         res = main_store(cfg, progress=progress)
     else:
@@ -115,8 +119,8 @@ def _instrument(cfg: InstrumentConfig, progress) -> dict:
 
 
 def _instrument_total(cfg: InstrumentConfig) -> int:
-    from beliefscope.analyses.instrument import prompts_read
-    from beliefscope.analyses.instrument_data import data_prompts_read
+    from .instrument import prompts_read
+    from .instrument_data import data_prompts_read
 
     if cfg.acts:
         return cfg.n  # records whose forced answers are read (None: the bar counts without a total)
@@ -124,7 +128,7 @@ def _instrument_total(cfg: InstrumentConfig) -> int:
 
 
 def _instrument_lines(res: dict) -> list[str]:
-    from beliefscope.analyses.instrument import table_lines
+    from .instrument import table_lines
 
     return table_lines(res)
 
@@ -149,8 +153,8 @@ def _determinism_lines(res: dict) -> list[str]:
 
 
 def _demo(cfg: DemoConfig, progress) -> dict:
-    from beliefscope.analyses import demo, demo_thinking
-    from beliefscope.models.profile import model_profile
+    from . import demo, demo_thinking
+    from ..models.profile import model_profile
 
     t = time.perf_counter()
     if model_profile(cfg.model).thinking:  # a model that writes its belief down: its own report
@@ -170,7 +174,7 @@ def _demo_lines(res: dict) -> list[str]:
 
 
 def _interchange(cfg, progress):
-    from beliefscope.analyses import interchange_report
+    from . import interchange_report
 
     return interchange_report.main(cfg, progress=progress)
 
@@ -192,7 +196,7 @@ def _interchange_lines(res: dict) -> list[str]:
 
 
 def _lens(cfg, progress):
-    from beliefscope.analyses import lens
+    from . import lens
 
     return lens.main(cfg, progress=progress)
 
@@ -219,13 +223,13 @@ def _lens_lines(res: dict) -> list[str]:
 
 
 def _lens_train(cfg, progress):
-    from beliefscope.analyses import lens_train
+    from . import lens_train
 
     return lens_train.train_main(cfg, progress=progress)
 
 
 def _lens_train_lines(res: dict) -> list[str]:
-    from beliefscope.analyses.lens_train import kl_lines
+    from .lens_train import kl_lines
 
     return kl_lines(res)
 

@@ -86,12 +86,13 @@ def sibling(path: str, suffix: str) -> str:
     return f"{stem}{suffix}{ext or '.png'}"
 
 
-from beliefscope.hooks import capture
-from beliefscope.probes.harvest import checkpoint_hash
-from beliefscope.probes.linear import LinearProbe
-from beliefscope.probes.report import layer_index
+from ..hooks import capture
+from ..probes.harvest import checkpoint_hash
+from ..probes.linear import LinearProbe
+from ..probes.report import layer_index
 
 from beliefscope.base.progress import progress_bar  # noqa: E402,F401  (re-exported for the analyses)
+from ..probes.crossfit import CrossFitted
 
 
 # ----------------------------------------------------------------------------------- probes
@@ -165,7 +166,6 @@ def probe_for_record(probe, folder: str, ex, crossfit=None):
     fitted on it (`probes.crossfit`: records by their text, stories by their events), and by the final probe
     otherwise. A folder without cross-fitted probes (an older `probe --out`) is refused for records, since its
     final probe would score the records it was fitted on; for a task's story it is read as it is (None)."""
-    from beliefscope.probes.crossfit import CrossFitted
 
     crossfit = crossfit or (CrossFitted.load(folder, probe) if folder else None)
     if crossfit is None and "text" not in ex.meta:  # a task's story, and a probe folder of an older beliefscope

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.analyses.interchange import (
+from .interchange import (
     Site,
     check_inputs,
     last_logits_grad,
@@ -29,7 +29,7 @@ from beliefscope.analyses.interchange import (
     prepare,
     source_activations,
 )
-from beliefscope.analyses.patching import Prefilled, resumed_logits_grad
+from .patching import Prefilled, resumed_logits_grad
 
 MAX_PREFILL_BYTES = 2 * 2 ** 30  # the training bases' clean caches DAS keeps; past it, every step runs whole stories
 

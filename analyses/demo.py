@@ -18,26 +18,26 @@ import typing
 from dataclasses import asdict, dataclass, field
 
 import torch
-from beliefscope.analyses import (beliefs, demo_view, determinism, forced, plots, readings, report, spec_trace,
+from . import (beliefs, demo_view, determinism, forced, plots, readings, report, spec_trace,
                                   thinking_view)
-from beliefscope.analyses.common import (
+from .common import (
     check_writable_parent,
     progress_bar,
     save_fig,
     staged_output,
     write_json,
 )
-from beliefscope.analyses.demo_view import eval_section, probe_section, section
-from beliefscope.decoding import ModelDrafter, make_drafter
-from beliefscope.models.evaluate import evaluate
-from beliefscope.models.load import load_model
-from beliefscope.models.profile import model_profile
-from beliefscope.probes.harvest import HarvestConfig, harvest, make_examples, random_init_like
-from beliefscope.probes.linear import LinearProbe
-from beliefscope.probes.report import ReportConfig, probe_report
-from beliefscope.probes.steering import SteerConfig, steer_experiment
-from beliefscope.probes.store import atomic_write_json
-from beliefscope.tasks import get_task
+from .demo_view import eval_section, probe_section, section
+from ..decoding import ModelDrafter, make_drafter
+from ..models.evaluate import evaluate
+from ..models.load import load_model
+from ..models.profile import model_profile
+from ..probes.harvest import HarvestConfig, harvest, make_examples, random_init_like
+from ..probes.linear import LinearProbe
+from ..probes.report import ReportConfig, probe_report
+from ..probes.steering import SteerConfig, steer_experiment
+from ..probes.store import atomic_write_json
+from ..tasks import get_task
 
 SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
     "n_eval": (200, 40, 100), "n_harvest": (300, 60, 120), "n_forced": (40, 8, 20), "n_trace": (20, 6, 4),

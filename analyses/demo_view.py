@@ -8,13 +8,13 @@ from __future__ import annotations
 import html
 import os
 
-from beliefscope.probes.chart import probe_layers_figure
-from beliefscope.analyses import readings, report
-from beliefscope.analyses.common import save_fig
-from beliefscope.analyses.instrument import InstrumentConfig, table_lines
-from beliefscope.analyses.instrument import main as instrument_main
-from beliefscope.analyses.view import ViewConfig
-from beliefscope.analyses.view import main as view_main
+from ..probes.chart import probe_layers_figure
+from . import readings, report
+from .common import save_fig
+from .instrument import InstrumentConfig, table_lines
+from .instrument import main as instrument_main
+from .view import ViewConfig
+from .view import main as view_main
 
 GROUPS = ("instrument", "target", "decoding", "viewer")  # the report's order of sections
 

@@ -26,13 +26,13 @@ import inspect
 from dataclasses import dataclass
 
 import torch
-from beliefscope.analyses import plots_decoding
-from beliefscope.analyses.common import check_writable_parent, save_fig, write_json
-from beliefscope.decoding.sweep import determinism_sweep
-from beliefscope.models.load import load_model
-from beliefscope.models.packed import can_pack
-from beliefscope.models.profile import hf_of, model_profile
-from beliefscope.tasks import get_task
+from . import plots_decoding
+from .common import check_writable_parent, save_fig, write_json
+from ..decoding.sweep import determinism_sweep
+from ..models.load import load_model
+from ..models.packed import can_pack
+from ..models.profile import hf_of, model_profile
+from ..tasks import get_task
 
 # Every path a measured prompt can run on: (name, flagged deterministic, fast-path kernels, --paths values).
 PATHS = (("fast_path", False, "default", ("all", "both", "fast")),

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.analyses.das import split_pairs
-from beliefscope.analyses.interchange import last_logits
-from beliefscope.analyses.subspaces import random_basis
-from beliefscope.hooks import hook_name, stream
-from beliefscope.models.tokenizer import answer_token_ids
-from beliefscope.probes.intervals import margin_interval, scored
+from .das import split_pairs
+from .interchange import last_logits
+from .subspaces import random_basis
+from ..hooks import hook_name, stream
+from ..models.tokenizer import answer_token_ids
+from ..probes.intervals import margin_interval, scored
 
 
 @dataclass(frozen=True)

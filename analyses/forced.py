@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from beliefscope.analyses import plots
-from beliefscope.analyses.common import (
+from . import plots
+from .common import (
     best_probe_layer,
     check_probe_matches,
     check_probe_rendering,
@@ -34,18 +34,18 @@ from beliefscope.analyses.common import (
     save_fig,
     sibling,
 )
-from beliefscope.cache import KVCache
-from beliefscope.decoding.thinking import thinking_readouts
-from beliefscope.hooks import hook_name
-from beliefscope.models.load import load_model
-from beliefscope.models.profile import model_profile, writes_thoughts
-from beliefscope.models.thinking.data import thought_state, thought_word_id
-from beliefscope.models.tokenizer import answer_token_ids
-from beliefscope.probes.crossfit import CrossFitted
-from beliefscope.probes.intervals import group_interval
-from beliefscope.tasks import get_task, parse_events_range
-from beliefscope.tasks.records import DataSource, class_counts
-from beliefscope.tasks.score_checks import require_two_classes
+from ..cache import KVCache
+from ..decoding.thinking import thinking_readouts
+from ..hooks import hook_name
+from ..models.load import load_model
+from ..models.profile import model_profile, writes_thoughts
+from ..models.thinking.data import thought_state, thought_word_id
+from ..models.tokenizer import answer_token_ids
+from ..probes.crossfit import CrossFitted
+from ..probes.intervals import group_interval
+from ..tasks import get_task, parse_events_range
+from ..tasks.records import DataSource, class_counts
+from ..tasks.score_checks import require_two_classes
 
 
 @dataclass

@@ -28,25 +28,25 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.analyses import plots
-from beliefscope.analyses.causal import causal_check
-from beliefscope.analyses.common import model_folders, save_fig
-from beliefscope.analyses.forced import forced_answers
-from beliefscope.analyses.causal_readings import causal_summary, load_report
-from beliefscope.analyses.instrument_table import COLUMNS, table_lines  # noqa: F401 (re-exported)
-from beliefscope.analyses.lens_readable import instrument_lens, tuned_lenses
-from beliefscope.analyses.state_strips import strips_figure
-from beliefscope.hooks import capture
-from beliefscope.models.cards import checkpoint_sha256
-from beliefscope.models.load import check_model_name, load_model
-from beliefscope.models.profile import model_profile, writes_thoughts
-from beliefscope.probes import fit_all_layers
-from beliefscope.probes.report import layer_index
-from beliefscope.probes.controls import control_labels
-from beliefscope.probes.harvest import random_init_like
-from beliefscope.tasks import get_task
-from beliefscope.tasks.records import DataSource
-from beliefscope.tasks.variables import VARIABLES
+from . import plots
+from .causal import causal_check
+from .common import model_folders, save_fig
+from .forced import forced_answers
+from .causal_readings import causal_summary, load_report
+from .instrument_table import COLUMNS, table_lines  # noqa: F401 (re-exported)
+from .lens_readable import instrument_lens, tuned_lenses
+from .state_strips import strips_figure
+from ..hooks import capture
+from ..models.cards import checkpoint_sha256
+from ..models.load import check_model_name, load_model
+from ..models.profile import model_profile, writes_thoughts
+from ..probes import fit_all_layers
+from ..probes.report import layer_index
+from ..probes.controls import control_labels
+from ..probes.harvest import random_init_like
+from ..tasks import get_task
+from ..tasks.records import DataSource
+from ..tasks.variables import VARIABLES
 
 from beliefscope.base.files import atomic_write_json, atomic_write_text
 

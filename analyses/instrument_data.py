@@ -18,13 +18,13 @@ Usage (not run as a doctest: it loads a model)::
 
 from __future__ import annotations
 
-from beliefscope.analyses.instrument import _hooks, agreement, collect, fit_probes, story_readout, verdict
-from beliefscope.models.load import check_model_name, load_model
-from beliefscope.probes.report import layer_index
-from beliefscope.probes.controls import majority_accuracy
-from beliefscope.probes.harvest import random_twin
-from beliefscope.tasks.records import class_counts
-from beliefscope.tasks.score_checks import require_two_classes
+from .instrument import _hooks, agreement, collect, fit_probes, story_readout, verdict
+from ..models.load import check_model_name, load_model
+from ..probes.report import layer_index
+from ..probes.controls import majority_accuracy
+from ..probes.harvest import random_twin
+from ..tasks.records import class_counts
+from ..tasks.score_checks import require_two_classes
 
 
 def split_records(data) -> tuple[list[int], list[int]]:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from beliefscope.analyses.pairs import Pair, counterfactual_state
-from beliefscope.analyses.patching import (  # noqa: F401 (last_logits, last_logits_grad: re-exported)
+from .pairs import Pair, counterfactual_state
+from .patching import (  # noqa: F401 (last_logits, last_logits_grad: re-exported)
     last_logits,
     last_logits_grad,
     patch_hooks,
@@ -45,10 +45,11 @@ from beliefscope.analyses.patching import (  # noqa: F401 (last_logits, last_log
     row_batches,
     source_pass,
 )
-from beliefscope.hooks.names import check_computed, hook_name, resolve_hooks
-from beliefscope.models.profile import writes_thoughts
-from beliefscope.models.tokenizer import answer_token_ids
-from beliefscope.probes.intervals import group_interval, scored
+from ..hooks.names import check_computed, hook_name, resolve_hooks
+from ..models.profile import writes_thoughts
+from ..models.tokenizer import answer_token_ids
+from ..probes.intervals import group_interval, scored
+from .subspaces import site_bases
 
 POSITION_RULES = "last, last_event, event:K (0-based, negative from the end), end:J (J-th token from the end), pos:N"
 
@@ -222,7 +223,6 @@ def interchange(model, tok, pairs: list[Pair], site_list: list[Site], subspace=N
     (DAS's). Scored: pairs whose base and source the model answers right with no intervention (an unchanged wrong
     answer would otherwise count as the counterfactual one), at sites where the counterfactual answer differs from
     the base's. ``progress(n)`` is called with the rows done."""
-    from beliefscope.analyses.subspaces import site_bases
 
     bases, label = site_bases(model, site_list, subspace, probe=probe, seed=seed)
     check_inputs(model, site_list, bases)

@@ -22,16 +22,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.analyses.das import DasConfig, learn_das, split_pairs
-from beliefscope.analyses.erasure import ErasureConfig, erasure
-from beliefscope.analyses.interchange import interchange, prepare, sites, source_activations
-from beliefscope.analyses.interchange_thinking import thinking_interchange
-from beliefscope.analyses.pairs import record_pairs, states_after, task_pairs
-from beliefscope.analyses.subspaces import orthonormal
-from beliefscope.models.profile import writes_thoughts
-from beliefscope.probes.intervals import scored
-from beliefscope.probes.twin import checkpoint_hash
-from beliefscope.tasks.records import DataSource
+from .das import DasConfig, learn_das, split_pairs
+from .erasure import ErasureConfig, erasure
+from .interchange import interchange, prepare, sites, source_activations
+from .interchange_thinking import thinking_interchange
+from .pairs import record_pairs, states_after, task_pairs
+from .subspaces import orthonormal
+from ..models.profile import writes_thoughts
+from ..probes.intervals import scored
+from ..probes.twin import checkpoint_hash
+from ..tasks.records import DataSource
+from ..models.load import load_model
+from ..probes.baselines import text_so_far_baseline
+from ..tasks import get_task
+from .common import write_json
+from .plots_causal import interchange_figure
 
 
 @dataclass
@@ -79,7 +84,6 @@ def build_pairs(cfg: InterchangeConfig) -> list:
         answers = [a.strip() for a in cfg.answers.split(",") if a.strip()] or None
         return record_pairs(cfg.load(), cfg.label, cfg.question, answers, by=cfg.pair_by, seed=cfg.seed,
                             max_pairs=cfg.n)
-    from beliefscope.tasks import get_task
 
     return task_pairs(get_task(cfg.task, rendering=cfg.rendering), cfg.n, cfg.seed, cfg.events)
 
@@ -130,7 +134,6 @@ def _bag_of_words(ptr, pte, j: int, ytr) -> np.ndarray:
     site (`probes.baselines.text_so_far_baseline`), fitted on the training pairs: the text's own answer."""
     from scipy.sparse import csr_matrix
 
-    from beliefscope.probes.baselines import text_so_far_baseline
 
     seqs = [ids[: int(p) + 1] for ids, p in zip(ptr.source_ids + pte.source_ids,
                                                   np.concatenate([ptr.pos_source[:, j], pte.pos_source[:, j]]))]
@@ -176,7 +179,6 @@ def _verdict(r: dict) -> str:
 
 def main(cfg: InterchangeConfig, *, bridge=None, tok=None, progress=None) -> dict:
     """Every test at every site; see the module."""
-    from beliefscope.models.load import load_model
 
     pairs = build_pairs(cfg)  # records are checked before the model loads
     if bridge is None:
@@ -186,7 +188,6 @@ def main(cfg: InterchangeConfig, *, bridge=None, tok=None, progress=None) -> dic
                "source": f"task {cfg.task} ({cfg.rendering}, {cfg.events} events)",
                **thinking_interchange(bridge, tok, pairs, cfg.seed, progress), "files": []}
         if cfg.out:
-            from beliefscope.analyses.common import write_json
 
             os.makedirs(cfg.out, exist_ok=True)
             res["files"] = [os.path.join(cfg.out, "interchange.json")]
@@ -235,8 +236,6 @@ def main(cfg: InterchangeConfig, *, bridge=None, tok=None, progress=None) -> dic
            "scored_on": "held-out pairs (split by base story); IIA over pairs whose counterfactual answer differs from "
                         "the base's own", "sites": rows, "erasure": erased, "files": []}
     if cfg.out:
-        from beliefscope.analyses.common import write_json
-        from beliefscope.analyses.plots_causal import interchange_figure
 
         os.makedirs(cfg.out, exist_ok=True)
         png = os.path.join(cfg.out, "interchange.png")

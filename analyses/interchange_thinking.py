@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from beliefscope.analyses.pairs import counterfactual_state
-from beliefscope.decoding.thinking import run_thinking
-from beliefscope.models.profile import writes_thoughts
-from beliefscope.models.thinking.data import thought_word_id
-from beliefscope.probes.intervals import scored
+from .pairs import counterfactual_state
+from ..decoding.thinking import run_thinking
+from ..models.profile import writes_thoughts
+from ..models.thinking.data import thought_word_id
+from ..probes.intervals import scored
 
 
 @torch.no_grad()

@@ -29,14 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.analyses.common import check_writable_parent, save_fig, token_strings, write_json
-from beliefscope.analyses.forced import data_examples_for_forced, split_story
-from beliefscope.analyses.lens_attention import evidence_attention
-from beliefscope.analyses.lens_plots import attention_figure, example_figure, forming_figure
-from beliefscope.models.load import load_model
-from beliefscope.models.profile import compute_device, model_profile, writes_thoughts
-from beliefscope.probes.intervals import group_interval
-from beliefscope.probes.lens import (
+from .common import check_writable_parent, save_fig, token_strings, write_json
+from .forced import data_examples_for_forced, split_story
+from .lens_attention import evidence_attention
+from .lens_plots import attention_figure, example_figure, forming_figure
+from ..models.load import load_model
+from ..models.profile import compute_device, model_profile, writes_thoughts
+from ..probes.intervals import group_interval
+from ..probes.lens import (
     LensDecoder,
     check_last_layer,
     check_layers,
@@ -44,9 +44,9 @@ from beliefscope.probes.lens import (
     read_residuals,
     residuals,
 )
-from beliefscope.probes.tuned_lens import TunedLens
-from beliefscope.tasks import get_task, parse_events_range
-from beliefscope.tasks.records import DataSource
+from ..probes.tuned_lens import TunedLens
+from ..tasks import get_task, parse_events_range
+from ..tasks.records import DataSource
 
 CLASSES = ("boundary", "story", "question", "answer")  # position classes of the in-place reading
 

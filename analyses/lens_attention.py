@@ -24,11 +24,11 @@ import re
 
 import numpy as np
 import torch
-from beliefscope.analyses.forced import split_story
-from beliefscope.hooks import capture
-from beliefscope.models.profile import model_shapes
-from beliefscope.probes.intervals import group_interval
-from beliefscope.tasks.surface import last_named
+from .forced import split_story
+from ..hooks import capture
+from ..models.profile import model_shapes
+from ..probes.intervals import group_interval
+from ..tasks.surface import last_named
 
 
 def sentence_spans(ex) -> list[tuple[int, int, int]]:

@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from beliefscope.analyses.common import model_folders
-from beliefscope.analyses.forced import forced_answers
-from beliefscope.models.profile import compute_device
-from beliefscope.probes.intervals import group_interval
-from beliefscope.probes.tuned_lens import TunedLens
-from beliefscope.probes.lens import LensDecoder, check_last_layer, class_token_ids, read_residuals, residuals
+from .common import model_folders
+from .forced import forced_answers
+from ..models.profile import compute_device
+from ..probes.intervals import group_interval
+from ..probes.tuned_lens import TunedLens
+from ..probes.lens import LensDecoder, check_last_layer, class_token_ids, read_residuals, residuals
 
 KINDS = ("boundary", "answer")  # the kinds of position read, in story order
 

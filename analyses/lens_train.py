@@ -19,15 +19,15 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from beliefscope.analyses.common import check_writable_parent, save_fig
-from beliefscope.analyses.lens_plots import kl_figure
-from beliefscope.models.load import load_model
-from beliefscope.models.profile import model_profile
-from beliefscope.probes.store import ActivationStore
-from beliefscope.probes.tuned_lens import TunedLensConfig, check_config, train_tuned_lens
-from beliefscope.probes.tuned_lens_store import train_tuned_lens_from_store
-from beliefscope.tasks.corpus import shipped_texts
-from beliefscope.tasks.sources import read_rows
+from .common import check_writable_parent, save_fig
+from .lens_plots import kl_figure
+from ..models.load import load_model
+from ..models.profile import model_profile
+from ..probes.store import ActivationStore
+from ..probes.tuned_lens import TunedLensConfig, check_config, train_tuned_lens
+from ..probes.tuned_lens_store import train_tuned_lens_from_store
+from ..tasks.corpus import shipped_texts
+from ..tasks.sources import read_rows
 
 
 @dataclass

@@ -25,7 +25,8 @@ import importlib
 import random
 from dataclasses import dataclass
 
-from beliefscope.tasks.base import Example
+from ..tasks.base import Example
+from ..tasks.base import parse_events_range
 
 REPLAY_TASKS = ("coinflip", "cups")  # built-in tasks of one state whose replay rule the counterfactual uses
 
@@ -70,7 +71,6 @@ def task_pairs(task, n: int, seed: int = 0, events=(2, 8), event: int = 0) -> li
     (``event``, 0-based, negative from the end; the first by default, so that every later boundary differs).
     The source's answer is the base's other state. Only the coin task draws such pairs (its events are a flip or
     a stay); the others are refused, naming what to pass instead."""
-    from beliefscope.tasks.base import parse_events_range
 
     if getattr(task, "name", "") != "coinflip":
         raise ValueError(f"minimal pairs are drawn for the coin task only (one flip turned into a stay); task "

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from beliefscope.cache import KVCache
-from beliefscope.hooks import hooked, stream
-from beliefscope.models.bare import takes_logits_to_keep
-from beliefscope.models.profile import hf_of
+from ..cache import KVCache
+from ..hooks import hooked, stream
+from ..models.bare import takes_logits_to_keep
+from ..models.profile import hf_of
 
 MAX_SOURCE_BYTES = 4 * 2 ** 30  # source activations kept for one call
 OUTPUT_HOOKS = ("ln_final", "unembed")  # hook names at or after the output layer: these need every position's logits

@@ -18,8 +18,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from beliefscope.cache import Provenance
-from beliefscope.models.thinking.config import THOUGHT
+from ..cache import Provenance
+from ..models.thinking.config import THOUGHT
 
 # Provenance colours (as in the LLM-42 paper's figure): prefill blue, draft yellow, verified green (a draft the
 # verifier accepted: a darker green), rejected red; Thinking States thoughts (its own cache tag) purple. Keyed by

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
-from beliefscope.analyses.common import save_fig  # noqa: E402
+from .common import save_fig  # noqa: E402
 
 SERIES = (("probe", "held-out probe", "tab:blue", "-"), ("majority", "majority class", "tab:gray", ":"),
           ("bag_of_words", "bag-of-words (text so far)", "tab:brown", ":"),

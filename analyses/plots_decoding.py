@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from beliefscope.analyses.plots import PROVENANCE_COLORS, PROVENANCE_NAMES
+from .plots import PROVENANCE_COLORS, PROVENANCE_NAMES
 
 
 def cache_timeline(stages: list[tuple[str, list[str], list[int]]], title="KV cache through decode, verify, rollback",
@@ -141,7 +141,7 @@ def tree_step(tokens: list[str], parents: list[int], codes: list[int], root: str
               ) -> Figure:
     """A drafted token tree: the pending token at the left, each node at x = its depth, edges to its
     parent, every node coloured by the provenance code the cache holds for it (verified = the
-    accepted path, rejected = rolled back and kept in ``cache.rejected``).
+    accepted path, rejected = rolled back and kept in ``cache.recorder.rejected``).
 
     >>> fig = tree_step(["a", "b", "c"], [-1, 0, -1], [2, 3, 3], "x")
     >>> len(fig.axes[0].patches)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import re
 
-from beliefscope.analyses.common import png_data_uri
+from .common import png_data_uri
 
 
 # The docs site's look (MkDocs Material, `palette: primary: indigo, accent: deep orange`, `font: false`):

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from beliefscope.analyses import plots, plots_decoding
-from beliefscope.analyses.common import (
+from . import plots, plots_decoding
+from .common import (
     best_probe_layer,
     check_probe_matches,
     check_probe_rendering,
@@ -37,8 +37,8 @@ from beliefscope.analyses.common import (
     sibling,
     token_strings,
 )
-from beliefscope.cache import Provenance
-from beliefscope.decoding import (
+from ..cache import Provenance
+from ..decoding import (
     EarlyExitDrafter,
     ModelDrafter,
     SpecConfig,
@@ -46,11 +46,11 @@ from beliefscope.decoding import (
     make_drafter,
     speculative_generate,
 )
-from beliefscope.hooks import hook_name
-from beliefscope.models.load import load_model
-from beliefscope.models.profile import model_profile
-from beliefscope.tasks import get_task, parse_events_range
-from beliefscope.tasks.parse import parse_prompt
+from ..hooks import hook_name
+from ..models.load import load_model
+from ..models.profile import model_profile
+from ..tasks import get_task, parse_events_range
+from ..tasks.parse import parse_prompt
 
 
 @dataclass
@@ -121,11 +121,11 @@ def timeline_stages(tok, gen, prompt_ids, step_index: int, context: int = 10):
 
     st = gen.trace.steps[step_index]
     ids = list(prompt_ids) + list(gen.tokens)  # committed tokens
-    final = gen.cache.provenance_of(0).tolist()
+    final = gen.cache.recorder.provenance_of(0).tolist()
     pos, k = st.position, len(st.proposals)
     keep = pos + 1 + st.accepted
     rejected_codes = [int(Provenance.REJECTED)] * (k - st.accepted)
-    for span in gen.cache.rejected:  # the entries the cache kept for study (keep_rejected)
+    for span in gen.cache.recorder.rejected:  # the entries the cache kept for study (keep_rejected)
         if span.start == keep:
             rejected_codes = [int(c) for c in span.provenance[: k - st.accepted].tolist()]
             break
@@ -288,19 +288,19 @@ def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=N
 
 def tree_step_codes(gen, step_index: int) -> list[int]:
     """Provenance code of every node of a tree step, read from the run's cache: the accepted path's
-    positions in ``gen.cache`` (ACCEPTED), the other nodes' entries in the step's ``cache.rejected``
+    positions in ``gen.cache`` (ACCEPTED), the other nodes' entries in the step's ``cache.recorder.rejected``
     span (REJECTED). Needs ``SpecConfig(tree=..., trace=True, keep_rejected=True)``."""
     st = gen.trace.steps[step_index]
     if st.tree_parents is None or st.rejected_order is None:
         raise ValueError("this trace has no tree steps with kept rejections: run with SpecConfig(tree=TreeConfig(), "
                          "trace=True, keep_rejected=True)")
-    final = gen.cache.provenance_of(0).tolist()
+    final = gen.cache.recorder.provenance_of(0).tolist()
     codes = [None] * len(st.proposals)
     kept = len(st.committed) - 1  # accepted nodes that stayed in the cache
     for j, node in enumerate(st.path[:kept]):
         codes[node] = final[st.position + 1 + j]
     rollbacks = [(e[2], e[3], e[4]) for e in st.events if e[0] == "rollback"]
-    span = next((s for s in gen.cache.rejected if (s.start, s.end, s.step) in rollbacks), None)
+    span = next((s for s in gen.cache.recorder.rejected if (s.start, s.end, s.step) in rollbacks), None)
     for k, node in enumerate(st.rejected_order):
         if span is not None:
             codes[node] = int(span.provenance[k])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from beliefscope.analyses.plots import belief_stops
+from .plots import belief_stops
 
 # Okabe & Ito's colour-blind-safe palette, then two greys: distinct for up to 10 states; cells also
 # carry the state's name, so a reader never has to tell two colours apart.

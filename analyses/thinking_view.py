@@ -13,15 +13,15 @@ timeline of one request (chunks appended, thoughts written and dropped).
 from __future__ import annotations
 
 import numpy as np
-from beliefscope.analyses.beliefs import trajectory
-from beliefscope.analyses.common import check_probe_matches, load_probe, save_fig, token_strings
-from beliefscope.analyses.forced import forced_answers
-from beliefscope.analyses.plots import BELIEF_CMAP, PROVENANCE_COLORS, PROVENANCE_NAMES
-from beliefscope.cache import Provenance
-from beliefscope.models.thinking.config import THOUGHT
-from beliefscope.decoding.thinking import run_thinking
-from beliefscope.models.load import load_model
-from beliefscope.tasks.parse import parse_prompt
+from .beliefs import trajectory
+from .common import check_probe_matches, load_probe, save_fig, token_strings
+from .forced import forced_answers
+from .plots import BELIEF_CMAP, PROVENANCE_COLORS, PROVENANCE_NAMES
+from ..cache import Provenance
+from ..models.thinking.config import THOUGHT
+from ..decoding.thinking import run_thinking
+from ..models.load import load_model
+from ..tasks.parse import parse_prompt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 

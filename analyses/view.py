@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.analyses.common import (
+from .common import (
     best_probe_layer,
     check_probe_matches,
     check_probe_rendering,
@@ -37,24 +37,24 @@ from beliefscope.analyses.common import (
     probe_state_names,
     token_strings,
 )
-from beliefscope.analyses.forced import forced_answers
-from beliefscope.analyses.instrument import _hooks as hooks
-from beliefscope.analyses.causal_readings import iia_by_layer, load_report
-from beliefscope.analyses.common import model_folders
-from beliefscope.analyses.lens_readable import lens_answers, lens_hover, one_token_classes
-from beliefscope.analyses.instrument import collect, dev_examples, fit_probes, tasks_for
-from beliefscope.analyses.plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
-from beliefscope.analyses.state_strips import state_colours
-from beliefscope.analyses.view_page import render
-from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
-from beliefscope.hooks import capture
-from beliefscope.models.cards import read_card
-from beliefscope.models.load import check_model_name, load_model
-from beliefscope.models.names import checkpoint_path
-from beliefscope.models.profile import model_profile, writes_thoughts
-from beliefscope.tasks import get_task, parse_events_range
-from beliefscope.tasks.parse import parse_prompt
-from beliefscope.tasks.records import DataSource
+from .forced import forced_answers
+from .instrument import _hooks as hooks
+from .causal_readings import iia_by_layer, load_report
+from .common import model_folders
+from .lens_readable import lens_answers, lens_hover, one_token_classes
+from .instrument import collect, dev_examples, fit_probes, tasks_for
+from .plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
+from .state_strips import state_colours
+from .view_page import render
+from ..decoding import SpecConfig, make_drafter, speculative_generate
+from ..hooks import capture
+from ..models.cards import read_card
+from ..models.load import check_model_name, load_model
+from ..models.names import checkpoint_path
+from ..models.profile import model_profile, writes_thoughts
+from ..tasks import get_task, parse_events_range
+from ..tasks.parse import parse_prompt
+from ..tasks.records import DataSource
 
 from beliefscope.base.files import atomic_write_json, atomic_write_text
 
@@ -192,7 +192,7 @@ def decode_story(model, tok, drafter, ex, gamma: int, max_new_tokens: int) -> di
     gen = speculative_generate(model, drafter, torch.tensor(ids), SpecConfig(
         gamma=gamma, max_new_tokens=max_new_tokens, keep_rejected=True, trace=True), tokenizer=tok)
     seq = ids + list(gen.tokens)
-    prov = gen.cache.provenance_of(0).tolist()
+    prov = gen.cache.recorder.provenance_of(0).tolist()
     steps = [{"index": s.index, "position": s.position, "drafted": token_strings(tok, s.proposals),
               "accepted": s.accepted, "committed": token_strings(tok, s.committed),
               "rejected": token_strings(tok, s.rejected)} for s in gen.trace.steps]

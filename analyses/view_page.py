@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import json
 
-from beliefscope.analyses.view_assets import CSS, JS
+from .view_assets import CSS, JS
 
 # No network at all: no default source, inline style and script only, images only as data: URIs.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"

@@ -7,7 +7,8 @@
 - benchmarks/cli.py: bench
 
 A module registers with ``register(subparsers)``, adding parsers whose ``func(args) -> int``
-runs the command. This module sits at the top of the package, above every area it registers.
+runs the command. This module sits at the top of the package, above every area it registers. Its imports
+inside functions are CLI start-up: an area (and torch) is imported only for the command that needs it.
 ``benchmarks`` exists only in a source checkout (it is not installed), so `bench` is listed only
 there.
 """

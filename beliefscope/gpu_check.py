@@ -38,6 +38,7 @@ from beliefscope.models.devices import HOST, default_device
 from beliefscope.models.hf_load import smollm2_folder
 from beliefscope.models.load import load_model, model_defaults
 from beliefscope.models.names import SMOLLM2_GGUF
+from beliefscope.cli import main as cli_main
 
 
 @dataclass
@@ -59,14 +60,13 @@ STORY = "A coin is heads . Alice flips . Bob stays . State ?"
 
 def _cli(*argv: str) -> dict:
     """Run ``beliefscope ARGV`` in this process; its exit code and, with --json, the object it printed."""
-    from beliefscope.cli import main
 
     buf = io.StringIO()
     debug = os.environ.get("BELIEFSCOPE_DEBUG")
     os.environ["BELIEFSCOPE_DEBUG"] = "1"  # a failing command raises with its traceback: the report says where
     try:
         with contextlib.redirect_stdout(buf):
-            rc = main(list(argv))
+            rc = cli_main(list(argv))
     finally:
         if debug is None:
             os.environ.pop("BELIEFSCOPE_DEBUG")

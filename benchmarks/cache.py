@@ -10,11 +10,11 @@ import statistics
 import time
 
 import torch
-from beliefscope.benchmarks.common import machine_info, median_ci, write_result
-from beliefscope.cache import KVCache
-from beliefscope.cache.config import CacheConfig
-from beliefscope.models import ModelLoadError, load_model
-from beliefscope.models.bridge import growth_check_removed
+from .common import machine_info, median_ci, write_result
+from ..cache import KVCache
+from ..cache.config import CacheConfig
+from ..models import ModelLoadError, load_model
+from ..models.bridge import growth_check_removed
 from transformers import DynamicCache
 
 HEADLINE = "speedup_longest"  # KVCache over DynamicCache, toy target, longest context

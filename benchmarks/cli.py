@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from beliefscope.base.config_flags import Command, register_command
+from beliefscope.base.progress import progress_bar
 
 # order of `all` (cheap first)
 BENCHMARKS = ("forced", "spec", "harvest", "probes", "cache", "determinism", "thinking", "overhead", "interchange")
@@ -50,7 +51,6 @@ def run_one(name: str, quick: bool, no_progress: bool = False, smollm2: str = "s
 
 
 def _progress(name: str, disable: bool = False):
-    from beliefscope.base.progress import progress_bar
 
     bar = progress_bar(f"bench {name}", disable=disable)
     return bar.update  # progress(n): n more units done, as every library function reports it

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from beliefscope.models.load import bridge_from_hf, checkpoint_path, load_model
-from beliefscope.models.tokenizer import toy_tokenizer
-from beliefscope.models.train import TrainConfig
+from ..models.load import bridge_from_hf, checkpoint_path, load_model
+from ..models.tokenizer import toy_tokenizer
+from ..models.train import TrainConfig
 
 from beliefscope.base.files import atomic_write_text
 

@@ -34,13 +34,13 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from beliefscope.analyses.determinism import open_prompts
-from beliefscope.benchmarks.common import header, interleaved, smollm2_available, toy_target, write_result
-from beliefscope.decoding.core import hf_model
-from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
-from beliefscope.models.load import load_model
-from beliefscope.models.packed import can_pack
-from beliefscope.tasks import get_task
+from ..analyses.determinism import open_prompts
+from .common import header, interleaved, smollm2_available, toy_target, write_result
+from ..decoding.core import hf_model
+from ..decoding.scheduler import Request, Scheduler, SchedulerConfig
+from ..models.load import load_model
+from ..models.packed import can_pack
+from ..tasks import get_task
 
 HEADLINE = "ratio_at_10pct"  # `beliefscope bench` sums the run up by this: throughput with 10% deterministic
 #   requests over none

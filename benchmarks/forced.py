@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.analyses.forced import forced_answers, split_story
-from beliefscope.benchmarks.common import (
+from ..analyses.forced import forced_answers, split_story
+from .common import (
     cprofile_top,
     header,
     interleaved,
@@ -26,9 +26,9 @@ from beliefscope.benchmarks.common import (
     toy_target,
     write_result,
 )
-from beliefscope.cache import KVCache
-from beliefscope.models.load import load_model
-from beliefscope.tasks import get_task
+from ..cache import KVCache
+from ..models.load import load_model
+from ..tasks import get_task
 
 HEADLINE = "speedup_512"  # `beliefscope bench` sums the run up by this: forced answers on a forked cache vs
 #   recompute, 512-token stories

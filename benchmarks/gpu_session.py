@@ -39,7 +39,16 @@ import time
 import traceback
 from contextlib import contextmanager
 
-from beliefscope.analyses.common import write_json
+from ..analyses.common import write_json
+from ..decoding import SpecConfig, make_drafter, speculative_generate
+from ..decoding.loop import generate
+from ..gpu_check import GpuCheckConfig, random_smollm2, run
+from ..hooks import capture, hooked, layer_names
+from ..models.devices import model_defaults
+from ..models.load import load_model
+from . import determinism, interchange, overhead
+from .common import interleaved
+from .overhead import plain_hf
 
 PARTS = ("check", "compile", "overhead", "determinism", "profile", "interchange")
 LIMITS_S = {"check": 330, "compile": 70, "overhead": 200, "determinism": 100, "profile": 60,
@@ -67,7 +76,6 @@ def time_limit(seconds: int):
 
 
 def part_check(args, smol: str) -> dict:
-    from beliefscope.gpu_check import GpuCheckConfig, run
 
     sweep = "2x8:0,3" if args.quick else "12x64:0,15,31"
     cfg = GpuCheckConfig(device=args.device, out=os.path.join(args.out, "gpu_check.json"),
@@ -80,8 +88,6 @@ def part_check(args, smol: str) -> dict:
 def part_overhead(args, smol: str, compiled: bool = True) -> dict:
     from dataclasses import replace
 
-    from beliefscope.benchmarks import overhead
-    from beliefscope.models.devices import model_defaults
 
     out = {}
     for dtype in ("bfloat16", "float32"):
@@ -99,8 +105,6 @@ def part_overhead(args, smol: str, compiled: bool = True) -> dict:
 
 
 def part_determinism(args, smol: str) -> dict:
-    from beliefscope.benchmarks import determinism
-    from beliefscope.models.devices import model_defaults
 
     os.environ["BELIEFSCOPE_BENCH_OUT"] = args.out
     # a smaller workload than the CPU table's (40 requests, 3 repeats), to fit a lent GPU's minutes
@@ -114,8 +118,6 @@ def part_determinism(args, smol: str) -> dict:
 
 
 def part_interchange(args, smol: str) -> dict:
-    from beliefscope.benchmarks import interchange
-    from beliefscope.models.devices import model_defaults
 
     os.environ["BELIEFSCOPE_BENCH_OUT"] = args.out
     cfg = interchange.QUICK if args.quick else interchange.InterchangeBenchConfig(
@@ -137,9 +139,6 @@ def part_compile(args, smol: str) -> dict:
     from dataclasses import replace
 
     import torch
-    from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
-    from beliefscope.decoding.loop import generate
-    from beliefscope.models.load import load_model
 
     n_tok = 8 if args.quick else 48
     out = {}
@@ -173,10 +172,6 @@ def part_profile(args, smol: str) -> dict:
     """The capture's cost in pieces, at [8, 512] in bf16 (the quick run: [2, 32]): medians of interleaved
     calls, then torch.profiler's host-side view of one capture and one ``output_hidden_states`` forward."""
     import torch
-    from beliefscope.benchmarks.common import interleaved
-    from beliefscope.benchmarks.overhead import plain_hf
-    from beliefscope.hooks import capture, hooked, layer_names
-    from beliefscope.models.load import load_model
 
     bridge, _ = load_model(smol, device=args.device, dtype="bfloat16")
     hf = plain_hf(bridge)
@@ -237,7 +232,6 @@ def main(argv=None) -> int:
     if bad:
         p.error(f"unknown part(s) {bad}: choose from {', '.join(PARTS)}")
     os.makedirs(args.out, exist_ok=True)
-    from beliefscope.gpu_check import random_smollm2
 
     smol = random_smollm2(os.path.join(tempfile.mkdtemp(prefix="gpu-session-"), "smollm2-random"), args.smollm2_dir)
     summary = {"device": args.device, "parts": {}}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.benchmarks.common import (
+from .common import (
     ROOT,
     cprofile_parts,
     header,
@@ -33,11 +33,11 @@ from beliefscope.benchmarks.common import (
     toy_target,
     write_result,
 )
-from beliefscope.benchmarks.spec import toy_models
-from beliefscope.models.load import checkpoint_path, load_model
-from beliefscope.probes.harvest import harvest, hook_names_for
-from beliefscope.probes.store import ActivationStore
-from beliefscope.tasks import get_task
+from .spec import toy_models
+from ..models.load import checkpoint_path, load_model
+from ..probes.harvest import harvest, hook_names_for
+from ..probes.store import ActivationStore
+from ..tasks import get_task
 
 HEADLINE = "overhead"  # `beliefscope bench` sums the run up by this: harvest time over the bare forwards
 

@@ -14,6 +14,6 @@ import os
 import sys
 
 if __name__ == "__main__":
-    from beliefscope.probes.harvest import main
+    from ..probes.harvest import main
 
     sys.exit(main(json.loads(os.environ["BENCH_HARVEST_ARGV"])))

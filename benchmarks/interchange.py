@@ -31,15 +31,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.analyses import interchange as ic
-from beliefscope.analyses.pairs import task_pairs
-from beliefscope.analyses.patching import padded, row_batches
-from beliefscope.benchmarks.common import cprofile_parts, header, interleaved, smollm2_available, toy_target, \
+from ..analyses import interchange as ic
+from ..analyses.pairs import task_pairs
+from ..analyses.patching import padded, row_batches
+from .common import cprofile_parts, header, interleaved, smollm2_available, toy_target, \
     write_result
-from beliefscope.hooks.names import hf_of
-from beliefscope.models.bare import bare_model
-from beliefscope.probes.intervals import scored
-from beliefscope.tasks import get_task
+from ..hooks.names import hf_of
+from ..models.bare import bare_model
+from ..probes.intervals import scored
+from ..tasks import get_task
+from ..models.load import load_model
 
 HEADLINE = "speedup"  # pyvene's sweep time over ours (median of the interleaved paired repeats)
 EPS32 = float(torch.finfo(torch.float32).eps)
@@ -201,7 +202,6 @@ def _load(cfg: InterchangeBenchConfig):
     if cfg.model == "target":
         bridge, tok, name = toy_target()
         return bridge, tok, name
-    from beliefscope.models.load import load_model
 
     bridge, tok = load_model(cfg.model)
     return bridge, tok, cfg.model

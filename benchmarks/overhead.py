@@ -25,14 +25,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
-from beliefscope.benchmarks.common import header, interleaved, smollm2_available, write_result
-from beliefscope.decoding.config import SpecConfig
-from beliefscope.decoding.loop import generate
-from beliefscope.hooks import capture, layer_names
-from beliefscope.models.bare import bare_model
-from beliefscope.models.bridge import build_bridge
-from beliefscope.models.load import default_device, load_model, resolve_dtype
-from beliefscope.models.profile import decoder_layers
+from .common import header, interleaved, smollm2_available, write_result
+from ..decoding.config import SpecConfig
+from ..decoding.loop import generate
+from ..hooks import capture, layer_names
+from ..models.bare import bare_model
+from ..models.bridge import build_bridge
+from ..models.load import default_device, load_model, resolve_dtype
+from ..models.profile import decoder_layers
 
 HEADLINE = "forward_ratio_tiny"  # bridge forward / bare HF forward, tiny model
 

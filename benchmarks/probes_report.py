@@ -20,9 +20,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from beliefscope.probes.report import ReportConfig, probe_report
-from beliefscope.probes.store import ActivationStore
-from beliefscope.tasks.locations import location_records
+from ..probes.report import ReportConfig, probe_report
+from ..probes.store import ActivationStore
+from ..tasks.locations import location_records
 
 
 @dataclass

@@ -20,28 +20,28 @@ from __future__ import annotations
 import time
 
 import torch
-from beliefscope.benchmarks.common import header, machine_info, result_path, smollm2_available, spread, write_result
-from beliefscope.benchmarks.spec_config import QUICK, SpecBenchConfig
-from beliefscope.benchmarks.spec_methods import (  # noqa: F401 (Method: spec_stats and tests)
+from .common import header, machine_info, result_path, smollm2_available, spread, write_result
+from .spec_config import QUICK, SpecBenchConfig
+from .spec_methods import (  # noqa: F401 (Method: spec_stats and tests)
     DEFAULT_KERNELS,
     Method,
     build_methods,
     run_model,
 )
-from beliefscope.benchmarks.spec_stats import (  # noqa: F401 (table: the CLI reads it here)
+from .spec_stats import (  # noqa: F401 (table: the CLI reads it here)
     summarize,
     table,
     verify_cost_profile,
 )
-from beliefscope.decoding import SpecConfig, TreeConfig, make_drafter, speculative_generate
-from beliefscope.decoding.general_prompts import general_chat_prompts
-from beliefscope.decoding.tune import choose_tree_nodes, efficient_widths, measure_verify_widths
-from beliefscope.models.load import checkpoint_path, default_device, load_hf
-from beliefscope.models.packed import is_packed, packing_available, packing_disabled
-from beliefscope.models.tokenizer import toy_tokenizer
-from beliefscope.models.train import TrainConfig
-from beliefscope.tasks.coinflip import sample_prompts
-from beliefscope.tasks.instruct import chat_prompts
+from ..decoding import SpecConfig, TreeConfig, make_drafter, speculative_generate
+from ..decoding.general_prompts import general_chat_prompts
+from ..decoding.tune import choose_tree_nodes, efficient_widths, measure_verify_widths
+from ..models.load import checkpoint_path, default_device, load_hf
+from ..models.packed import is_packed, packing_available, packing_disabled
+from ..models.tokenizer import toy_tokenizer
+from ..models.train import TrainConfig
+from ..tasks.coinflip import sample_prompts
+from ..tasks.instruct import chat_prompts
 
 HEADLINE = "best_speedup_smollm2"  # `beliefscope bench` sums the run up by this: the best drafter's speed-up on
 #   SmolLM2 (the toy's when SmolLM2 is absent)

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
-from beliefscope.decoding.config import SpecConfig
-from beliefscope.decoding.drafters import make_drafter
-from beliefscope.decoding.loop import generate
-from beliefscope.decoding.speculative import speculative_generate
-from beliefscope.models.packed import packing_disabled
+from ..decoding.config import SpecConfig
+from ..decoding.drafters import make_drafter
+from ..decoding.loop import generate
+from ..decoding.speculative import speculative_generate
+from ..models.packed import packing_disabled
 
 if TYPE_CHECKING:
-    from beliefscope.benchmarks.spec_config import SpecBenchConfig
+    from .spec_config import SpecBenchConfig
 
 
 @dataclass

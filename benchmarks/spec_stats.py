@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from beliefscope.benchmarks.common import leviathan_bound, ratio_spread, spread
-from beliefscope.decoding.config import SpecConfig
-from beliefscope.decoding.loop import generate
-from beliefscope.decoding.tune import time_windows
+from .common import leviathan_bound, ratio_spread, spread
+from ..decoding.config import SpecConfig
+from ..decoding.loop import generate
+from ..decoding.tune import time_windows
 
 if TYPE_CHECKING:
-    from beliefscope.benchmarks.spec_methods import Method
+    from .spec_methods import Method
 
 
 def summarize(methods: list[Method], target, prompts, n_new: int, stop_at_eos: bool = False) -> dict:

@@ -16,18 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from beliefscope.benchmarks.common import header, interleaved, ratio_spread, smollm2_available, spread, write_result
-from beliefscope.decoding import SpecConfig, generate
-from beliefscope.decoding.drafters import make_drafter
-from beliefscope.decoding.speculative import speculative_generate
-from beliefscope.decoding.thinking import run_thinking
-from beliefscope.decoding.thinking_batch import run_thinking_batch
-from beliefscope.models.thinking.drafter import thought_drafter_factory
-from beliefscope.decoding.tune import choose_drafter, choose_prefill_k
-from beliefscope.models import load_model
-from beliefscope.models.evaluate import greedy_completions
-from beliefscope.models.profile import hf_of
-from beliefscope.tasks import get_task
+from .common import header, interleaved, ratio_spread, smollm2_available, spread, write_result
+from ..decoding import SpecConfig, generate
+from ..decoding.drafters import make_drafter
+from ..decoding.speculative import speculative_generate
+from ..decoding.thinking import run_thinking
+from ..decoding.thinking_batch import run_thinking_batch
+from ..models.thinking.drafter import thought_drafter_factory
+from ..decoding.tune import choose_drafter, choose_prefill_k
+from ..models import load_model
+from ..models.evaluate import greedy_completions
+from ..models.profile import hf_of
+from ..tasks import get_task
 
 HEADLINE = "speedup"  # `beliefscope bench` sums the run up by this: Thinking States over chain of thought, wall time
 

@@ -18,7 +18,7 @@ makes ``deepcopy`` and pickle give a compacted, independent cache. That is the c
 is the ``Recorder``'s (recorder.py), attached unless ``CacheConfig(record=False)``:
 ``provenance.py`` labels per position (the cache's own ``Provenance``, and ``Tag``s its owners
 define), the event log, rejected spans, and snapshot.py's snapshots and diffs. The core tells it
-once per forward, rollback, fork or move; its names are read through the cache too (``cache.events``
+once per forward, rollback, fork or move; its names are read through the cache too (``cache.recorder.events``
 is ``cache.recorder.events``). guard.py reads a model's shapes through the guard its loader
 installed (``for_model`` refuses a model without one). testing.py builds a tiny cache for tests and
 doctests.
@@ -31,7 +31,7 @@ Example::
     >>> bridge = tiny_gpt2()
     >>> cache = KVCache.for_model(bridge)
     >>> _ = bridge(torch.tensor([[1, 2, 3]]), past_key_values=cache, return_type="logits_and_cache")
-    >>> with cache.fork() as branch, branch.tagging(Provenance.DRAFT):
+    >>> with cache.fork() as branch, branch.recorder.tagging(Provenance.DRAFT):
     ...     _ = bridge(torch.tensor([[4]]), past_key_values=branch, return_type="logits")
     >>> cache.seq_len
     3

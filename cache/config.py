@@ -32,7 +32,7 @@ class CacheConfig:
     #   devices: each layer's buffers sit where the layer computes); None: every layer on `device`
     record: bool = True  # attach a Recorder (cache.recorder): provenance per position, the event log, snapshots;
     #   False: keep none of it (no bookkeeping per forward beyond the layout)
-    keep_rejected: bool = False  # copy rolled-back entries (keys, values, provenance) into `cache.rejected`
+    keep_rejected: bool = False  # copy rolled-back entries (keys, values, provenance) into `cache.recorder.rejected`
     #   before moving the pointer
     strict_masks: bool = True  # raise if a forward needs a mask (ragged rows, holes) but the caller did not ask
     #   for one via cache.attention_mask(n) / cache.forward_kwargs(n); False: trust the caller

@@ -26,8 +26,7 @@ from .inspect import InspectMixin
 from .layer import KVLayer
 from .layout import Layout
 from .masks import MaskMixin
-from .provenance import Provenance
-from .recorder import READ_THROUGH, Recorder
+from .recorder import Recorder
 from .storage import Storage
 from .validate import ValidateMixin
 
@@ -284,28 +283,3 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    # ------------------------------------------------------------------ the recorder's names, read through
-    @property
-    def next_provenance(self) -> Provenance | None:
-        """One-shot provenance of the next forward's writes (``cache.recorder.next_provenance``)."""
-        return self._recorded("next_provenance").next_provenance
-
-    @next_provenance.setter
-    def next_provenance(self, prov: Provenance | None) -> None:
-        self._recorded("next_provenance").next_provenance = prov
-
-    def __getattr__(self, name: str):
-        """``cache.events``, ``cache.summary()``...: the recorder's names (recorder.READ_THROUGH)."""
-        if name in ("events", "rejected", "next_provenance"):  # (the property's refusal arrives here)
-            return getattr(self._recorded(name), name)
-        if name in READ_THROUGH:  # methods and properties: through a view that keeps this cache alive
-            return getattr(self._recorded(name).held_by(self), name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def _recorded(self, name: str) -> Recorder:
-        rec = self.__dict__.get("recorder")
-        if rec is None:
-            raise AttributeError(f"cache.{name}: this KVCache was built with record=False and keeps no provenance, "
-                                 "events or snapshots; build it with record=True (the default) to read them.")
-        return rec

@@ -23,7 +23,7 @@ class Provenance(IntEnum):
     In a speculative run's target cache every live position after the prompt is either VERIFIED (a
     token the verifier chose: plain decoding's, the prefill's first pick, the token it committed at a
     rejection or after the last accepted draft) or ACCEPTED (a drafted token the verifier accepted);
-    ``cache.rejected`` holds the REJECTED drafts. The padding of a fixed-shape verify forward is none
+    ``cache.recorder.rejected`` holds the REJECTED drafts. The padding of a fixed-shape verify forward is none
     of these: it is rolled back without a label and never kept. DRAFT is what a fast path writes in
     its own cache (a draft model's, Thinking States' drafted chunks) before anything is verified.
     """
@@ -31,7 +31,7 @@ class Provenance(IntEnum):
     PREFILL = 0  # the prompt, written by the prefill forward
     DRAFT = 1  # proposed by a fast path / draft model, not yet verified
     VERIFIED = 2  # a token the reference model chose itself (plain decoding; the verifier's own token)
-    REJECTED = 3  # a draft the verifier rejected, or one cut after EOS (only seen in `cache.rejected`)
+    REJECTED = 3  # a draft the verifier rejected, or one cut after EOS (only seen in `cache.recorder.rejected`)
     ACCEPTED = 4  # a draft the verifier accepted (its K/V are the verify forward's: the reference's values)
 
 
@@ -91,7 +91,7 @@ EVENT_KINDS = ("prefill", "decode", "verify", "rollback", "fork", "overwrite", "
 
 
 class CacheEvent(NamedTuple):
-    """One entry of ``cache.events``: ``kind`` happened to logical positions ``[start, end)`` of ``row``.
+    """One entry of ``cache.recorder.events``: ``kind`` happened to logical positions ``[start, end)`` of ``row``.
 
     Example::
 

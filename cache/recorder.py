@@ -15,8 +15,8 @@ per rollback, fork, move or overwrite (never once per layer), through five calls
 A cache built with ``record=False`` keeps none of this, and a forward does no bookkeeping beyond its
 layout: the choice for harvesting or decoding at the bare model's speed.
 
-Every public name of the recorder is also read through its cache (``cache.events`` is
-``cache.recorder.events``), so ``cache.summary()`` or ``cache.tagging(...)`` need not name it.
+Every public name of the recorder is also read through its cache (``cache.recorder.events`` is
+``cache.recorder.events``), so ``cache.recorder.summary()`` or ``cache.recorder.tagging(...)`` need not name it.
 
 Example::
 
@@ -37,7 +37,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import copy
 import weakref
 from collections import Counter
 
@@ -48,11 +47,6 @@ from .snapshot import CacheDiff, RowDiff, Snapshot, tick
 
 # The event kind of a forward whose writes carry an explicit provenance (other codes: "verify"; a `Tag`: its own).
 KIND_OF = {Provenance.PREFILL: "prefill", Provenance.DRAFT: "decode"}
-
-# The recorder's names that are read through the cache too (``cache.events`` = ``cache.recorder.events``).
-READ_THROUGH = frozenset({"events", "rejected", "tagging", "provenance_of", "provenance", "mark", "snapshot",
-                          "diff", "summary"})
-
 
 class Recorder:
     """Provenance, events, rejected spans and snapshots of one cache (see the module docstring)."""
@@ -73,17 +67,14 @@ class Recorder:
         self._cache = weakref.ref(cache)
         return self
 
-    def held_by(self, cache) -> Recorder:
-        """A view of this recorder (same lists and tags) that keeps ``cache`` alive while it is used, so
-        ``KVCache.for_model(m).summary()`` works on a temporary. The recorder itself holds its cache weakly:
-        a cycle would keep the K/V buffers (GPU memory) alive until the garbage collector ran."""
-        view = copy.copy(self)
-        view._cache = lambda: cache
-        return view
-
     @property
     def cache(self):
-        return self._cache()
+        """The cache recorded (refused, naming the fix, once it has been freed)."""
+        cache = self._cache()
+        if cache is None:
+            raise ReferenceError("the KVCache this recorder records has been freed (the recorder holds it weakly): "
+                                 "keep the cache in a variable while you read cache.recorder")
+        return cache
 
     # ------------------------------------------------------------------ told by the core
     def wrote(self, p: int, n: int, starts: list[int], step: int) -> None:
@@ -173,7 +164,8 @@ class Recorder:
 
             >>> from beliefscope.cache import Provenance
             >>> from beliefscope.cache.testing import tiny_cache
-            >>> with tiny_cache().tagging(Provenance.DRAFT):
+            >>> c = tiny_cache()
+            >>> with c.recorder.tagging(Provenance.DRAFT):
             ...     pass
         """
         self._tags.append(self.known(provenance))
@@ -188,7 +180,8 @@ class Recorder:
         Example::
 
             >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache().provenance_of(0).shape
+            >>> c = tiny_cache()
+            >>> c.recorder.provenance_of(0).shape
             torch.Size([0])
         """
         cache = self.cache
@@ -209,7 +202,8 @@ class Recorder:
 
             >>> from beliefscope.cache import Provenance
             >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache().mark(0, 0, Provenance.VERIFIED)
+            >>> c = tiny_cache()
+            >>> c.recorder.mark(0, 0, Provenance.VERIFIED)
         """
         lay, code = self.cache.layout, int(self.known(prov))
         for r in range(len(lay.lengths)) if row is None else [row]:
@@ -225,7 +219,8 @@ class Recorder:
         Example::
 
             >>> from beliefscope.cache.testing import tiny_cache
-            >>> tiny_cache().snapshot().lengths
+            >>> c = tiny_cache()
+            >>> c.recorder.snapshot().lengths
             (0,)
         """
         cache = self.cache
@@ -238,7 +233,7 @@ class Recorder:
 
             >>> from beliefscope.cache.testing import tiny_cache
             >>> c = tiny_cache()
-            >>> c.diff(c.snapshot()).changed
+            >>> c.recorder.diff(c.recorder.snapshot()).changed
             False
         """
         cache, rows = self.cache, []
@@ -260,7 +255,8 @@ class Recorder:
         Example::
 
             >>> from beliefscope.cache.testing import tiny_cache
-            >>> "row" in tiny_cache().summary()
+            >>> c = tiny_cache()
+            >>> "row" in c.recorder.summary()
             True
         """
         cache = self.cache

@@ -28,7 +28,7 @@ class Snapshot:
 
         >>> from beliefscope.cache.testing import tiny_cache
         >>> c = tiny_cache()
-        >>> c.snapshot().lengths
+        >>> c.recorder.snapshot().lengths
         (0,)
     """
 

@@ -8,9 +8,9 @@
 True
 """
 
-from beliefscope.decoding.config import SpecConfig, TreeConfig
-from beliefscope.decoding.core import Generation
-from beliefscope.decoding.drafters import (
+from .config import SpecConfig, TreeConfig
+from .core import Generation
+from .drafters import (
     Drafter,
     EarlyExitDrafter,
     LowPrecisionDrafter,
@@ -18,13 +18,13 @@ from beliefscope.decoding.drafters import (
     NGramDrafter,
     make_drafter,
 )
-from beliefscope.decoding.loop import generate
-from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
-from beliefscope.decoding.speculative import accept_greedy, accept_sampled, speculative_generate
-from beliefscope.decoding.sweep import determinism_sweep
-from beliefscope.decoding.thinking import ThinkingRun, run_thinking
-from beliefscope.decoding.trace import Step, Trace
-from beliefscope.decoding.tree import TokenTree
+from .loop import generate
+from .scheduler import Request, Scheduler, SchedulerConfig
+from .speculative import accept_greedy, accept_sampled, speculative_generate
+from .sweep import determinism_sweep
+from .thinking import ThinkingRun, run_thinking
+from .trace import Step, Trace
+from .tree import TokenTree
 
 __all__ = [
     "Drafter",

@@ -1,5 +1,9 @@
 """``beliefscope generate``: speculative (or plain) decoding from the command line.
 
+Imports inside the command functions are CLI start-up (said here, as the architecture asks): an area is
+imported to register its commands, and each command loads torch and its models only when it runs, so
+``beliefscope CMD --help`` answers at once.
+
 >>> import argparse
 >>> sub = argparse.ArgumentParser().add_subparsers()
 >>> register(sub)
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 def register(subparsers) -> None:
     from beliefscope.base.config_flags import Command, register_command
-    from beliefscope.decoding.config import GenerateConfig
+    from .config import GenerateConfig
 
     register_command(subparsers, Command(
         name="generate", help="generate with speculative decoding (verify + rollback)", config=GenerateConfig,
@@ -56,7 +60,7 @@ def _verify_widths(text: str, model, ids):
     if text == "fixed":
         return None
     if text == "auto":
-        from beliefscope.decoding.tune import measure_verify_widths
+        from .tune import measure_verify_widths
 
         return measure_verify_widths(model, ids)[0]
     try:
@@ -70,8 +74,8 @@ def _verify_widths(text: str, model, ids):
 
 def _generate_thinking(cfg) -> dict:
     """A Thinking States model: chunk-by-chunk greedy decoding, its thoughts beside the answer."""
-    from beliefscope.decoding.thinking import run_thinking
-    from beliefscope.models import load_model
+    from .thinking import run_thinking
+    from ..models import load_model
 
     if cfg.drafter != "none" or cfg.temperature:
         raise ValueError("a Thinking States model decodes greedily and without a drafter: drop --drafter and "
@@ -87,20 +91,20 @@ def _generate_thinking(cfg) -> dict:
                  "thought": tok.decode(z), "empty": model.carries(z)} for e, z in run.thoughts]
     return {"model": cfg.model, "text": tok.decode(run.tokens, skip_special_tokens=True), "tokens": run.tokens,
             "thoughts": thoughts, "context_length": run.cache.seq_len,
-            "thought_tokens_dropped": sum(s.end - s.start for s in run.thought_cache.rejected),
+            "thought_tokens_dropped": sum(s.end - s.start for s in run.thought_cache.recorder.rejected),
             "prefill": cfg.prefill, "backbone_forwards_prefill": len(run.chunk_steps)}
 
 
 def _prompt_text(cfg, tok) -> str:
     """The prompt as given, or inside the tokenizer's chat template with ``--chat``."""
-    from beliefscope.tasks.questions import chat_text
+    from ..tasks.questions import chat_text
 
     return chat_text(tok, cfg.prompt) if cfg.chat else cfg.prompt
 
 
 def _pack(model) -> None:
-    from beliefscope.decoding.core import hf_model
-    from beliefscope.models.packed import pack_linears, require_packable
+    from .core import hf_model
+    from ..models.packed import pack_linears, require_packable
 
     require_packable(hf_model(model))
     pack_linears(hf_model(model))
@@ -108,18 +112,18 @@ def _pack(model) -> None:
 
 def run_generate(cfg) -> dict:
     """`beliefscope generate` (a `GenerateConfig`): the text and every number of the run."""
-    from beliefscope.models.profile import model_profile
+    from ..models.profile import model_profile
 
     if model_profile(cfg.model).thinking:
         return _generate_thinking(cfg)
-    from beliefscope.decoding.config import SpecConfig
-    from beliefscope.decoding.drafters import make_drafter
-    from beliefscope.decoding.speculative import equals, speculative_generate
-    from beliefscope.models.load import load_model
+    from .config import SpecConfig
+    from .drafters import make_drafter
+    from .speculative import equals, speculative_generate
+    from ..models.load import load_model
 
     gamma = _gamma(cfg.gamma)  # arguments first, then the model
     if cfg.packed:
-        from beliefscope.models.packed import packing_available
+        from ..models.packed import packing_available
 
         if not packing_available():
             raise ValueError("--packed: this torch build has no oneDNN weight packing; drop --packed")
@@ -142,7 +146,7 @@ def run_generate(cfg) -> dict:
 
 def register_datastore(subparsers) -> None:
     from beliefscope.base.config_flags import Command, register_command
-    from beliefscope.decoding.store_build import DatastoreConfig
+    from .store_build import DatastoreConfig
 
     register_command(subparsers, Command(
         name="datastore", help="build the n-gram store of the retrieval drafter (store:PATH) from the model's own "
@@ -155,17 +159,17 @@ def register_datastore(subparsers) -> None:
 
 
 def _datastore(cfg, progress) -> dict:
-    from beliefscope.decoding.store_build import StoreBuildConfig, build_store
-    from beliefscope.models.load import load_model
-    from beliefscope.tasks.base import parse_events_range
-    from beliefscope.tasks.instruct import chat_prompts
+    from .store_build import StoreBuildConfig, build_store
+    from ..models.load import load_model
+    from ..tasks.base import parse_events_range
+    from ..tasks.instruct import chat_prompts
 
     if cfg.n < 1:
         raise ValueError(f"--n {cfg.n}: build the store from at least 1 prompt")
     events = parse_events_range(cfg.events)
     model, tok = load_model(cfg.model)
     if cfg.workload == "stdlib":
-        from beliefscope.decoding.general_prompts import general_chat_prompts
+        from .general_prompts import general_chat_prompts
 
         texts = general_chat_prompts(tok, cfg.n, cfg.seed, split="store")
         meta = {"model": cfg.model, "workload": "stdlib docstrings, store split", "prompts": cfg.n,

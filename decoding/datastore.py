@@ -26,11 +26,11 @@ import os
 from dataclasses import dataclass
 
 import torch
-from beliefscope.decoding.config import TreeConfig
-from beliefscope.decoding.core import vocab_size
-from beliefscope.decoding.drafter import Drafter
-from beliefscope.decoding.lists import ListCounter
-from beliefscope.decoding.tree import TokenTree, layout, one_hot, with_one_hot_q
+from .config import TreeConfig
+from .core import vocab_size
+from .drafter import Drafter
+from .lists import ListCounter
+from .tree import TokenTree, layout, one_hot, with_one_hot_q
 
 from beliefscope.base.files import atomic_write_bytes
 

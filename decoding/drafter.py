@@ -11,8 +11,8 @@ target to verify (implementations: ``decoding.model_drafters``, ``decoding.ngram
 from __future__ import annotations
 
 import torch
-from beliefscope.decoding.config import SpecConfig, TreeConfig
-from beliefscope.decoding.tree import TokenTree
+from .config import SpecConfig, TreeConfig
+from .tree import TokenTree
 
 
 class Drafter:

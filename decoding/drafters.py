@@ -21,17 +21,17 @@ One small interface (``decoding.drafter.Drafter``: ``start`` / ``propose`` / ``p
 from __future__ import annotations
 
 import torch  # noqa: F401 (the examples use it)
-from beliefscope.decoding.config import SpecConfig  # noqa: F401 (the examples use it)
-from beliefscope.decoding.datastore import NGramStore, StoreDrafter
-from beliefscope.decoding.drafter import Drafter
-from beliefscope.decoding.model_drafters import (
+from .config import SpecConfig  # noqa: F401 (the examples use it)
+from .datastore import NGramStore, StoreDrafter
+from .drafter import Drafter
+from .model_drafters import (
     EarlyExitDrafter,
     LowPrecisionDrafter,
     ModelDrafter,
     first_layers,
 )
-from beliefscope.decoding.ngram import NGramDrafter
-from beliefscope.models.load import load_model, resolve_store
+from .ngram import NGramDrafter
+from ..models.load import load_model, resolve_store
 
 __all__ = ["Drafter", "EarlyExitDrafter", "LowPrecisionDrafter", "ModelDrafter", "NGramDrafter", "StoreDrafter",
            "first_layers", "make_drafter"]

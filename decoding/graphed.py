@@ -26,10 +26,10 @@ the CPU, tested); in bfloat16 on a GPU it may not, as with any change of shape.
 from __future__ import annotations
 
 import torch
-from beliefscope.decoding.core import CompiledForwards, hf_logits
-from beliefscope.models.bare import is_wrapper, runnable
-from beliefscope.models.bridge import cache_kwarg
-from beliefscope.models.profile import sliding_windows
+from .core import CompiledForwards, hf_logits
+from ..models.bare import is_wrapper, runnable
+from ..models.bridge import cache_kwarg
+from ..models.profile import sliding_windows
 from torch.utils.hooks import RemovableHandle
 
 ATTENTION = ("sdpa", "eager")  # attention implementations whose 4D mask a recording can build

@@ -36,10 +36,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
-from beliefscope.cache import KVCache
-from beliefscope.cache.guard import shapes_of_guarded
-from beliefscope.decoding.config import SpecConfig, with_overrides
-from beliefscope.decoding.core import (
+from ..cache import KVCache
+from ..cache.guard import shapes_of_guarded
+from .config import SpecConfig, with_overrides
+from .core import (
     Generation,
     check_prompt,
     clip_new,
@@ -50,11 +50,11 @@ from beliefscope.decoding.core import (
     pick,
     token_budget,
 )
-from beliefscope.decoding.drafter import Drafter
-from beliefscope.decoding.engine import run
-from beliefscope.decoding.graphed import GraphedForward
-from beliefscope.decoding.trace import Step, Trace, close_step, record_counts
-from beliefscope.decoding.tree import TokenTree
+from .drafter import Drafter
+from .engine import run
+from .graphed import GraphedForward
+from .trace import Step, Trace, close_step, record_counts
+from .tree import TokenTree
 
 from beliefscope import hooks
 
@@ -164,7 +164,7 @@ class SpeculativeRun:
         return self.length - self.n_prompt >= self.budget or int(self.buf[self.length - 1]) == self.eos
 
     def propose(self) -> Proposal:
-        self.counts, self.n_events = record_counts(self.caps), len(self.cache.events)
+        self.counts, self.n_events = record_counts(self.caps), len(self.cache.recorder.events)
         self.pos = self.length - 1  # absolute position of the pending token
         _set_pass(self.caps, "draft")
         t = time.perf_counter()
@@ -177,7 +177,7 @@ class SpeculativeRun:
         _set_pass(self.caps, "verify")
         self.t_verify = time.perf_counter()
         self.width = self.kind.width(1 + len(prop.tokens))
-        self.cache.next_provenance = self.kind.provenance
+        self.cache.recorder.next_provenance = self.kind.provenance
         # [1 + n, vocab]; row j -> pos + 1 + j
         return self.kind.verify(self.target, self.cache, self.buf[self.pos: self.length], prop, self.width)
 
@@ -204,7 +204,8 @@ class SpeculativeRun:
         if self.trace is not None:
             self.trace.steps.append(Step(res.steps - 1, self.pos, prop.tokens, len(path), new, gamma=prop.gamma,
                                          draft_seconds=t_draft, verify_seconds=t_verify,
-                                         events=[tuple(e) for e in self.cache.events[self.n_events:]], **fields))
+                                         events=[tuple(e) for e in self.cache.recorder.events[self.n_events:]],
+                                         **fields))
             close_step(self.caps, self.counts, res.steps - 1, keep, written_end=self.pos + 1 + len(prop.tokens))
 
     def finish(self) -> Generation:

@@ -18,9 +18,9 @@ import copy
 from contextlib import contextmanager
 
 import torch
-from beliefscope.cache import Provenance
-from beliefscope.decoding.config import SpecConfig, TreeConfig
-from beliefscope.decoding.core import (
+from ..cache import Provenance
+from .config import SpecConfig, TreeConfig
+from .core import (
     forward,
     hf_model,
     new_cache,
@@ -29,9 +29,9 @@ from beliefscope.decoding.core import (
     seeded_generator,
     vocab_size,
 )
-from beliefscope.decoding.drafter import Drafter
-from beliefscope.decoding.tree import TokenTree, layout
-from beliefscope.models.bare import runnable
+from .drafter import Drafter
+from .tree import TokenTree, layout
+from ..models.bare import runnable
 from torch import nn
 
 
@@ -197,17 +197,16 @@ class EarlyExitDrafter(Drafter):
 
     def _forward(self, x):
         self.forwards += 1
-        self.cache.next_provenance = Provenance.DRAFT
+        self.cache.recorder.next_provenance = Provenance.DRAFT
         run = runnable(self.target)  # the module this forward calls: shorten its block list, not another's
         with first_layers(run, self.k):
             return forward(run, x, self.cache, last_only=True)[-1]
 
     def _give_back(self, start: int) -> None:
-        """The target's cache as it was before drafting (layers >= k were never written)."""
-        keep = self.cache.config.keep_rejected
-        self.cache.config.keep_rejected = False
-        self.cache.rollback(start)
-        self.cache.config.keep_rejected = keep
+        """The target's cache as it was before drafting (layers >= k were never written). The drafts are not
+        the verifier's rejections, so none is kept (``rejected_end=start``), whatever the cache's config says:
+        the drafter never touches the target's configuration."""
+        self.cache.rollback(start, rejected_end=start)
 
     def propose(self, ids, n, cfg):
         start = self.cache.seq_len

@@ -11,10 +11,10 @@
 from __future__ import annotations
 
 import torch
-from beliefscope.decoding.config import SpecConfig, TreeConfig  # noqa: F401 (SpecConfig: the examples use it)
-from beliefscope.decoding.core import vocab_size
-from beliefscope.decoding.drafter import Drafter
-from beliefscope.decoding.tree import TokenTree, layout, one_hot, with_one_hot_q
+from .config import SpecConfig, TreeConfig  # noqa: F401 (SpecConfig: the examples use it)
+from .core import vocab_size
+from .drafter import Drafter
+from .tree import TokenTree, layout, one_hot, with_one_hot_q
 
 
 class NGramDrafter(Drafter):

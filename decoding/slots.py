@@ -26,10 +26,10 @@ torch.Size([2, 1, 3, 16])
 from __future__ import annotations
 
 import torch
-from beliefscope.cache.slot_layout import SlotLayout
-from beliefscope.cache.storage import Storage
-from beliefscope.decoding.core import forward, hf_logits, new_cache
-from beliefscope.models.profile import model_shapes
+from ..cache.slot_layout import SlotLayout
+from ..cache.storage import Storage
+from .core import forward, hf_logits, new_cache
+from ..models.profile import model_shapes
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 

@@ -16,9 +16,9 @@ True
 from __future__ import annotations
 
 import torch
-from beliefscope.cache import KVCache, Provenance
-from beliefscope.decoding.config import SpecConfig, with_overrides
-from beliefscope.decoding.core import (
+from ..cache import KVCache, Provenance
+from .config import SpecConfig, with_overrides
+from .core import (
     Generation,
     forward,
     hf_model,
@@ -28,10 +28,10 @@ from beliefscope.decoding.core import (
     seeded_generator,
     settle,
 )
-from beliefscope.decoding.drafter import Drafter
-from beliefscope.decoding.loop import Proposal, generate, speculative_loop
-from beliefscope.decoding.tree_generate import TreeStep
-from beliefscope.models.devices import HOST
+from .drafter import Drafter
+from .loop import Proposal, generate, speculative_loop
+from .tree_generate import TreeStep
+from ..models.devices import HOST
 
 
 def accept_greedy(logits: torch.Tensor, drafts: torch.Tensor) -> tuple[int, int]:
@@ -77,7 +77,7 @@ def accept_sampled(logits: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor, 
 class ChainStep:
     """One branch of up to gamma drafts (adaptive with ``gamma="auto"``), verified under the cache's
     causal mask: ``[pending, drafts..., padding]``, the padding causally invisible. The cache then labels
-    the pending token VERIFIED and the accepted drafts ACCEPTED; rejected drafts go to ``cache.rejected``
+    the pending token VERIFIED and the accepted drafts ACCEPTED; rejected drafts go to ``cache.recorder.rejected``
     (REJECTED, with ``keep_rejected``), the padding nowhere."""
 
     provenance = Provenance.VERIFIED  # what a verify forward writes

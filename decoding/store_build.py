@@ -18,9 +18,9 @@ import os
 from dataclasses import dataclass
 
 import torch
-from beliefscope.decoding.core import hf_model, vocab_size
-from beliefscope.decoding.datastore import NGramStore
-from beliefscope.decoding.lists import ListCounter
+from .core import hf_model, vocab_size
+from .datastore import NGramStore
+from .lists import ListCounter
 
 
 @dataclass

@@ -9,7 +9,7 @@ import random
 from collections import Counter
 
 import torch
-from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
+from .scheduler import Request, Scheduler, SchedulerConfig
 
 
 def sweep_workload(prompts, others_prompts, k: int, order: int, max_new_tokens: int, deterministic: bool,

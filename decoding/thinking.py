@@ -4,7 +4,8 @@ For each chunk of the prompt, the backbone appends the chunk to the context cach
 at the input of block ``l_in`` (``blocks.{l_in}.hook_resid_pre``); when the chunk is
 complete, the Thinking block T reads its ``blocks.{l_out}.hook_resid_post`` states in its own
 `KVCache`, writes the thought tokens there tagged ``THOUGHT`` (`models.thinking.THOUGHT`, a `cache.Tag`),
-and the span is rolled back (dropped, kept in ``thought_cache.rejected`` for study). C turns the thought into S_{i+1}.
+and the span is rolled back (dropped, kept in ``thought_cache.recorder.rejected`` for study). C turns the thought
+into S_{i+1}.
 The backbone's context only ever holds the input and the answer.
 
 >>> from beliefscope.models import load_model
@@ -21,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.cache import KVCache
-from beliefscope.decoding import engine
-from beliefscope.decoding.config import PREFILL_K
-from beliefscope.models.thinking.chunked import ChunkedThinking, ThoughtDecode
-from beliefscope.models.thinking.config import THOUGHT
-from beliefscope.models.thinking.prefill import SpeculativePrefill
-from beliefscope.models.thinking.drafter import ThoughtDrafter
+from ..cache import KVCache
+from . import engine
+from .config import PREFILL_K
+from ..models.thinking.chunked import ChunkedThinking, ThoughtDecode
+from ..models.thinking.config import THOUGHT
+from ..models.thinking.prefill import SpeculativePrefill
+from ..models.thinking.drafter import ThoughtDrafter
 
 
 @dataclass
@@ -76,7 +77,7 @@ def think_cached(model, h: torch.Tensor, tcache: KVCache) -> list[int]:
     the thought span is tagged THOUGHT, then the cache is rolled back to empty."""
     base = tcache.seq_len
     hidden = model.T(inputs_embeds=h[None], past_key_values=tcache).last_hidden_state  # [1, c, d]
-    with tcache.tagging(THOUGHT):
+    with tcache.recorder.tagging(THOUGHT):
         z = engine.run(ThoughtDecode(model, hidden, tcache)).thought
     tcache.rollback(base)
     return z
@@ -89,8 +90,8 @@ def run_thinking(model, prompt_ids, max_new_tokens: int = 8, intervene=None, kee
     """Run a Thinking States model chunk by chunk on KV caches and decode greedily.
 
     ``intervene(j, S) -> S`` may replace the state added to chunk j (the causal check).
-    ``keep_thoughts`` keeps the dropped thought spans in ``thought_cache.rejected`` (and, with
-    speculative prefill, the rolled-back chunks in ``cache.rejected``).
+    ``keep_thoughts`` keeps the dropped thought spans in ``thought_cache.recorder.rejected`` (and, with
+    speculative prefill, the rolled-back chunks in ``cache.recorder.rejected``).
 
     ``prefill="speculative"`` (the paper's speculative prefill) drafts up to ``k`` complete chunks
     in one backbone forward. The paper gives them all the current S, as if every thought before

@@ -32,13 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from beliefscope.cache import KVCache
-from beliefscope.decoding import engine
-from beliefscope.decoding.thinking import _check_room
-from beliefscope.decoding.config import PREFILL_K
-from beliefscope.models.thinking.chunked import ChunkedThinking
-from beliefscope.models.thinking.prefill import SpeculativePrefill, forward_rows, pad_id
-from beliefscope.models.thinking.drafter import ThoughtDrafter
+from ..cache import KVCache
+from . import engine
+from .thinking import _check_room
+from .config import PREFILL_K
+from ..models.thinking.chunked import ChunkedThinking
+from ..models.thinking.prefill import SpeculativePrefill, forward_rows, pad_id
+from ..models.thinking.drafter import ThoughtDrafter
 
 
 @dataclass

@@ -32,7 +32,7 @@ class Step:
     tree_parents: list[int] | None = None  # token trees: parent of every proposal (-1 = the pending token)
     path: list[int] | None = None  # token trees: indices of the accepted proposals, root to leaf
     rejected_order: list[int] | None = None  # token trees: proposal index of each entry of the step's
-    # rejected span in cache.rejected (with keep_rejected), in cache order; the pending token's slot excluded
+    # rejected span in cache.recorder.rejected (with keep_rejected), in cache order; the pending token's slot excluded
 
 
 @dataclass

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from beliefscope.cache.masks import apply_windows, key_positions
-from beliefscope.decoding.config import TreeConfig  # noqa: F401 (re-exported)
-from beliefscope.decoding.core import context_limit, probs, sample, seeded_generator, settle
+from ..cache.masks import apply_windows, key_positions
+from .config import TreeConfig  # noqa: F401 (re-exported)
+from .core import context_limit, probs, sample, seeded_generator, settle
 
 
 @dataclass
@@ -225,7 +225,7 @@ def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: in
     Accepted entries computed at tree slots are moved next to the prefix with ``KVCache.overwrite``
     (their keys already carry the right positions: a node's position is the pending token's plus
     its depth); they are labelled ACCEPTED. With ``keep_rejected`` every other node is moved after them
-    and kept by the rollback with REJECTED provenance, so ``cache.rejected`` holds the whole discarded
+    and kept by the rollback with REJECTED provenance, so ``cache.recorder.rejected`` holds the whole discarded
     tree, and nothing else (the forward's padding is dropped, never kept).
     """
     order = list(path)  # every accepted node, the ones eos or the budget cut included

@@ -7,9 +7,9 @@
 """
 
 import torch  # noqa: F401 (the example uses it)
-from beliefscope.decoding.datastore import store_candidates
-from beliefscope.decoding.model_drafters import model_propose_tree
-from beliefscope.decoding.ngram import lookup_tree
-from beliefscope.decoding.tree import layout, one_hot
+from .datastore import store_candidates
+from .model_drafters import model_propose_tree
+from .ngram import lookup_tree
+from .tree import layout, one_hot
 
 __all__ = ["layout", "lookup_tree", "model_propose_tree", "one_hot", "store_candidates"]

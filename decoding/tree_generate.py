@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from beliefscope.cache import Provenance
-from beliefscope.decoding.config import SpecConfig
-from beliefscope.decoding.core import Generation, hf_logits
-from beliefscope.decoding.loop import Proposal, speculative_loop
-from beliefscope.decoding.tree import (
+from ..cache import Provenance
+from .config import SpecConfig
+from .core import Generation, hf_logits
+from .loop import Proposal, speculative_loop
+from .tree import (
     TokenTree,
     accept_tree_greedy,
     accept_tree_sampled,

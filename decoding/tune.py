@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 
 import torch
-from beliefscope.decoding.config import SpecConfig
-from beliefscope.decoding.core import forward, new_cache
-from beliefscope.decoding.drafters import make_drafter
-from beliefscope.decoding.speculative import speculative_generate
-from beliefscope.decoding.thinking import run_thinking
+from .config import SpecConfig
+from .core import forward, new_cache
+from .drafters import make_drafter
+from .speculative import speculative_generate
+from .thinking import run_thinking
 
 
 @torch.no_grad()

@@ -6,9 +6,9 @@
 1
 """
 
-from beliefscope.models.bare import runnable
-from beliefscope.models.bridge import guard_cache_handoff as guard
-from beliefscope.models.load import (
+from .bare import runnable
+from .bridge import guard_cache_handoff as guard
+from .load import (
     SHIPPED,
     ModelLoadError,
     bridge_from_hf,
@@ -20,9 +20,9 @@ from beliefscope.models.load import (
     resolve_store,
     shipped_names,
 )
-from beliefscope.models.profile import ModelProfile, ModelShapes, hf_of, model_profile, model_shapes, writes_thoughts
-from beliefscope.models.runner import Runner
-from beliefscope.models.tokenizer import toy_tokenizer
+from .profile import ModelProfile, ModelShapes, hf_of, model_profile, model_shapes, writes_thoughts
+from .runner import Runner
+from .tokenizer import toy_tokenizer
 
 __all__ = [
     "ModelLoadError",

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from beliefscope.models.lm_batch import make_batch
-from beliefscope.models.thinking.ckpt import load_composed
+from .lm_batch import make_batch
+from .thinking.ckpt import load_composed
 from torch import nn
 
 ADAPTERS_FILE = "adapters.safetensors"

@@ -52,9 +52,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from beliefscope.hooks.names import hf_of
-from beliefscope.models.errors import ThoughtsSkippedError
-from beliefscope.models.profile import writes_thoughts
+from ..hooks.names import hf_of
+from .errors import ThoughtsSkippedError
+from .profile import writes_thoughts
 
 _STATE = "_beliefscope_bare"  # attribute of the HF model (in its __dict__, not a submodule) holding a _Bare
 _BRIDGE = "_beliefscope_bridge"  # a weak reference from the HF model to its bridge (its TL-only modes)

@@ -42,11 +42,12 @@ import types
 from importlib.metadata import version
 
 import torch
-from beliefscope.cache.guard import GUARD
-from beliefscope.models.bare import KNOWN_HOOKS, link_bridge, runnable
-from beliefscope.models.context import refuse_past_context
-from beliefscope.models.errors import ModelLoadError
-from beliefscope.models.profile import compute_device, embedding_of, hf_of, model_shapes
+from ..cache.guard import GUARD
+from .bare import KNOWN_HOOKS, link_bridge, runnable
+from .context import refuse_past_context
+from .errors import ModelLoadError
+from .profile import compute_device, embedding_of, hf_of, model_shapes
+from .tokenizer import tokenizer_adds_bos
 
 
 class CacheBypassedError(RuntimeError):
@@ -62,7 +63,6 @@ def build_bridge(hf_model, arch: str | None = None, tok=None):
     prepends one). Pass ``prepend_bos=True`` to those methods for TransformerLens's habit."""
     from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
 
-    from beliefscope.models.tokenizer import tokenizer_adds_bos
 
     arch = arch or (hf_model.config.architectures or [type(hf_model).__name__])[0]
     kw = {"tokenizer": tok} if tok is not None else {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from beliefscope.models.names import checkpoint_path
+from .names import checkpoint_path
 
 
 def read_card(path: str) -> dict:

@@ -1,4 +1,9 @@
-"""`beliefscope train` and `beliefscope eval`."""
+"""`beliefscope train` and `beliefscope eval`.
+
+Imports inside the command functions are CLI start-up (said here, as the architecture asks): an area is
+imported to register its commands, and each command loads torch and its models only when it runs, so
+``beliefscope CMD --help`` answers at once.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,8 @@ from dataclasses import dataclass
 
 from beliefscope.base.config_flags import Command, register_command
 from beliefscope.base.files import atomic_write_json, atomic_write_text, check_writable_parent
-from beliefscope.models.evaluate import EvalConfig
-from beliefscope.models.profile import model_profile
+from .evaluate import EvalConfig
+from .profile import model_profile
 
 
 @dataclass
@@ -74,23 +79,23 @@ def register(sub) -> None:
 def _train(cfg: TrainCommandConfig, progress=None) -> dict:
     from beliefscope.base.progress import progress_bar
 
-    from beliefscope.models.train import PRESET_TRAINING, PRESETS, TrainConfig, train
-    from beliefscope.models.train_rope import ROPE_PRESETS
-    from beliefscope.tasks import get_task
+    from .train import PRESET_TRAINING, PRESETS, TrainConfig, train
+    from .train_rope import ROPE_PRESETS
+    from ..tasks import get_task
 
-    from beliefscope.models.thinking.train import PRETRAINED_PRESETS
+    from .thinking.train import PRETRAINED_PRESETS
 
     get_task(cfg.task)  # validate the name before spending time
     if cfg.preset in ROPE_PRESETS:
         return _train_rope(cfg)
     if cfg.preset in PRETRAINED_PRESETS:
-        from beliefscope.models.thinking.cli import train_pretrained_thinking
+        from .thinking.cli import train_pretrained_thinking
 
         return train_pretrained_thinking(cfg, _echo)
     if cfg.preset not in PRESETS:
         raise ValueError(f"preset {cfg.preset!r} is unknown; choose one of "
                          f"{sorted(PRESETS) + list(ROPE_PRESETS) + list(PRETRAINED_PRESETS)}")
-    from beliefscope.models.devices import HOST, default_device
+    from .devices import HOST, default_device
 
     if cfg.device != "auto" and default_device(cfg.device) != HOST:
         raise ValueError(f"--device {cfg.device} is for the RoPE and smollm2 presets; preset {cfg.preset!r} "
@@ -123,7 +128,7 @@ def _train_rope(cfg: TrainCommandConfig) -> dict:
     from beliefscope.base.progress import progress_bar, resume_bar
 
     from beliefscope.base.files import check_writable_parent
-    from beliefscope.models.train_rope import RopeTrainConfig, train_rope
+    from .train_rope import RopeTrainConfig, train_rope
 
     check_writable_parent(cfg.out)
     rcfg = RopeTrainConfig(preset=cfg.preset, task=cfg.task, max_events=cfg.max_events,
@@ -157,7 +162,7 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
     """Refuse bad values before loading anything; fill the model's rendering and its default format."""
     from dataclasses import replace
 
-    from beliefscope.tasks import get_task, parse_events_range
+    from ..tasks import get_task, parse_events_range
 
     get_task(cfg.task)
     parse_events_range(cfg.events)
@@ -176,7 +181,7 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
             raise ValueError(f"--table asks natural-English coin stories; {cfg.model} uses the {rendering!r} "
                              f"rendering and --task is {cfg.task}: drop --table")
         if cfg.into_card:
-            from beliefscope.models.names import checkpoint_path
+            from .names import checkpoint_path
 
             folder = checkpoint_path(cfg.model, must_exist=False)
             if folder is None or not os.path.isfile(os.path.join(folder, "model_card.json")):
@@ -188,7 +193,7 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
         check_writable_parent(cfg.misses)
     n = cfg.n
     if cfg.split == "free":
-        from beliefscope.tasks.coinflip_free import free_examples
+        from ..tasks.coinflip_free import free_examples
 
         n = min(n, len(free_examples()))
         if cfg.format not in (None, "direct") or cfg.task != "coinflip":
@@ -200,14 +205,14 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
 def _eval_total(cfg: EvalConfig) -> int:
     """Prompts the progress bar counts: n per format (a Thinking States model reads each story once)."""
     if cfg.table:
-        from beliefscope.models.evaluate_free import rows_total
+        from .evaluate_free import rows_total
 
         return rows_total(cfg.n)
     return cfg.n * (1 if model_profile(cfg.model).thinking or cfg.format != "both" else 2)
 
 
 def _eval_run(cfg: EvalConfig, progress) -> dict:
-    from beliefscope.models.evaluate import evaluate
+    from .evaluate import evaluate
 
     if cfg.table:
         return _eval_table(cfg, progress)
@@ -223,10 +228,10 @@ def _eval_run(cfg: EvalConfig, progress) -> dict:
 
 def _eval_table(cfg: EvalConfig, progress) -> dict:
     """`--table`: every row of the question table; with `--into-card`, written into the model's card."""
-    from beliefscope.models.cards import read_card
-    from beliefscope.models.evaluate_free import card_with_table, question_table
-    from beliefscope.models.load import load_model
-    from beliefscope.models.names import checkpoint_path
+    from .cards import read_card
+    from .evaluate_free import card_with_table, question_table
+    from .load import load_model
+    from .names import checkpoint_path
 
     model, tok = load_model(cfg.model)
     full: dict = {}
@@ -242,7 +247,7 @@ def _eval_table(cfg: EvalConfig, progress) -> dict:
 
 def _eval_lines(res: dict) -> list[str]:
     if "table" in res:
-        from beliefscope.models.evaluate_free import table_lines
+        from .evaluate_free import table_lines
 
         return [f"{res['model']}: answers and thoughts by how the story asks", *table_lines(res["table"]),
                 *([f"written into {res['card']}"] if res.get("card") else [])]

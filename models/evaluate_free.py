@@ -16,7 +16,7 @@ Usage (not run as a doctest: it needs a trained model)::
 
 from __future__ import annotations
 
-from beliefscope.models.evaluate import evaluate
+from .evaluate import evaluate
 
 # (row name, events band, split, question forms, chat template)
 ROWS = (("template 1-8", "1-8", None, "fixed", False), ("template 9-16", "9-16", None, "fixed", False),

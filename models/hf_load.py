@@ -12,12 +12,12 @@ import contextlib
 import json
 import os
 
-from beliefscope.models.bridge import guard_cache_handoff
-from beliefscope.models.cards import read_card
-from beliefscope.models.devices import default_device, placement, resolve_dtype
-from beliefscope.models.errors import ModelLoadError
-from beliefscope.models.gguf_cache import load_cached, save_cached
-from beliefscope.models.names import (
+from .bridge import guard_cache_handoff
+from .cards import read_card
+from .devices import default_device, placement, resolve_dtype
+from .errors import ModelLoadError
+from .gguf_cache import load_cached, save_cached
+from .names import (
     SMOLLM2,
     SMOLLM2_GGUF,
     checkpoint_path,
@@ -25,7 +25,7 @@ from beliefscope.models.names import (
     shipped_names,
     unknown_model,
 )
-from beliefscope.models.packed import pack_linears, require_packable
+from .packed import pack_linears, require_packable
 
 
 def smollm2_folder() -> str:

@@ -40,7 +40,7 @@ import weakref
 from contextlib import contextmanager
 
 import torch
-from beliefscope.models.packed import pack_linears, require_packable
+from .packed import pack_linears, require_packable
 
 QUERIES = 64  # queries per block: every score and weighted-value product has the shape [QUERIES, TILE]
 TILE = 64  # keys per tile: the fixed reduction size of the softmax sums and of the weighted values

@@ -35,10 +35,10 @@ import os
 from functools import lru_cache
 from typing import Any
 
-from beliefscope.models.adapters import load_adapted
-from beliefscope.models.bridge import build_bridge
-from beliefscope.models.cards import read_card
-from beliefscope.models.devices import (  # noqa: F401 (re-exported: models.load is where callers find them)
+from .adapters import load_adapted
+from .bridge import build_bridge
+from .cards import read_card
+from .devices import (  # noqa: F401 (re-exported: models.load is where callers find them)
     DTYPES,
     HOST,
     default_device,
@@ -46,8 +46,8 @@ from beliefscope.models.devices import (  # noqa: F401 (re-exported: models.load
     placement,
     resolve_dtype,
 )
-from beliefscope.models.errors import ModelLoadError  # noqa: F401 (re-exported)
-from beliefscope.models.hf_load import (  # noqa: F401 (re-exported)
+from .errors import ModelLoadError  # noqa: F401 (re-exported)
+from .hf_load import (  # noqa: F401 (re-exported)
     TOKENIZER_FILES,
     WEIGHT_FILES,
     check_folder,
@@ -55,7 +55,7 @@ from beliefscope.models.hf_load import (  # noqa: F401 (re-exported)
     load_hf,
     smollm2_folder,
 )
-from beliefscope.models.names import (  # noqa: F401 (re-exported)
+from .names import (  # noqa: F401 (re-exported)
     SHIPPED,
     SMOLLM2,
     SMOLLM2_GGUF,
@@ -66,8 +66,8 @@ from beliefscope.models.names import (  # noqa: F401 (re-exported)
     resolve_store,
     shipped_names,
 )
-from beliefscope.models.runner import Runner
-from beliefscope.models.thinking.ckpt import load_thinking
+from .runner import Runner
+from .thinking.ckpt import load_thinking
 
 
 def bridge_from_hf(model, tok=None):

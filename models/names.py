@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 
-from beliefscope.models.errors import ModelLoadError
+from .errors import ModelLoadError
 
 SMOLLM2 = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

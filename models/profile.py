@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from beliefscope.hooks.names import hf_of  # noqa: F401  (re-exported: models.profile.hf_of)
-from beliefscope.models.cards import read_card
-from beliefscope.models.devices import HOST
-from beliefscope.models.names import SMOLLM2, checkpoint_path
+from ..hooks.names import hf_of  # noqa: F401  (re-exported: models.profile.hf_of)
+from .cards import read_card
+from .devices import HOST
+from .names import SMOLLM2, checkpoint_path
 
 
 @dataclass(frozen=True)

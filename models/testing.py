@@ -4,8 +4,8 @@ a model, and the HF ``generate`` comparison the cache is tested with."""
 from __future__ import annotations
 
 import torch
-from beliefscope.cache.kv import KVCache
-from beliefscope.models.bridge import build_bridge, guard_cache_handoff
+from ..cache.kv import KVCache
+from .bridge import build_bridge, guard_cache_handoff
 
 
 def _built(hf_model, arch: str, bridge: bool):

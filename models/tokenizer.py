@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from beliefscope.tasks import toy_vocabulary
+from ..tasks import toy_vocabulary
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
-from beliefscope.models.evaluate import evaluate
-from beliefscope.models.lm_batch import make_batch
-from beliefscope.models.tokenizer import toy_tokenizer
-from beliefscope.tasks import get_task
+from .evaluate import evaluate
+from .lm_batch import make_batch
+from .tokenizer import toy_tokenizer
+from ..tasks import get_task
 from transformers import GPT2Config, GPT2LMHeadModel
 
 PRESETS = {

@@ -25,14 +25,14 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
-from beliefscope.models.devices import HOST, default_device
-from beliefscope.models.evaluate import evaluate_bands
-from beliefscope.models.lm_batch import make_batch as lm_batch
-from beliefscope.models.thinking import ThinkingConfig, ThinkingStates
-from beliefscope.models.thinking.data import make_batch as thinking_batch
-from beliefscope.models.tokenizer import toy_tokenizer
-from beliefscope.models.train_state import load_state, save_state
-from beliefscope.tasks import get_task
+from .devices import HOST, default_device
+from .evaluate import evaluate_bands
+from .lm_batch import make_batch as lm_batch
+from .thinking import ThinkingConfig, ThinkingStates
+from .thinking.data import make_batch as thinking_batch
+from .tokenizer import toy_tokenizer
+from .train_state import load_state, save_state
+from ..tasks import get_task
 
 from beliefscope.base.files import atomic_write_json, check_writable_parent, staged_output
 

@@ -11,7 +11,7 @@ import random
 from dataclasses import asdict, fields
 
 import torch
-from beliefscope.models.devices import HOST
+from .devices import HOST
 
 from beliefscope.base.files import atomic_save
 

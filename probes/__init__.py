@@ -15,19 +15,19 @@ Usage (not run as a doctest: it needs stored activations, probes or a model)::
 See probes/README.md for the controls (and why a per-type control alone says nothing here).
 """
 
-from beliefscope.probes.controls import control_labels, position_mask, prompt_folds
-from beliefscope.probes.harvest import (
+from .controls import control_labels, position_mask, prompt_folds
+from .harvest import (
     EMBED_HOOK,
     HarvestConfig,
     HarvestRunConfig,
     harvest,
     random_init_like,
 )
-from beliefscope.probes.harvest import run as run_harvest
-from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
-from beliefscope.probes.report import ProbeReport, ReportConfig, probe_report
-from beliefscope.probes.steering import SteerConfig, steer_experiment
-from beliefscope.probes.store import LABEL_NAMES, ActivationStore, from_hf_dataset, to_hf_dataset
+from .harvest import run as run_harvest
+from .linear import LinearProbe, ProbeConfig, fit_all_layers
+from .report import ProbeReport, ReportConfig, probe_report
+from .steering import SteerConfig, steer_experiment
+from .store import LABEL_NAMES, ActivationStore, from_hf_dataset, to_hf_dataset
 
 __all__ = [
            "EMBED_HOOK",
@@ -62,7 +62,7 @@ def __getattr__(name: str):
     the scikit-learn interop needs it (probes.linear and probes.controls import it inside the function that
     fits with it, for the same reason)."""
     if name in ("ProbeClassifier", "hook_xy"):
-        from beliefscope.probes import estimator
+        from . import estimator
 
         return getattr(estimator, name)
     raise AttributeError(f"module 'beliefscope.probes' has no attribute {name!r}")

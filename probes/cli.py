@@ -1,5 +1,9 @@
 """`beliefscope harvest`, `beliefscope probe` and `beliefscope steer`.
 
+Imports inside the command functions are CLI start-up (said here, as the architecture asks): an area is
+imported to register its commands, and each command loads torch and its models only when it runs, so
+``beliefscope CMD --help`` answers at once.
+
 Shell::
 
     beliefscope harvest --model target --n 1000 --events 1-16 --out acts/target
@@ -14,10 +18,10 @@ import os
 import sys
 
 from beliefscope.base.config_flags import Command, register_command
-from beliefscope.probes.harvest import BY_HAND, CHOICES, HELPS, HarvestRunConfig, add_hand_flags
-from beliefscope.probes.harvest import run as run_harvest
-from beliefscope.probes.harvest import run_sharded
-from beliefscope.probes.report import ProbeCommandConfig
+from .harvest import BY_HAND, CHOICES, HELPS, HarvestRunConfig, add_hand_flags
+from .harvest import run as run_harvest
+from .harvest import run_sharded
+from .report import ProbeCommandConfig
 
 
 def _tqdm(desc: str, total: int | None = None, disable: bool = False):
@@ -64,10 +68,10 @@ HARVEST = Command(
 
 def _probe_stores(cfg):
     """The store and its random-init twin (or None) that ``cfg`` names; a bad label is refused before any fit."""
-    from beliefscope.probes.store import ActivationStore
+    from .store import ActivationStore
 
     store = ActivationStore.open(cfg.acts)
-    from beliefscope.probes.report import resolve_label
+    from .report import resolve_label
 
     resolve_label(store, cfg.label)
     rpath = cfg.random_init or os.path.join(cfg.acts, "random_init")
@@ -78,14 +82,14 @@ def _probe_stores(cfg):
 def probe_run(cfg, progress) -> dict:
     from dataclasses import fields
 
-    from beliefscope.probes.report import ReportConfig, probe_report
+    from .report import ReportConfig, probe_report
 
     store, twin = _probe_stores(cfg)
     report_cfg = ReportConfig(**{f.name: getattr(cfg, f.name) for f in fields(ReportConfig)})
     data = probe_report(store, report_cfg, twin, out=cfg.out, progress=progress).to_json()
     if cfg.out:
         from beliefscope.base.files import atomic_save, atomic_write_json
-        from beliefscope.probes.chart import probe_layers_figure
+        from .chart import probe_layers_figure
 
         atomic_write_json(os.path.join(cfg.out, "report.json"), data)
         fig, png = probe_layers_figure(data), os.path.join(cfg.out, "probe-layers.png")
@@ -122,10 +126,10 @@ def probe_lines(rep: dict) -> list[str]:
 
 def steer_run(cfg, progress) -> dict:
     """Every alpha of ``cfg`` on the same prompts: one experiment's dict, or ``{"sweep": [...]}``."""
-    from beliefscope.models.load import load_model
-    from beliefscope.probes.harvest import HarvestConfig, make_examples
-    from beliefscope.probes.linear import LinearProbe
-    from beliefscope.probes.steering import SteerConfig, steer_experiment
+    from ..models.load import load_model
+    from .harvest import HarvestConfig, make_examples
+    from .linear import LinearProbe
+    from .steering import SteerConfig, steer_experiment
 
     probe = LinearProbe.load(cfg.probes)
     hc = dict(probe.meta.get("harvest_config", {}))
@@ -170,7 +174,7 @@ def register(subparsers) -> None:
                  "trainer": ["torch", "sklearn"]},
         epilog="beliefscope probe --acts acts/target --label state --positions last --out probes/target-last --json"))
 
-    from beliefscope.probes.steering import SteerCommandConfig
+    from .steering import SteerCommandConfig
 
     register_command(subparsers, Command(
         name="steer", help="add the probe direction and count answer flips", config=SteerCommandConfig,

@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass
 
 from beliefscope.base.files import atomic_write_json
-from beliefscope.probes.linear import LinearProbe
-from beliefscope.tasks.score_checks import example_key, text_key
+from .linear import LinearProbe
+from ..tasks.score_checks import example_key, text_key
 
 FILE = "crossfit.json"  # in a probe folder: {"folds": k, "text_fold": {text key: fold that held it out}}
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.probes.controls import position_mask
-from beliefscope.probes.store import ActivationStore
+from .controls import position_mask
+from .store import ActivationStore
 
 
 @dataclass

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers
+from .linear import LinearProbe, ProbeConfig, fit_all_layers
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
+from .report import main_split_xy
 
 
 class ProbeClassifier(ClassifierMixin, BaseEstimator):
@@ -118,7 +119,6 @@ def hook_xy(store, hook: str, label: str, positions: str = "auto"):
         X, y, groups = hook_xy(store, "blocks.3.hook_resid_post", "state")
         cross_val_score(ProbeClassifier(), X, y, groups=groups, cv=GroupKFold(5))
     """
-    from beliefscope.probes.report import main_split_xy
 
     store.check_hook(hook)
     store.check_label(label)

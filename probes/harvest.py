@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 import torch
-from beliefscope.hooks import hook_names, stream
-from beliefscope.models.devices import current_defaults, model_defaults, rank_device
-from beliefscope.models.load import load_model
-from beliefscope.models.profile import model_profile, model_shapes
-from beliefscope.probes.harvest_data import (
+from ..hooks import hook_names, stream
+from ..models.devices import current_defaults, model_defaults, rank_device
+from ..models.load import load_model
+from ..models.profile import model_profile, model_shapes
+from .harvest_data import (
     check_context,
     data_examples,
     data_notes,
@@ -37,11 +37,11 @@ from beliefscope.probes.harvest_data import (
     store_dtype,
     store_label_names,
 )
-from beliefscope.probes.store import DTYPES, LABEL_NAMES, ActivationStore, plan_shards
-from beliefscope.probes.twin import checkpoint_hash, random_init_like, random_twin  # noqa: F401 (re-exported)
-from beliefscope.tasks import get_task, parse_events_range
-from beliefscope.tasks.records import DataSource
-from beliefscope.tasks.score_checks import example_key, text_key
+from .store import DTYPES, LABEL_NAMES, ActivationStore, plan_shards
+from .twin import checkpoint_hash, random_init_like, random_twin  # noqa: F401 (re-exported)
+from ..tasks import get_task, parse_events_range
+from ..tasks.records import DataSource
+from ..tasks.score_checks import example_key, text_key
 
 from beliefscope.base.config_flags import add_config_flags, config_from_args
 from beliefscope.base.files import check_writable_parent

@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from beliefscope.models.profile import model_shapes
-from beliefscope.probes.store import DTYPES, LABEL_NAMES
-from beliefscope.tasks.base import Example
-from beliefscope.tasks.score_checks import join_same_texts, look_alike_classes
-from beliefscope.tasks.surface import last_named, surface_column
-from beliefscope.tasks.records import Data, Record, Track
+from ..models.profile import model_shapes
+from .store import DTYPES, LABEL_NAMES
+from ..tasks.base import Example
+from ..tasks.score_checks import join_same_texts, look_alike_classes
+from ..tasks.surface import last_named, surface_column
+from ..tasks.records import Data, Record, Track
 
 
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.hooks import capture
-from beliefscope.hooks.names import hf_of
-from beliefscope.models.bare import bare_model
-from beliefscope.models.profile import compute_device
+from ..hooks import capture
+from ..hooks.names import hf_of
+from ..models.bare import bare_model
+from ..models.profile import compute_device
 
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")  # the final norm, by family
 TOLERANCE = 1e-4  # most |lens - model logits| at the last layer before the lens is refused (float32 gives ~1e-6)

@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from beliefscope.probes.data import load_probe_data
-from beliefscope.probes.store import ActivationStore
+from .data import load_probe_data
+from .store import ActivationStore
 from safetensors.torch import load_file, save_file
 
 from beliefscope.base.files import atomic_save, atomic_write_json
+from .twin import checkpoint_hash
 
 
 POLISH_STEPS = 20  # most unit L-BFGS steps after the line search stalls (solve_problems)
@@ -167,7 +168,6 @@ def fit_all_layers(X, y=None, *, hooks: list[str] | None = None, n_classes: int 
         meta = {"label": label, "store_hash": store.hash, "model": store.manifest["model"]["id"],
                 "harvest_config": store.manifest["config"], **(meta or {})}
     if model is not None:
-        from beliefscope.probes.twin import checkpoint_hash
 
         meta = dict(meta or {})
         meta["harvest_config"] = {**(meta.get("harvest_config") or {}), "checkpoint_hash": checkpoint_hash(model)}

@@ -22,19 +22,19 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-from beliefscope.probes.baselines import control_defined
-from beliefscope.probes.controls import control_labels, majority_accuracy, prompt_folds
-from beliefscope.probes.crossfit import save_folds
-from beliefscope.probes.data import _row_selection, load_probe_data
-from beliefscope.probes.harvest import EMBED_HOOK
-from beliefscope.probes.honest import baseline_predictions, describe, layer_reading, verdict
-from beliefscope.probes.intervals import scored
-from beliefscope.probes.linear import LinearProbe, ProbeConfig, fit_all_layers, fit_problems
-from beliefscope.probes.massmean import mass_mean_oof
-from beliefscope.probes.store import ActivationStore
-from beliefscope.probes.transfer import check_transfer_store, transfer_scores
-from beliefscope.tasks import parse_events_range
-from beliefscope.tasks.score_checks import require_two_classes
+from .baselines import control_defined
+from .controls import control_labels, majority_accuracy, prompt_folds
+from .crossfit import save_folds
+from .data import _row_selection, load_probe_data
+from .harvest import EMBED_HOOK
+from .honest import baseline_predictions, describe, layer_reading, verdict
+from .intervals import scored
+from .linear import LinearProbe, ProbeConfig, fit_all_layers, fit_problems
+from .massmean import mass_mean_oof
+from .store import ActivationStore
+from .transfer import check_transfer_store, transfer_scores
+from ..tasks import parse_events_range
+from ..tasks.score_checks import require_two_classes
 
 
 @dataclass

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from beliefscope.hooks import hook_name, hooked
-from beliefscope.hooks.capture import capture
-from beliefscope.models.tokenizer import answer_token_ids
+from ..hooks import hook_name, hooked
+from ..hooks.capture import capture
+from ..models.tokenizer import answer_token_ids
 
 
 @dataclass

@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from beliefscope.probes.data import _row_selection, load_probe_data
-from beliefscope.probes.intervals import below_chance, scored
-from beliefscope.probes.store import ActivationStore
+from .data import _row_selection, load_probe_data
+from .intervals import below_chance, scored
+from .store import ActivationStore
 
 
 def check_transfer_store(store, other, label: str, classes) -> None:

@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 from beliefscope.base.files import atomic_save, atomic_write_json
-from beliefscope.models.profile import compute_device
-from beliefscope.probes.lens import LensDecoder, read_residuals, residuals
-from beliefscope.probes.twin import checkpoint_hash
+from ..models.profile import compute_device
+from .lens import LensDecoder, read_residuals, residuals
+from .twin import checkpoint_hash
 from safetensors.torch import load_file, save_file
 
 

@@ -22,9 +22,9 @@ import time
 
 import numpy as np
 import torch
-from beliefscope.probes.lens import LensDecoder, read_residuals
-from beliefscope.probes.store import ActivationStore
-from beliefscope.probes.tuned_lens import (
+from .lens import LensDecoder, read_residuals
+from .store import ActivationStore
+from .tuned_lens import (
     TunedLens,
     TunedLensConfig,
     _meta,
@@ -32,7 +32,7 @@ from beliefscope.probes.tuned_lens import (
     fit_translators,
     split_heldout,
 )
-from beliefscope.probes.twin import checkpoint_hash
+from .twin import checkpoint_hash
 
 
 def check_store(model, store: ActivationStore, name: str = "") -> list[str]:

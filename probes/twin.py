@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 
 import torch
-from beliefscope.models.devices import HOST
-from beliefscope.models.load import bridge_from_hf
-from beliefscope.models.profile import compute_device, embedding_of, hf_of
+from ..models.devices import HOST
+from ..models.load import bridge_from_hf
+from ..models.profile import compute_device, embedding_of, hf_of
 
 
 def checkpoint_hash(model) -> str:

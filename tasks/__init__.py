@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import difflib
 
-from beliefscope.tasks import coinflip, cups, variables
-from beliefscope.tasks.base import Event, Example, TokenLabels, label_offsets, parse_events_range
-from beliefscope.tasks.coinflip import CoinFlip
-from beliefscope.tasks.cups import Cups
-from beliefscope.tasks.records import DataConfig, example_path, load_data
-from beliefscope.tasks.variables import Variables
+from . import coinflip, cups, variables
+from .base import Event, Example, TokenLabels, label_offsets, parse_events_range
+from .coinflip import CoinFlip
+from .cups import Cups
+from .records import DataConfig, example_path, load_data
+from .variables import Variables
 
 TASKS = {"coinflip": CoinFlip, "cups": Cups, "variables": Variables}
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from beliefscope.tasks.base import Event, Example, parse_events_range
-from beliefscope.tasks.coinflip_people import PAST_SHARE, event_sentence, opening
-from beliefscope.tasks.questions import ask, shift_example
+from .base import Event, Example, parse_events_range
+from .coinflip_people import PAST_SHARE, event_sentence, opening
+from .questions import ask, shift_example
 
 STATES = ("heads", "tails")
 WORDINGS = ("basic", "wide", "wider", "widest", "people")  # natural train-split sentence sets (CoinFlipConfig.wordings)

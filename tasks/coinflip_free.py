@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import os
 
-from beliefscope.tasks.base import Event, Example
-from beliefscope.tasks.coinflip import STATES
+from .base import Event, Example
+from .coinflip import STATES
 
 KEYS = {"id", "initial", "opening", "events", "question", "question_first"}
 

@@ -22,6 +22,7 @@ import json
 import os
 import random
 import re
+from . import get_task
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 RECORD_FILES = ("tracking.jsonl", "locations.jsonl", "cities.jsonl")  # shipped records: their "text" field
@@ -63,7 +64,6 @@ def record_texts() -> list[str]:
 def shipped_texts(rendering: str, n: int, seed: int = 0) -> list[str]:
     """`n` texts for a model of `rendering` ("toy" or "natural"): see the module doc for what they are. Natural
     texts are half prose, half stories and records, shuffled with `seed`."""
-    from beliefscope.tasks import get_task
 
     if rendering not in ("toy", "natural"):
         raise ValueError(f"rendering {rendering!r} is unknown: use 'toy' or 'natural'")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from beliefscope.tasks.base import Event, Example, parse_events_range
+from .base import Event, Example, parse_events_range
 
 CUPS = ("left", "middle", "right")
 TOY_NAMES = ("Alice", "Bob", "Carol", "Dave", "Eve", "Frank", "Grace", "Heidi", "Ivan", "Judy")

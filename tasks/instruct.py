@@ -10,7 +10,7 @@ of the speculative-decoding benchmark and of the n-gram store the retrieval draf
 
 from __future__ import annotations
 
-from beliefscope.tasks.coinflip import sample_prompts
+from .coinflip import sample_prompts
 
 REWRITE_INSTRUCTION = ("Rewrite this story as a numbered list of events. After each event, say whether the coin "
                        "now shows heads or tails.\n\n")

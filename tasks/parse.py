@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 
-from beliefscope.tasks.base import Event, Example
-from beliefscope.tasks.coinflip import NATURAL_FLIPS, NATURAL_INTROS, NATURAL_QUESTIONS, NATURAL_STAYS, STATES
-from beliefscope.tasks.cups import CUPS
-from beliefscope.tasks.variables import parse_program
+from .base import Event, Example
+from .coinflip import NATURAL_FLIPS, NATURAL_INTROS, NATURAL_QUESTIONS, NATURAL_STAYS, STATES
+from .cups import CUPS
+from .variables import parse_program
 
 _NAME = r"(?P<name>[A-Z][a-z]+)"
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from beliefscope.tasks.base import Event, Example
-from beliefscope.tasks.boxes_tracking import boxes_config, boxes_records
-from beliefscope.tasks.score_checks import join_same_texts
-from beliefscope.tasks.sources import describe, read_rows
+from .base import Event, Example
+from .boxes_tracking import boxes_config, boxes_records
+from .score_checks import join_same_texts
+from .sources import describe, read_rows
 
 KINDS = ("text", "events", "spans")  # a label read at the last token; states along the text; token spans
 RESERVED = ("parity", "events_so_far", "is_event_boundary", "token_id", "position", "prompt_id", "n_events",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from beliefscope.tasks.base import Event, Example, parse_events_range
+from .base import Event, Example, parse_events_range
 
 VARIABLES = ("a", "b", "c")  # variable names, in the order the full state lists them
 VALUES = ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9")  # the constants a program assigns

@@ -70,5 +70,5 @@ def test_shallow_copy_refused_and_deepcopy_copies_only_the_filled_part():
     with pytest.raises(TypeError, match="fork"):
         copy.copy(c)
     d = copy.deepcopy(c)
-    assert d.capacity == 5 and c.capacity == 64 and d.events == c.events and d.id != c.id
-    assert torch.equal(d.keys(0), c.keys(0)) and torch.equal(d.provenance_of(0), c.provenance_of(0))
+    assert d.capacity == 5 and c.capacity == 64 and d.recorder.events == c.recorder.events and d.id != c.id
+    assert torch.equal(d.keys(0), c.keys(0)) and torch.equal(d.recorder.provenance_of(0), c.recorder.provenance_of(0))

@@ -36,7 +36,7 @@ def test_prefill_decode_matches_uncached(bridge):
     out = torch.cat([fwd(bridge, toks[:, :7], past_key_values=cache), decode(bridge, cache, toks[:, 7:])], 1)
     assert (out - ref(bridge, toks)).abs().max() <= TOL
     assert cache.seq_len == 20 and cache.capacity >= 20
-    assert [e.kind for e in cache.events[:2]] == ["prefill", "decode"]
+    assert [e.kind for e in cache.recorder.events[:2]] == ["prefill", "decode"]
 
 
 def test_toy_target_decode_rollback_fork_match_uncached():
@@ -86,7 +86,7 @@ def test_rollback_then_redecode_matches_fresh_run(bridge):
     out = decode(bridge, cache, other)
     final = torch.cat([toks[:, :9], other], 1)
     assert (out - ref(bridge, final)[:, 9:]).abs().max() <= TOL
-    assert cache.events[-6] == ("rollback", 0, 9, 14, cache.events[-6].step)
+    assert cache.recorder.events[-6] == ("rollback", 0, 9, 14, cache.recorder.events[-6].step)
 
 
 def test_fork_decodes_independently_parent_bit_identical(bridge):
@@ -121,7 +121,7 @@ def test_fork_at_earlier_position_zero_copy_forced_answers(bridge):
             want = ref(bridge, torch.cat([toks[:, :i], question], 1))[:, i:]
             assert (out - want).abs().max() <= TOL
             assert branch.storage is parent.storage  # never copied the prefix
-            assert not any(e.kind == "relocate" for e in branch.events)
+            assert not any(e.kind == "relocate" for e in branch.recorder.events)
     assert torch.equal(parent.keys(0), before) and parent.capacity == 32 and len(parent.storage.holders) == 1
     # without masks the branch copies its prefix once and stays correct
     branch = parent.fork(at=5)
@@ -200,7 +200,7 @@ def test_write_hook_patch_is_causal_and_unpatched_equals_reference(bridge):
     assert (fwd(bridge, nxt, past_key_values=clean.fork()) - base).abs().max() > 1e-4
     clean.overwrite(0, [3], k0, v0)
     assert torch.equal(fwd(bridge, nxt, past_key_values=clean.fork()), base)
-    assert [e.kind for e in clean.events[-3:]] == ["fork", "overwrite", "fork"]
+    assert [e.kind for e in clean.recorder.events[-3:]] == ["fork", "overwrite", "fork"]
 
 
 def test_overwrite_is_copy_on_write_for_forks(bridge):
@@ -215,33 +215,33 @@ def test_overwrite_is_copy_on_write_for_forks(bridge):
 def test_provenance_snapshot_diff_keep_rejected(bridge):
     cache = KVCache.for_model(bridge, keep_rejected=True)
     fwd(bridge, torch.tensor([[1, 2, 3, 4]]), past_key_values=cache)
-    snap = cache.snapshot()
+    snap = cache.recorder.snapshot()
     assert isinstance(snap, Snapshot) and snap.lengths == (4,)
-    with cache.tagging(Provenance.DRAFT):
+    with cache.recorder.tagging(Provenance.DRAFT):
         fwd(bridge, torch.tensor([[5, 6, 7]]), past_key_values=cache)
-    cache.mark(4, 5, Provenance.VERIFIED)
-    assert cache.provenance.tolist() == [0, 0, 0, 0, 2, 1, 1]
+    cache.recorder.mark(4, 5, Provenance.VERIFIED)
+    assert cache.recorder.provenance.tolist() == [0, 0, 0, 0, 2, 1, 1]
     cache.rollback(5)
-    span = cache.rejected[-1]
+    span = cache.recorder.rejected[-1]
     assert (span.start, span.end) == (5, 7) and span.provenance.tolist() == [1, 1]
     assert span.keys[0].shape == (cache.config.kv_heads, 2, cache.config.d_head)
-    cache.next_provenance = Provenance.VERIFIED
+    cache.recorder.next_provenance = Provenance.VERIFIED
     fwd(bridge, torch.tensor([[8, 9]]), past_key_values=cache)
-    assert cache.events[-1].kind == "verify" and cache.provenance.tolist()[-2:] == [2, 2]
-    d = cache.diff(snap)
+    assert cache.recorder.events[-1].kind == "verify" and cache.recorder.provenance.tolist()[-2:] == [2, 2]
+    d = cache.recorder.diff(snap)
     assert list(d.added) == [4, 5, 6] and list(d.removed) == [] and d.overwritten == ()
-    snap2 = cache.snapshot()
+    snap2 = cache.recorder.snapshot()
     cache.rollback(5)
     fwd(bridge, torch.tensor([[3]]), past_key_values=cache)
-    d2 = cache.diff(snap2)
+    d2 = cache.recorder.diff(snap2)
     assert list(d2.removed) == [6] and d2.overwritten == (5,) and list(d2.added) == []
-    assert "REJECTED" in cache.summary() and "rollback" in cache.summary()
+    assert "REJECTED" in cache.recorder.summary() and "rollback" in cache.recorder.summary()
     # the table's counts sit under their own columns: live positions by provenance, rolled-back spans as REJECTED
-    head, row = cache.summary().splitlines()[1:3]
+    head, row = cache.recorder.summary().splitlines()[1:3]
     table = dict(zip(head.split(), row.split()))
-    live = cache.provenance.tolist()
+    live = cache.recorder.provenance.tolist()
     assert int(table["PREFILL"]) == live.count(0) and int(table["VERIFIED"]) == live.count(2)
-    assert int(table["REJECTED"]) == sum(s.end - s.start for s in cache.rejected) == 4  # two rollbacks of 2
+    assert int(table["REJECTED"]) == sum(s.end - s.start for s in cache.recorder.rejected) == 4  # two rollbacks of 2
     assert "THOUGHT" not in table  # an owner's tag is not the cache's: no column until a write carries one
 
 
@@ -249,25 +249,25 @@ def test_an_owners_tag_labels_writes_logs_its_event_and_gets_a_column(bridge):
     note = Tag(9, "NOTE", event="note")
     cache = KVCache.for_model(bridge, keep_rejected=True)
     fwd(bridge, torch.tensor([[1, 2, 3]]), past_key_values=cache)
-    with cache.tagging(note):
+    with cache.recorder.tagging(note):
         fwd(bridge, torch.tensor([[4, 5]]), past_key_values=cache)
-    cache.next_provenance = note
+    cache.recorder.next_provenance = note
     fwd(bridge, torch.tensor([[6]]), past_key_values=cache)
-    assert cache.provenance.tolist() == [0, 0, 0, 9, 9, 9]
-    assert [e.kind for e in cache.events] == ["prefill", "note", "note"]
-    cache.mark(1, 2, note)
-    head, row = cache.summary().splitlines()[1:3]
+    assert cache.recorder.provenance.tolist() == [0, 0, 0, 9, 9, 9]
+    assert [e.kind for e in cache.recorder.events] == ["prefill", "note", "note"]
+    cache.recorder.mark(1, 2, note)
+    head, row = cache.recorder.summary().splitlines()[1:3]
     table = dict(zip(head.split(), row.split()))
     assert int(table["NOTE"]) == 4 and int(table["PREFILL"]) == 2 and int(table["VERIFIED"]) == 0
     cache.rollback(4)
-    assert cache.rejected[-1].provenance.tolist() == [9, 9]
+    assert cache.recorder.rejected[-1].provenance.tolist() == [9, 9]
     for other in (cache.fork(), copy.deepcopy(cache), pickle.loads(pickle.dumps(cache))):
-        assert other.recorder.owner_tags == {9: note} and "NOTE" in other.summary().splitlines()[1]
+        assert other.recorder.owner_tags == {9: note} and "NOTE" in other.recorder.summary().splitlines()[1]
     assert pickle.loads(pickle.dumps(note)).event == "note"
     with pytest.raises(ValueError, match="reuses code 9"):
-        cache.mark(0, 1, Tag(9, "OTHER", event="other"))
+        cache.recorder.mark(0, 1, Tag(9, "OTHER", event="other"))
     with pytest.raises(ValueError, match="neither a Provenance"):
-        cache.mark(0, 1, 7)
+        cache.recorder.mark(0, 1, 7)
     for bad, match in (((2, "X", "x"), "must be in"), ((10, "", "x"), "needs a name"),
                        ((10, "X", "rollback"), "own event")):
         with pytest.raises(ValueError, match=match):
@@ -329,7 +329,7 @@ def test_lazy_provenance_and_stamps_survive_long_uninspected_runs():
     snap = None
     for i in range(600):
         tag = Provenance.DRAFT if i % 3 else Provenance.VERIFIED
-        with c.tagging(tag):
+        with c.recorder.tagging(tag):
             for l in range(2):
                 c.update(kv(1), kv(1), l)
         want.append(int(tag))
@@ -337,18 +337,18 @@ def test_lazy_provenance_and_stamps_survive_long_uninspected_runs():
             c.rollback(c.seq_len - 2)
             del want[-2:]
             if i == 300:
-                snap = c.snapshot()
-            c.next_provenance = Provenance.VERIFIED
+                snap = c.recorder.snapshot()
+            c.recorder.next_provenance = Provenance.VERIFIED
             for l in range(2):
                 c.update(kv(1), kv(1), l)
             want.append(int(Provenance.VERIFIED))
-    assert c.provenance.tolist() == want
-    d = c.diff(snap)
+    assert c.recorder.provenance.tolist() == want
+    d = c.recorder.diff(snap)
     assert d.overwritten == () and list(d.added) == list(range(snap.lengths[0], c.seq_len))
     c.rollback(snap.lengths[0] - 1)
     for l in range(2):
         c.update(kv(1), kv(1), l)
-    assert c.diff(snap).overwritten == (snap.lengths[0] - 1,)
+    assert c.recorder.diff(snap).overwritten == (snap.lengths[0] - 1,)
 
 
 def test_errors_name_range_and_fix(bridge):
@@ -396,7 +396,7 @@ def test_config_and_hf_protocol():
 
 def test_a_cache_that_records_nothing_computes_the_same_and_refuses_to_report(bridge):
     """record=False drops the recorder (provenance, events, snapshots): a ragged decode with a rollback and
-    a fork still equals uncached forwards, and every recorder name refuses, naming record=True."""
+    a fork still equals uncached forwards; it has no recorder."""
     toks = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(5))
     cache = KVCache.for_model(bridge, capacity=4, record=False)
     assert cache.recorder is None
@@ -406,9 +406,7 @@ def test_a_cache_that_records_nothing_computes_the_same_and_refuses_to_report(br
         again = decode(bridge, branch, toks[:, 7:12])
     assert (out - ref(bridge, toks[:, :9])).abs().max() <= TOL
     assert (again - ref(bridge, toks)[:, 7:12]).abs().max() <= TOL
-    for name in ("events", "rejected", "summary", "snapshot", "provenance", "next_provenance"):
-        with pytest.raises(AttributeError, match="record=True"):
-            getattr(cache, name)
+    assert cache.recorder is None
     with pytest.raises(ValueError, match="record=True"):
         cache.overwrite(0, [0], cache.keys(0)[:, :1], cache.values(0)[:, :1], provenance=Provenance.VERIFIED)
     with pytest.raises(ValueError, match="keep_rejected"):
@@ -417,19 +415,20 @@ def test_a_cache_that_records_nothing_computes_the_same_and_refuses_to_report(br
 
 def test_the_recorder_frees_its_cache_without_the_garbage_collector(bridge):
     """The recorder holds its cache weakly, so a cache's buffers go when its last reference does (a cycle
-    would keep GPU memory until gc ran); a temporary's recorder names still work through the cache."""
+    would keep GPU memory until gc ran). The recorder of a cache already freed refuses, naming the fix."""
     import gc
     import weakref
 
-    assert "row" in KVCache.for_model(bridge).summary()  # a temporary stays alive through the call
+    with pytest.raises(ReferenceError, match="keep the cache in a variable"):
+        KVCache.for_model(bridge).recorder.summary()  # the temporary cache is gone before summary() runs
     gc.disable()
     try:
         cache = KVCache.for_model(bridge)
         fwd(bridge, torch.tensor([[1, 2, 3]]), past_key_values=cache)
-        with cache.tagging(Provenance.DRAFT):
+        with cache.recorder.tagging(Provenance.DRAFT):
             fwd(bridge, torch.tensor([[4]]), past_key_values=cache)
-        assert cache.provenance.tolist() == [int(Provenance.PREFILL)] * 3 + [int(Provenance.DRAFT)]
-        assert cache.recorder.events == cache.events and len(cache.events) == 2
+        assert cache.recorder.provenance.tolist() == [int(Provenance.PREFILL)] * 3 + [int(Provenance.DRAFT)]
+        assert cache.recorder.events == cache.recorder.events and len(cache.recorder.events) == 2
         gone = weakref.ref(cache)
         del cache
         assert gone() is None
@@ -437,16 +436,18 @@ def test_the_recorder_frees_its_cache_without_the_garbage_collector(bridge):
         gc.enable()
 
 
-def test_every_name_read_through_the_cache_is_the_recorders_and_only_the_recorders():
-    """`cache.events`, `cache.summary()`... reach the recorder only because KVCache does not define them: a name
-    both defined would silently shadow the recorder's. Each read-through name gives the recorder's value."""
-    from beliefscope.cache.recorder import READ_THROUGH, Recorder
+def test_the_cache_forwards_no_recorder_name():
+    """What a cache recorded is read from ``cache.recorder`` alone: KVCache defines no ``__getattr__`` and none of
+    the recorder's public names, so ``cache.events`` is an AttributeError, not a second door to the same list."""
+    from beliefscope.cache.recorder import Recorder
 
     own = {n for k in KVCache.__mro__ for n in vars(k)}
-    assert not READ_THROUGH & own, READ_THROUGH & own
-    assert all(hasattr(Recorder, n) or n in ("events", "rejected") for n in READ_THROUGH)
+    public = {n for n in vars(Recorder) if not n.startswith("_")} | {"events", "rejected", "next_provenance"}
+    assert "__getattr__" not in own and not public & own, public & own
     c = tiny_cache()
     for layer in range(2):
         c.update(torch.ones(1, 2, 3, 8), torch.ones(1, 2, 3, 8), layer)
-    assert c.events is c.recorder.events and c.rejected is c.recorder.rejected
-    assert c.summary() == c.recorder.summary() and torch.equal(c.provenance, c.recorder.provenance)
+    assert [e.kind for e in c.recorder.events] == ["prefill"]
+    for name in ("events", "summary", "provenance"):
+        with pytest.raises(AttributeError):
+            getattr(c, name)

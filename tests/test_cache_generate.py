@@ -146,7 +146,7 @@ def test_beam_search_with_a_cache_of_the_wrong_batch_fails_before_any_forward():
                            past_key_values=cache)
     finally:
         handle.remove()
-    assert calls == [] and cache.events == []
+    assert calls == [] and cache.recorder.events == []
 
 
 def test_unsupported_mode_fails_before_any_forward(monkeypatch):

@@ -86,14 +86,14 @@ def test_edge_all_accepted_and_provenance(toy, heldout_prompts):
     out = speculative_generate(target, Scripted(ref[1:]), p, cfg)
     assert out.tokens == ref and out.alpha == 1.0
     assert out.tokens_per_step == [4, 4, 4]  # every draft accepted + the extra token
-    prov = out.cache.provenance_of(0)
+    prov = out.cache.recorder.provenance_of(0)
     assert out.cache.seq_len == len(p) + len(ref) - 1  # everything but the pending token
     assert (prov[: len(p)] == Provenance.PREFILL).all()
     # per step: the verifier's own token (the pending one), then the 3 drafts it accepted
     assert prov[len(p):].tolist() == [int(Provenance.VERIFIED)] + [int(Provenance.ACCEPTED)] * 3 + \
         [int(Provenance.VERIFIED)] + [int(Provenance.ACCEPTED)] * 3 + [int(Provenance.VERIFIED)] + \
         [int(Provenance.ACCEPTED)] * 3
-    assert out.cache.rejected == []  # every draft accepted: the padding-free windows leave nothing rejected
+    assert out.cache.recorder.rejected == []  # every draft accepted: the padding-free windows leave nothing rejected
 
 
 def test_draft_model_cache_after_full_accept(toy, heldout_prompts):
@@ -118,8 +118,9 @@ def test_rejected_entries_kept(toy, heldout_prompts):
     ref = generate(target, p, cfg, window=cfg.window_size).tokens
     out = speculative_generate(target, Scripted(ref[1:], wrong=1), p, cfg)
     assert out.tokens == ref
-    assert out.cache.rejected and all((s.provenance == Provenance.REJECTED).all() for s in out.cache.rejected)
-    first = out.cache.rejected[0]
+    rejected = out.cache.recorder.rejected
+    assert rejected and all((s.provenance == Provenance.REJECTED).all() for s in rejected)
+    first = out.cache.recorder.rejected[0]
     assert first.start == len(p) + 2  # pending + 1 accepted draft kept, the other 2 drafts rejected
     assert first.end == len(p) + 4  # the rejected drafts only
 

@@ -1,5 +1,5 @@
 """Provenance of a speculative run says what happened (issue 60, silent case 1): a drafted token the verifier
-accepted (ACCEPTED), a token the verifier chose (VERIFIED), a rejected draft (REJECTED, in ``cache.rejected``),
+accepted (ACCEPTED), a token the verifier chose (VERIFIED), a rejected draft (REJECTED, in ``cache.recorder.rejected``),
 and never the padding of a fixed-shape verify window, in the cache, the trace or a capture."""
 
 import pytest
@@ -37,11 +37,11 @@ def test_chain_provenance_rejected_and_captures_hold_no_padding(heldout_prompts)
         n_accepted = sum(len(s.committed) - 1 for s in out.trace.steps)
         cache = out.cache
         assert cache.seq_len == len(p) + len(out.tokens) - 1
-        # cache.rejected: the rejected drafts and nothing else, each with the K/V an uncached forward gives it
-        assert sum(s.end - s.start for s in cache.rejected) == n_rejected
-        assert all((s.provenance == Provenance.REJECTED).all() for s in cache.rejected)
-        assert f"{n_rejected:>9}" in cache.summary().splitlines()[2]  # the REJECTED column
-        spans = iter(cache.rejected)
+        # cache.recorder.rejected: the rejected drafts and nothing else, each with the K/V an uncached forward gives it
+        assert sum(s.end - s.start for s in cache.recorder.rejected) == n_rejected
+        assert all((s.provenance == Provenance.REJECTED).all() for s in cache.recorder.rejected)
+        assert f"{n_rejected:>9}" in cache.recorder.summary().splitlines()[2]  # the REJECTED column
+        spans = iter(cache.recorder.rejected)
         for s in (s for s in out.trace.steps if s.rejected):
             span = next(spans)
             prefix = (list(p) + out.tokens)[: s.position + 1 + s.accepted]
@@ -60,8 +60,8 @@ def test_chain_provenance_rejected_and_captures_hold_no_padding(heldout_prompts)
         ref = hf(torch.tensor([list(p) + out.tokens[:-1]]), output_hidden_states=True).hidden_states[1]
         torch.testing.assert_close(stacked, ref, atol=1e-4, rtol=1e-4)
         # the live labels: the verifier's own tokens VERIFIED, the accepted drafts ACCEPTED
-        assert cache.provenance_of(0).tolist() == expected_labels(out, len(p))
-        assert int((cache.provenance_of(0) == Provenance.ACCEPTED).sum()) == n_accepted
+        assert cache.recorder.provenance_of(0).tolist() == expected_labels(out, len(p))
+        assert int((cache.recorder.provenance_of(0) == Provenance.ACCEPTED).sum()) == n_accepted
         checked += n_rejected > 0
     assert checked  # some prompt had rejected drafts
 
@@ -71,8 +71,9 @@ def test_padding_of_fixed_shape_reference_is_never_rejected(heldout_prompts):
     p = heldout_prompts[0]
     cfg = SpecConfig(gamma=4, max_new_tokens=8, stop_at_eos=False, keep_rejected=True, trace=True, capture=(NAME,))
     out = generate(target, p, cfg, window=cfg.window_size)  # every forward: the pending token, then padding
-    assert out.cache.rejected == []
-    assert out.cache.provenance_of(0).tolist() == [0] * len(p) + [int(Provenance.VERIFIED)] * (len(out.tokens) - 1)
+    assert out.cache.recorder.rejected == []
+    want = [0] * len(p) + [int(Provenance.VERIFIED)] * (len(out.tokens) - 1)
+    assert out.cache.recorder.provenance_of(0).tolist() == want
     assert len(out.trace.activations(NAME, status="rolled_back")[0]) == 0
     assert out.trace.captures[0].stacked(NAME).shape[1] == out.cache.seq_len
 
@@ -84,6 +85,7 @@ def test_tree_rejected_spans_hold_nodes_only(toy, heldout_prompts):
     for p in heldout_prompts[:3]:
         out = speculative_generate(target, ModelDrafter(draft), p, cfg)
         assert out.tokens == generate(target, p, cfg).tokens
-        assert sum(s.end - s.start for s in out.cache.rejected) == sum(len(s.rejected) for s in out.trace.steps)
+        kept = sum(s.end - s.start for s in out.cache.recorder.rejected)
+        assert kept == sum(len(s.rejected) for s in out.trace.steps)
         assert all(len(s.rejected_order) == len(s.rejected) for s in out.trace.steps)
-        assert out.cache.provenance_of(0).tolist() == expected_labels(out, len(p))
+        assert out.cache.recorder.provenance_of(0).tolist() == expected_labels(out, len(p))

@@ -105,13 +105,13 @@ def test_side_branch_path_is_relocated(make, keep_rejected):
     for layer in range(model.config.num_hidden_layers):
         assert torch.allclose(out.cache.keys(layer), ref.cache.keys(layer)[:, :n], atol=1e-5)
         assert torch.allclose(out.cache.values(layer), ref.cache.values(layer)[:, :n], atol=1e-5)
-    prov = out.cache.provenance_of(0)
+    prov = out.cache.recorder.provenance_of(0)
     assert (prov[: len(p)] == Provenance.PREFILL).all()
     drafted = {s.position + 1 + j for s in out.trace.steps for j in range(len(s.committed) - 1)}  # accepted nodes
     assert all(int(c) == (Provenance.ACCEPTED if i in drafted else Provenance.VERIFIED)
                for i, c in enumerate(prov.tolist()) if i >= len(p))
     if keep_rejected:
-        step0 = out.cache.rejected[0]
+        step0 = out.cache.recorder.rejected[0]
         assert step0.end - step0.start == 6 - 3  # 6 nodes drafted, 3 accepted: 3 rolled back
         assert (step0.provenance == Provenance.REJECTED).all()
         assert out.trace.steps[0].rejected_order == [0, 1, 3]  # the first branch and the wrong sibling
@@ -120,7 +120,7 @@ def test_side_branch_path_is_relocated(make, keep_rejected):
         k0 = full.past_key_values.layers[0].keys[0, :, -1]  # [kv_heads, d_head]
         assert torch.allclose(step0.keys[0][:, 0], k0, atol=1e-5)
     else:
-        assert out.cache.rejected == []
+        assert out.cache.recorder.rejected == []
 
 
 def test_tree_mask_and_positions():
@@ -145,7 +145,7 @@ def test_bad_input_refused_before_forward():
     model(torch.tensor([[1, 2, 3, 4, 5]]), past_key_values=cache)
     with pytest.raises(ValueError, match=r"free room of 3 positions \(capacity 8"):
         tree_forward_kwargs(cache, TokenTree.chain([1, 2, 3, 4]), 5, model)
-    assert cache.seq_len == 5 and len(cache.events) == 1  # nothing was written
+    assert cache.seq_len == 5 and len(cache.recorder.events) == 1  # nothing was written
     # a tree deeper than the model's context (n_positions=256): refused, naming the limit
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -256,7 +256,8 @@ def expected_labels(out, n_prompt: int) -> list[int]:
        keep_rejected=st.booleans(), window=st.integers(1, 6), eos_at=st.one_of(st.none(), st.integers(0, 19)))
 def test_provenance_counts_equal_trace(family, scale, x, cfg, spec, keep_rejected, window, eos_at):
     """A speculative run's cache says what its trace says: ACCEPTED = the accepted drafts, VERIFIED = the
-    verifier's own tokens, ``cache.rejected`` = the rejected drafts (K/V of an uncached HF forward), the trace's
+    verifier's own tokens, ``cache.recorder.rejected`` = the rejected drafts (K/V of an uncached HF forward), the
+    trace's
     rolled-back activations = the rejected drafts; the padding of a verify window is recorded nowhere. The plain
     fixed-shape reference has no draft: all VERIFIED, nothing rejected. (Token trees refuse a capture: their
     activations are not checked.) With ``eos_at``, a token of HF's greedy output is the EOS: decoding stops there,
@@ -281,7 +282,7 @@ def test_provenance_counts_equal_trace(family, scale, x, cfg, spec, keep_rejecte
     assert (out.accepted, out.drafted) == (n_accepted, sum(len(s.proposals) for s in steps))
     assert cache.seq_len == len(p) + len(out.tokens) - 1
     assert len(out.tokens) == 1 + sum(len(s.committed) for s in steps)
-    labels = cache.provenance_of(0).tolist()
+    labels = cache.recorder.provenance_of(0).tolist()
     assert labels == expected_labels(out, len(p)), f"{family} {spec}: cache labels differ from the trace's"
     # the accepted drafts in the cache are ACCEPTED; the prefill's pick and each step's own token VERIFIED, less the
     # pending last token (not in the cache: a verifier's token, or an EOS that was an accepted draft)
@@ -296,18 +297,20 @@ def test_provenance_counts_equal_trace(family, scale, x, cfg, spec, keep_rejecte
     plain_cfg = SpecConfig(max_new_tokens=cfg.max_new_tokens, stop_at_eos=False, keep_rejected=True, trace=True,
                            capture=(name,))
     plain = generate(bridge, p, plain_cfg, window=window)  # every forward: the pending token, then padding
-    assert plain.cache.rejected == []
-    assert plain.cache.provenance_of(0).tolist() == [0] * len(p) + [int(Provenance.VERIFIED)] * (len(plain.tokens) - 1)
+    assert plain.cache.recorder.rejected == []
+    want = [0] * len(p) + [int(Provenance.VERIFIED)] * (len(plain.tokens) - 1)
+    assert plain.cache.recorder.provenance_of(0).tolist() == want
     assert len(plain.trace.activations(name, status="rolled_back")[0]) == 0
     assert plain.trace.captures[0].stacked(name).shape[1] == plain.cache.seq_len
 
     assert n_accepted + n_rejected == out.drafted
     assert len(out.tokens) == 1 + len(steps) + n_accepted - beyond
     if keep_rejected:
-        assert sum(s.end - s.start for s in cache.rejected) == n_rejected, "cache.rejected holds padding"
-        assert all((s.provenance == Provenance.REJECTED).all() for s in cache.rejected)
+        kept = sum(s.end - s.start for s in cache.recorder.rejected)
+        assert kept == n_rejected, "cache.recorder.rejected holds padding"
+        assert all((s.provenance == Provenance.REJECTED).all() for s in cache.recorder.rejected)
         seq = list(p) + out.tokens
-        spans = iter(cache.rejected)
+        spans = iter(cache.recorder.rejected)
         for s in (s for s in steps if s.rejected and cfg.tree is None):
             span = next(spans)
             prefix = seq[: s.position + 1 + s.accepted]
@@ -321,7 +324,7 @@ def test_provenance_counts_equal_trace(family, scale, x, cfg, spec, keep_rejecte
                 d = max(float((got_k - want_k).abs().max()), float((got_v - want_v).abs().max()))
                 assert d <= tol, f"{family}: rejected K/V of layer {layer} differ from HF's by {d:.2e}"
     else:
-        assert cache.rejected == []
+        assert cache.recorder.rejected == []
     if captured:
         rolled, _ = out.trace.activations(name, status="rolled_back")
         assert len(rolled) == n_rejected + beyond, f"{family} {spec}: {len(rolled)} rolled-back positions, " \
@@ -330,7 +333,8 @@ def test_provenance_counts_equal_trace(family, scale, x, cfg, spec, keep_rejecte
 
 
 # Found by this harness (fixed in decoding.core.settle): when EOS was an accepted draft, the EOS itself (the last
-# output token) was put in cache.rejected as REJECTED, the drafts cut after it were REJECTED in the cache but counted
+# output token) was put in cache.recorder.rejected as REJECTED, the drafts cut after it were REJECTED in the cache but
+# counted
 # accepted by the trace, and a token tree's trace listed the EOS node as both accepted and rejected.
 @pytest.mark.parametrize("tree", [None, TreeConfig(nodes=3, depth=3, branch=1, min_share=0.0)], ids=["chain", "tree"])
 def test_eos_draft_is_not_rejected(tree):
@@ -343,10 +347,10 @@ def test_eos_draft_is_not_rejected(tree):
     out = speculative_generate(bridge, drafter("twin", "Llama", 0.02, bridge), p, cfg)
     assert out.tokens == greedy[:2] and out.stop_reason == "eos"
     end = len(p) + len(out.tokens)  # positions below it hold the prompt and the output
-    assert [(s.start, s.end) for s in out.cache.rejected if s.start < end] == [], "an output token is REJECTED"
+    assert [(s.start, s.end) for s in out.cache.recorder.rejected if s.start < end] == [], "an output token is REJECTED"
     steps = out.trace.steps
     assert all(s.accepted + len(s.rejected) == len(s.proposals) for s in steps), "a draft both accepted and rejected"
-    assert sum(s.end - s.start for s in out.cache.rejected) == sum(len(s.rejected) for s in steps)
+    assert sum(s.end - s.start for s in out.cache.recorder.rejected) == sum(len(s.rejected) for s in steps)
 
 
 # ----------------------------------------------------------------------------------------------- steering

@@ -27,7 +27,7 @@ def static(monkeypatch):
 
 def _events(cache):
     """The event log and every position's provenance label."""
-    return [tuple(e) for e in cache.events], cache.provenance.tolist()
+    return [tuple(e) for e in cache.recorder.events], cache.recorder.provenance.tolist()
 
 
 @pytest.mark.parametrize("make", [tiny_gpt2, tiny_llama])
@@ -55,10 +55,11 @@ def test_compiled_chain_equals_eager_with_rollbacks_recorded(static):
     assert comp.compiled == "static"
     assert (comp.tokens, comp.accepted_per_step) == (eager.tokens, eager.accepted_per_step)
     assert _events(comp.cache) == _events(eager.cache)
-    assert any(e.kind == "rollback" for e in comp.cache.events)
-    spans = lambda c: [(r.row, r.start, r.end, r.step, r.provenance.tolist()) for r in c.rejected]
+    assert any(e.kind == "rollback" for e in comp.cache.recorder.events)
+    spans = lambda c: [(r.row, r.start, r.end, r.step, r.provenance.tolist()) for r in c.recorder.rejected]
     assert spans(comp.cache) == spans(eager.cache) and spans(comp.cache)
-    for a, b in zip(comp.cache.rejected, eager.cache.rejected):  # the rejected drafts' K/V, kept by the rollback
+    # the rejected drafts' K/V, kept by the rollback
+    for a, b in zip(comp.cache.recorder.rejected, eager.cache.recorder.rejected):
         torch.testing.assert_close(a.keys, b.keys)
 
 

@@ -50,11 +50,11 @@ def test_thoughts_never_enter_the_context(random_thinking):
     run = run_thinking(model, ids, max_new_tokens=2, stop_at_eos=False)
     assert run.cache.seq_len == len(ids) + 1  # prompt + the fed-back answer token, no thought
     assert run.thought_cache.seq_len == 0  # every thought was rolled back
-    written = [s for s in run.thought_cache.rejected if (s.provenance == THOUGHT).any()]
+    written = [s for s in run.thought_cache.recorder.rejected if (s.provenance == THOUGHT).any()]
     assert len(written) == len(run.thoughts) >= 3  # the prompt's 3 chunks (+ one if the answer ends a chunk)
-    kinds = [e.kind for e in run.thought_cache.events]
+    kinds = [e.kind for e in run.thought_cache.recorder.events]
     assert kinds.count("rollback") == len(run.thoughts) and "thought" in kinds
-    prov = run.cache.provenance_of(0)
+    prov = run.cache.recorder.provenance_of(0)
     assert not (prov == THOUGHT).any()
 
 

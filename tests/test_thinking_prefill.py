@@ -32,11 +32,11 @@ def test_speculative_prefill_equals_chunk_by_chunk(mixed_thinking, n_events, k):
     assert spec.cache.seq_len == ref.cache.seq_len
     drafted = sum(e - a for a, e, _ in spec.spec_steps)
     kept = sum(kept - a for a, _, kept in spec.spec_steps)
-    rolled = [e for e in spec.cache.events if e.kind == "rollback"]
+    rolled = [e for e in spec.cache.recorder.events if e.kind == "rollback"]
     assert len(rolled) == sum(kept_end < e for _, e, kept_end in spec.spec_steps)  # one rollback per partial keep
     assert drafted - kept == sum(len(r.ids) if hasattr(r, "ids") else r.provenance.numel()
-                                 for r in spec.cache.rejected)
-    assert not (spec.cache.provenance_of(0) == Provenance.DRAFT).any()  # every kept draft was verified
+                                 for r in spec.cache.recorder.rejected)
+    assert not (spec.cache.recorder.provenance_of(0) == Provenance.DRAFT).any()  # every kept draft was verified
 
 
 def test_drafts_are_kept_several_chunks_at_a_time(mixed_thinking):

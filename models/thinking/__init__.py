@@ -21,7 +21,7 @@ The seam to the engine is its policies (`prefill`, `chunked`), which ``decoding.
 'events'
 """
 
-from beliefscope.models.thinking.config import THOUGHT, ThinkingConfig, chunk_spans
-from beliefscope.models.thinking.model import ThinkingStates
+from .config import THOUGHT, ThinkingConfig, chunk_spans
+from .model import ThinkingStates
 
 __all__ = ["THOUGHT", "ThinkingConfig", "ThinkingStates", "chunk_spans"]

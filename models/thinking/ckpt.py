@@ -30,13 +30,13 @@ import json
 import os
 
 import torch
-from beliefscope.models.cards import read_card
-from beliefscope.models.devices import HOST, default_device, resolve_dtype
-from beliefscope.models.errors import ModelLoadError
-from beliefscope.models.hf_load import load_hf, no_bar_if_small
-from beliefscope.models.lora import add_lora, merge_lora
-from beliefscope.models.names import checkpoint_path
-from beliefscope.models.thinking.model import ThinkingConfig, ThinkingStates
+from ..cards import read_card
+from ..devices import HOST, default_device, resolve_dtype
+from ..errors import ModelLoadError
+from ..hf_load import load_hf, no_bar_if_small
+from ..lora import add_lora, merge_lora
+from ..names import checkpoint_path
+from .model import ThinkingConfig, ThinkingStates
 
 from beliefscope.base.files import atomic_save, atomic_write_json
 

@@ -3,6 +3,10 @@
 Resumable: re-running the same command continues from ``OUT/train_state.pt``. The progress bar
 (stderr) shows the loss and the seconds per step. Every line of output goes through ``echo``
 (`models.cli`'s printer), so this module writes nothing itself.
+
+Imports inside the command functions are CLI start-up (said here, as the architecture asks): an area is
+imported to register its commands, and each command loads torch and its models only when it runs, so
+``beliefscope CMD --help`` answers at once.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import os
 
 def _config(cfg):
     """The trainer's config from the command's (``models.cli.TrainCommandConfig``): unset fields keep the preset's."""
-    from beliefscope.models.thinking.train import PRETRAINED_PRESETS, ThinkingTrainConfig
+    from .train import PRETRAINED_PRESETS, ThinkingTrainConfig
 
     chosen = cfg.chosen("steps", "lr", "seed", "threads", "n_eval", "trained", "batch_size", "checkpoint_every",
                         "autocast", "lora_rank", "lora_targets", "max_events", "wordings", "init_from", "questions",
@@ -25,7 +29,7 @@ def _config(cfg):
 def train_pretrained_thinking(cmd, echo) -> dict:
     """Run the command for ``cmd`` (a ``models.cli.TrainCommandConfig``) and return what it wrote;
     ``echo(text, err=True)`` prints the cost measurements' lines on stderr as they come."""
-    from beliefscope.models.thinking.train import COST_FILE, check_out, measure_costs, train_thinking
+    from .train import COST_FILE, check_out, measure_costs, train_thinking
     from beliefscope.base.progress import progress_bar, resume_bar
 
     from beliefscope.base.files import atomic_write_json

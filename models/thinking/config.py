@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from beliefscope.cache import Tag
+from ...cache import Tag
 
 # How T's cache labels a thought's positions: Thinking States' own tag, not one of the cache's provenances.
 # Its writes log a "thought" event; the span is rolled back after the thought is read (see `think_cached`).

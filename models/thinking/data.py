@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from beliefscope.models.thinking.config import ThinkingConfig, chunk_spans
-from beliefscope.tasks.variables import VARIABLES
+from .config import ThinkingConfig, chunk_spans
+from ...tasks.variables import VARIABLES
 
 
 @dataclass

@@ -25,12 +25,12 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
-from beliefscope.cache.guard import GUARD
-from beliefscope.hooks.capture import hooked
-from beliefscope.models.bridge import build_bridge, cache_kwarg, guard_cache_handoff, input_device
-from beliefscope.models.errors import ThoughtsSkippedError
-from beliefscope.models.profile import decoder_layers, model_shapes
-from beliefscope.models.thinking.config import ThinkingConfig, chunk_spans
+from ...cache.guard import GUARD
+from ...hooks.capture import hooked
+from ..bridge import build_bridge, cache_kwarg, guard_cache_handoff, input_device
+from ..errors import ThoughtsSkippedError
+from ..profile import decoder_layers, model_shapes
+from .config import ThinkingConfig, chunk_spans
 from torch import nn
 
 __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]

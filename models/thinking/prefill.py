@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from beliefscope.cache import KVCache, Provenance
-from beliefscope.models.thinking.drafter import ThoughtDrafter
+from ...cache import KVCache, Provenance
+from .drafter import ThoughtDrafter
 
 
 @dataclass
@@ -92,7 +92,7 @@ class SpeculativePrefill:
         dev = next(model.backbone.parameters()).device
         add = None if draft.add is None else draft.add.to(dev)
         keep: list[int] = []
-        with cache.tagging(Provenance.DRAFT):
+        with cache.recorder.tagging(Provenance.DRAFT):
             if len(self.prompts) == 1:  # one story: no padding, no mask, every position's logits
                 logits, h = model.backbone_forward(draft.x.to(dev), None, add, past_key_values=cache)
             else:
@@ -119,7 +119,7 @@ class SpeculativePrefill:
             if not g:
                 continue
             ends[b] = draft.before[b] + g[last[b]][1] - g[0][0]  # later chunks saw a wrong S: rolled back below
-            self.cache.mark(draft.before[b], ends[b], Provenance.VERIFIED, row=b)
+            self.cache.recorder.mark(draft.before[b], ends[b], Provenance.VERIFIED, row=b)
             for i in range(last[b] + 1):
                 a, e = g[i]
                 z = out.written[b][i]

@@ -33,18 +33,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
-from beliefscope.models.adapters import AdaptedLM
-from beliefscope.models.cards import read_card
-from beliefscope.models.evaluate import evaluate_bands
-from beliefscope.models.load import HOST, checkpoints_dir, default_device, load_hf, load_model
-from beliefscope.models.lora import add_lora
-from beliefscope.models.names import checkpoint_path
-from beliefscope.models.thinking.model import ThinkingConfig, ThinkingStates
-from beliefscope.models.thinking.ckpt import PARTS_FILES, backbone_sha256, save_parts
-from beliefscope.models.thinking.data import make_batch
-from beliefscope.models.train_state import load_state, save_state
-from beliefscope.tasks import get_task
-from beliefscope.tasks.questions import in_chat
+from ..adapters import AdaptedLM
+from ..cards import read_card
+from ..evaluate import evaluate_bands
+from ..load import HOST, checkpoints_dir, default_device, load_hf, load_model
+from ..lora import add_lora
+from ..names import checkpoint_path
+from .model import ThinkingConfig, ThinkingStates
+from .ckpt import PARTS_FILES, backbone_sha256, save_parts
+from .data import make_batch
+from ..train_state import load_state, save_state
+from ...tasks import get_task
+from ...tasks.questions import in_chat
 
 from beliefscope.base.files import atomic_write_json, check_writable_parent
 
