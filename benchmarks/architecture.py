@@ -50,8 +50,8 @@ def parse_all(root: Path) -> dict[str, ast.Module]:
 
 
 def _own_private_names(trees: dict[str, ast.Module]) -> set[str]:
-    """Underscore names the project defines: functions, classes, assigned attributes and names, parameters,
-    ``__slots__`` entries and keyword arguments of its dataclasses."""
+    """Underscore names the project defines: functions, classes, assigned attributes and names, parameters and
+    ``__slots__`` entries."""
     names: set[str] = set()
     for tree in trees.values():
         for node in ast.walk(tree):
@@ -64,11 +64,33 @@ def _own_private_names(trees: dict[str, ast.Module]) -> set[str]:
                     names.add(node.attr)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                names.add(node.target.id)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_"):
-                names.add(node.value)  # __slots__, setattr/getattr names, dict keys
+            elif (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__slots__" for t in node.targets)
+                  and isinstance(node.value, (ast.Tuple, ast.List))):
+                names |= {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
     return {n for n in names if n.startswith("_")}
+
+
+def _named_by_string(node: ast.AST) -> str | None:
+    """The attribute a string names where the code reaches an attribute by its name: ``getattr(x, "_a")`` (and
+    set/has/del), ``x.__dict__["_a"]``, ``x.__dict__.get("_a")``, ``x._modules["_a"]``, ``"_a" in x.__dict__``."""
+    def by_name(expr) -> bool:  # another object's namespace (an object's own ``self.__dict__`` is its own)
+        return (isinstance(expr, ast.Attribute) and expr.attr in ("__dict__", "_modules")
+                and not (isinstance(expr.value, ast.Name) and expr.value.id in ("self", "cls")))
+
+    arg = None
+    if isinstance(node, ast.Call):
+        name = _call_name(node)
+        if name in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2:
+            arg = node.args[1]
+        elif name in ("get", "pop", "setdefault") and isinstance(node.func, ast.Attribute) and by_name(
+                node.func.value) and node.args:
+            arg = node.args[0]
+    elif isinstance(node, ast.Subscript) and by_name(node.value):
+        arg = node.slice
+    elif isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops) and by_name(
+            node.comparators[0]):
+        arg = node.left
+    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
 
 
 def _is_private(name: str) -> bool:
@@ -84,6 +106,9 @@ def surgery(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
     for path, tree in trees.items():
         for node in ast.walk(tree):
             where = f"{path}:{getattr(node, 'lineno', 0)}"
+            named = _named_by_string(node)
+            if named is not None and _is_private(named) and named not in own:
+                found["private attribute"].append(f"{where} {named!r}")
             if isinstance(node, ast.Attribute):
                 if _is_private(node.attr) and node.attr not in own and not (
                         isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
@@ -98,7 +123,8 @@ def surgery(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
             elif isinstance(node, ast.Assign):
                 for target in node.targets:
                     if (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute)
-                            and target.value.attr == "__dict__"):
+                            and target.value.attr == "__dict__"
+                            and not (isinstance(target.value.value, ast.Name) and target.value.value.id == "self")):
                         found["__dict__ write"].append(where)
                     if (isinstance(target, ast.Attribute) and isinstance(node.value, ast.Call)
                             and _call_name(node.value) == "MethodType"):

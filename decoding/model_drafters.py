@@ -159,11 +159,11 @@ def first_layers(hf, k: int):
     """Run the HF model with only its first ``k`` blocks (then its final norm and unembedding)."""
     parent, attr = _layer_list(hf)
     full = getattr(parent, attr)
-    parent._modules[attr] = nn.ModuleList(list(full)[:k])
+    setattr(parent, attr, nn.ModuleList(list(full)[:k]))  # torch's public way to swap a submodule
     try:
         yield
     finally:
-        parent._modules[attr] = full
+        setattr(parent, attr, full)
 
 
 class EarlyExitDrafter(Drafter):

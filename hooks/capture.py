@@ -14,6 +14,7 @@ torch.Size([1, 7, 32])
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -146,6 +147,9 @@ def _committed(r: Record) -> Record:
     return Record(r.positions[keep], r.act[:, keep], r.tags)
 
 
+_INDEXED: "weakref.WeakSet" = weakref.WeakSet()  # models whose block hook points `index_owners` has indexed
+
+
 @contextmanager
 def hooked(model, fwd_hooks):
     """Attach ``[(name, fn)]`` forward hooks for the duration of the block; always removed.
@@ -156,9 +160,9 @@ def hooked(model, fwd_hooks):
     handles = []
     fwd_hooks = list(fwd_hooks)
     points = resolve_hooks(model, [name for name, _ in fwd_hooks]) if fwd_hooks else []
-    if fwd_hooks and not model.__dict__.get("_beliefscope_owners"):
+    if fwd_hooks and model not in _INDEXED:
         index_owners(model)
-        model.__dict__["_beliefscope_owners"] = True
+        _INDEXED.add(model)
     try:
         for hp, (_, fn) in zip(points, fwd_hooks):
             plain = attach(hp, fn)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import difflib
+import weakref
 
 def hf_of(model):
     """The HF model under a TransformerBridge (or the model itself). The one definition: every
@@ -16,7 +17,7 @@ def hf_of(model):
     return getattr(model, "original_model", model)
 
 
-_HOOK_DICT = "_beliefscope_hook_dict"  # in a bridge's __dict__: (registry size, its hook_dict)
+_HOOK_DICTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # bridge -> (registry size, its hook_dict)
 
 
 def resolve_hooks(model, names) -> list:
@@ -28,14 +29,14 @@ def resolve_hooks(model, names) -> list:
     swapped in registers new points under the old names, which sends the lookup back to TransformerLens."""
     names = list(names)
     reg = model.__dict__.get("_hook_registry")
-    seen = model.__dict__.get(_HOOK_DICT)
+    seen = _HOOK_DICTS.get(model)
     if isinstance(reg, dict) and seen is not None and seen[0] == len(reg):
         points = [seen[1].get(n) for n in names]
         if all(p is not None and reg.get(getattr(p, "name", None)) is p for p in points):
             return points
     hooks = model.hook_dict
     if isinstance(reg, dict):
-        model.__dict__[_HOOK_DICT] = (len(reg), hooks)
+        _HOOK_DICTS[model] = (len(reg), hooks)
     return [resolve_hook(model, n, hooks) for n in names]
 
 

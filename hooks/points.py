@@ -10,7 +10,13 @@ hook points where it holds, and returns None for every other one (the caller the
 ``HookPoint.add_hook``): hook points with a conversion, and those of attention and MLP wrappers, which
 may compute their values without calling the HF module they hold.
 
->>> import torch
+>>> import weakref
+
+import torch
+from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+
+# hook point -> the block wrapper it belongs to, kept beside the hook points (nothing is written on them)
+_OWNERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 >>> from beliefscope.models.testing import tiny_llama
 >>> bridge = tiny_llama()
 >>> index_owners(bridge)
@@ -23,19 +29,25 @@ may compute their values without calling the HF module they hold.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
+from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
+
+# hook point -> the block wrapper it belongs to, kept beside the hook points (nothing is written on them)
+_OWNERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def owner(point) -> tuple[torch.nn.Module, str] | None:
     """``(the HF module, "in" or "out")`` whose input or output hook point ``point`` carries, or None.
     Only `PLAIN_POINTS` qualify (the matrix in tests/architectures.py checks each against the wrappers)."""
-    wrapper = getattr(point, "_beliefscope_owner", None)
+    wrapper = _OWNERS.get(point)
     if wrapper is None or getattr(point, "hook_conversion", None) is not None:
         return None
-    original = wrapper._modules.get("_original_component")
+    original = wrapper.original_component
     if original is None:
         return None
-    return original, ("in" if point is wrapper._modules.get("hook_in") else "out")
+    return original, ("in" if point is getattr(wrapper, "hook_in", None) else "out")
 
 
 # wrapper class (or a base of it) -> its hook points that carry the HF module's own input / output
@@ -47,13 +59,13 @@ PLAIN_POINTS = {"BlockBridge": ("hook_in", "hook_out")}
 def index_owners(model) -> None:
     """Note on each such hook point the wrapper it belongs to (once per model; see `PLAIN_POINTS`)."""
     for module in model.modules():
-        if "_original_component" not in module._modules:
+        if not isinstance(module, GeneralizedComponent) or module.original_component is None:
             continue
         bases = [c.__name__ for c in type(module).__mro__]
         for side in next((PLAIN_POINTS[b] for b in bases if b in PLAIN_POINTS), ()):
-            point = module._modules.get(side)
+            point = getattr(module, side, None)
             if point is not None:
-                point.__dict__["_beliefscope_owner"] = module
+                _OWNERS[point] = module
 
 
 def attach(point, fn):

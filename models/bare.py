@@ -56,8 +56,10 @@ from ..hooks.names import hf_of
 from .errors import ThoughtsSkippedError
 from .profile import writes_thoughts
 
-_STATE = "_beliefscope_bare"  # attribute of the HF model (in its __dict__, not a submodule) holding a _Bare
-_BRIDGE = "_beliefscope_bridge"  # a weak reference from the HF model to its bridge (its TL-only modes)
+# Kept beside the HF model, never on it (nothing is written into another library's objects); a deep copy of the
+# model gets no entry and builds its own bare tree on its first forward.
+_STATES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # HF model -> its _Bare
+_BRIDGES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # HF model -> weak reference to its bridge
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 KNOWN_HOOKS: set = set()  # hook functions that do not need the wrappers (models.bridge registers its own)
 
@@ -132,12 +134,12 @@ def _takes_logits_to_keep(cls: type) -> bool:
 
 def link_bridge(hf: torch.nn.Module, bridge) -> None:
     """Remember ``bridge`` as ``hf``'s bridge (weakly), so `runnable` sees its TransformerLens-only modes."""
-    hf.__dict__[_BRIDGE] = weakref.ref(bridge)
+    _BRIDGES[hf] = weakref.ref(bridge)
 
 
 def _plain_mode_off(hf) -> bool:
     """Whether the bridge runs a mode that only its wrappers implement."""
-    ref = hf.__dict__.get(_BRIDGE)
+    ref = _BRIDGES.get(hf)
     bridge = ref() if ref is not None else None
     if bridge is None:
         return False
@@ -210,12 +212,12 @@ def _added(fn):
 def _state(hf: torch.nn.Module) -> _Bare:
     """The current bare tree of ``hf`` (rebuilt when a module of the wrapped tree was swapped); ``hf``
     itself when it has no wrapper."""
-    state = hf.__dict__.get(_STATE)
+    state = _STATES.get(hf)
     if state is not None and _intact(state):
         return state
     state = _build(hf)
     state.columns = tuple(zip(*state.edges)) or ((), (), ())
-    hf.__dict__[_STATE] = state
+    _STATES[hf] = state
     return state
 
 
@@ -268,7 +270,6 @@ def _build(hf: torch.nn.Module) -> _Bare:
             out = source  # nothing wrapped below: the module itself
         else:
             out = copy.copy(source)  # shares parameters, buffers and hooks; only the children differ
-            out.__dict__.pop(_STATE, None)
             out._modules = children
             _rebind(out, source)
         memo[id(module)] = out

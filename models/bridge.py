@@ -39,6 +39,7 @@ import copy
 import functools
 import inspect
 import types
+import weakref
 from importlib.metadata import version
 
 import torch
@@ -61,7 +62,7 @@ def build_bridge(hf_model, arch: str | None = None, tok=None):
     string) tokenize as ``tok(text)`` does: TransformerLens's ``cfg.default_prepend_bos`` is set to whether the
     tokenizer adds a BOS itself, so no BOS is prepended that ``tok`` would not add (TransformerLens's own default
     prepends one). Pass ``prepend_bos=True`` to those methods for TransformerLens's habit."""
-    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+    from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 
     arch = arch or (hf_model.config.architectures or [type(hf_model).__name__])[0]
@@ -225,9 +226,12 @@ def _cache_kwarg_in(forward) -> str:
     return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
 
 
+_GROWTH_HOOKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # HF model -> its growth-check handles
+
+
 def install_growth_check(hf_model) -> None:
     """A growth-checked cache given to ``hf_model``'s forward must have been written by it."""
-    hf_model._beliefscope_growth_hooks = (
+    _GROWTH_HOOKS[hf_model] = (
         hf_model.register_forward_pre_hook(_note_cache_length, with_kwargs=True),
         hf_model.register_forward_hook(_check_cache_grew, with_kwargs=True))
 
@@ -236,7 +240,7 @@ def install_growth_check(hf_model) -> None:
 def growth_check_removed(model):
     """Within the block, ``model`` runs without the growth check (``bench cache`` measures its cost)."""
     hf = hf_of(model)
-    for h in getattr(hf, "_beliefscope_growth_hooks", ()):
+    for h in _GROWTH_HOOKS.pop(hf, ()):
         h.remove()
     try:
         yield
