@@ -94,7 +94,9 @@ def _named_by_string(node: ast.AST) -> str | None:
 
 
 def _is_private(name: str) -> bool:
-    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+    """Another object's private name (ours stashed on it, ``_beliefscope_*``, are counted as stashes instead)."""
+    return (name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+            and not name.startswith("_beliefscope_"))
 
 
 def surgery(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
