@@ -111,7 +111,8 @@ def test_each_counter_on_a_tree_whose_counts_are_known(tmp_path):
     # __dict__ write's key, counted as a write
     assert sorted(s.split(" ", 1)[1] for s in cut["private attribute"]) == ["'_also_theirs'", "'_stash'", "'_x'",
                                                                           "._theirs"]
-    assert [s.split(" ", 1)[1] for s in cut["private module"]] == ["transformer_lens.model_bridge.sources._bridge_builder"]
+    private_modules = [s.split(" ", 1)[1] for s in cut["private module"]]
+    assert private_modules == ["transformer_lens.model_bridge.sources._bridge_builder"]
     assert len(cut["class swap"]) == len(cut["__dict__ write"]) == len(cut["method replaced"]) == 1
     assert len(cut["closure read"]) == 2  # __closure__ and cell_contents
     assert found["stashed_attributes"] == ["_beliefscope_mark"]
