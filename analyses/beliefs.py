@@ -46,6 +46,7 @@ from ..models.load import load_model
 from ..models.profile import model_profile, writes_thoughts
 from ..tasks.parse import parse_prompt
 from ..tasks.records import DataConfig, load_data
+import json
 
 
 @dataclass
@@ -165,7 +166,6 @@ def _truth_example(config: BeliefsConfig, probe):
     if not config.prompt:
         raise ValueError("give the text to read: --prompt TEXT, or --data FILE --index I")
     if config.events:
-        import json
 
         try:
             events = json.loads(config.events)

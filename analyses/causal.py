@@ -14,11 +14,12 @@ from ..decoding.thinking import run_thinking
 from ..models.thinking.data import thought_word_id
 from ..tasks import get_task
 from ..tasks.variables import VARIABLES
+import importlib
+import random
 
 
 def _replay(ex, done: int, start):
     """States after each event from ``done`` on, had the state been ``start`` there (the task's replay)."""
-    import importlib
 
     return importlib.import_module(f"beliefscope.tasks.{ex.task}").replay(ex, done, start)
 
@@ -54,7 +55,6 @@ def causal_check(model, tok, n: int, seed: int, task=None) -> dict:
     """Replace S_j at one middle chunk by the S of another state's gold thought; does the answer
     become the one that state leads to (the task's replay of the later events), and do the later
     thoughts name the replayed states? Random vectors of equal norm are the control."""
-    import random
 
     task = task or get_task("coinflip", fmt="direct")
     exs = task.examples(n, seed, (3, 8))

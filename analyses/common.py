@@ -39,7 +39,7 @@ def _json_default(o):
 
 def fig_png(fig, dpi: int = 110) -> bytes:
     """PNG bytes of a matplotlib figure (the figure is closed afterwards)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: pyplot loads a backend: only a figure asks for it
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)

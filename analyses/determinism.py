@@ -33,6 +33,12 @@ from ..models.load import load_model
 from ..models.packed import can_pack
 from ..models.profile import hf_of, model_profile
 from ..tasks import get_task
+import collections
+import json
+import os
+import random
+import string
+import textwrap
 
 # Every path a measured prompt can run on: (name, flagged deterministic, fast-path kernels, --paths values).
 PATHS = (("fast_path", False, "default", ("all", "both", "fast")),
@@ -116,12 +122,6 @@ def first_divergence(outputs) -> int | None:
 def open_prompts(tok, n: int, seed: int = 0) -> list[list[int]]:
     """``n`` open-ended chat prompts ("Explain in detail what the Python function X does"), X from the
     public callables of a few standard-library modules, in a fixed order rotated by ``seed``."""
-    import collections
-    import json
-    import os
-    import random
-    import string
-    import textwrap
 
     names = [f"{m.__name__}.{a}" for m in (json, os, textwrap, collections, string, random)
              for a in sorted(dir(m)) if not a.startswith("_") and callable(getattr(m, a))
@@ -261,7 +261,6 @@ def main(config: DeterminismConfig, *, bridge=None, tok=None, progress=None) -> 
 def chart(res: dict | list[dict], costs: str | dict | None = None):
     """The determinism figure from one or more `main` results (e.g. a float32 and a bfloat16 fast path);
     with `costs` (a bench result or its path), a second panel of throughput vs deterministic share."""
-    import json
 
     runs = res if isinstance(res, list) else [res]
     if isinstance(costs, str):

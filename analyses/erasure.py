@@ -86,8 +86,8 @@ def _edit_hook(hook: str, fn, masks: list):
 def erasure(model, tok, examples: list, cfg: ErasureConfig, progress=None) -> dict:
     """LEACE at ``cfg.layer`` against a random subspace of equal rank, and a probe refitted after it (see the
     module). ``examples``: task examples or records as examples (``Data.example``), one label each."""
-    from concept_erasure import LeaceFitter
-    from sklearn.linear_model import LogisticRegression
+    from concept_erasure import LeaceFitter  # deferred: loaded with scikit-learn, when an erasure runs
+    from sklearn.linear_model import LogisticRegression  # deferred: scikit-learn (1 s) loads for a fit only
 
     n_layers = int(model.cfg.n_layers)
     if not 0 <= cfg.layer < n_layers:

@@ -49,6 +49,7 @@ from ..tasks.records import DataSource
 from ..tasks.variables import VARIABLES
 
 from beliefscope.base.files import atomic_write_json, atomic_write_text
+import os
 
 
 @dataclass
@@ -352,7 +353,6 @@ def main(config: InstrumentConfig, progress=None) -> dict:
 def write(res: dict, folder: str) -> list[str]:
     """``instrument.json``, ``instrument.md``, ``instrument.png`` (probe / forced / thought accuracy
     by band for each model) and ``trajectory.png`` (one story, token by token) into `folder`, atomically."""
-    import os
 
     os.makedirs(folder, exist_ok=True)
     names = ("instrument.json", "instrument.md", "instrument.png", "trajectory.png")

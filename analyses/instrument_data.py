@@ -25,6 +25,7 @@ from ..probes.controls import majority_accuracy
 from ..probes.harvest import random_twin
 from ..tasks.records import class_counts
 from ..tasks.score_checks import require_two_classes
+import torch
 
 
 def split_records(data) -> tuple[list[int], list[int]]:
@@ -51,7 +52,6 @@ def split_records(data) -> tuple[list[int], list[int]]:
 def main_data(config, progress=None) -> dict:
     """The instrument on ``config.data`` for every model of ``config.models``; a JSON-able dict shaped like
     `analyses.instrument.main`'s, with one band ("all") per model."""
-    import torch
 
     data = config.load()  # every record checked before any model loads
     label = data.check_label(config.label or data.label_names[0])

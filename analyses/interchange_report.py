@@ -91,7 +91,7 @@ def build_pairs(cfg: InterchangeConfig) -> list:
 def _readable(model, tok, train, test, site_list, batch_size, seed):
     """Per site: a probe on the training pairs' source activations, scored on the held-out ones, and its
     subspace (``[d, C-1]``)."""
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # deferred: scikit-learn (1 s) loads for a fit only
 
     def acts_labels(pairs):
         prep = prepare(tok, pairs, site_list)
@@ -132,7 +132,7 @@ def _readable(model, tok, train, test, site_list, batch_size, seed):
 def _bag_of_words(ptr, pte, j: int, ytr) -> np.ndarray:
     """Held-out predictions ``[P_test]`` of a bag-of-words logistic regression on the source's tokens up to the
     site (`probes.baselines.text_so_far_baseline`), fitted on the training pairs: the text's own answer."""
-    from scipy.sparse import csr_matrix
+    from scipy.sparse import csr_matrix  # deferred: loaded with scikit-learn, when a fit asks for it
 
 
     seqs = [ids[: int(p) + 1] for ids, p in zip(ptr.source_ids + pte.source_ids,

@@ -20,6 +20,9 @@ from matplotlib.patches import Patch
 
 from ..cache import Provenance
 from ..models.thinking.config import THOUGHT
+from matplotlib import colormaps
+from matplotlib.colors import to_hex
+from matplotlib.colors import to_rgb
 
 # Provenance colours (as in the LLM-42 paper's figure): prefill blue, draft yellow, verified green (a draft the
 # verifier accepted: a darker green), rejected red; Thinking States thoughts (its own cache tag) purple. Keyed by
@@ -42,8 +45,6 @@ def belief_stops(n: int = 11) -> list[str]:
     >>> s = belief_stops(); len(s), s[0] != s[-1]
     (11, True)
     """
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
 
     cmap = colormaps[BELIEF_CMAP]
     return [to_hex(cmap(i / (n - 1))) for i in range(n)]
@@ -125,7 +126,6 @@ def belief_lines(p_heads_best: np.ndarray, tokens: list[str], true_state: np.nda
 
 def _class_cells(p: np.ndarray, colours: list[str]) -> np.ndarray:
     """RGB cells ``[..., 3]``: the top class's colour, faded toward white as its probability falls to 1/K."""
-    from matplotlib.colors import to_rgb
 
     K = p.shape[-1]
     rgb = np.asarray([to_rgb(c) for c in colours])[p.argmax(-1)]  # [..., 3]

@@ -7,6 +7,7 @@ is canned): one function per section of `report.html` (`analyses.report` renders
 """
 
 from __future__ import annotations
+import numpy as np
 
 
 def pct(x) -> str:
@@ -100,7 +101,6 @@ def reading_view(v: dict) -> str:
 
 
 def reading_beliefs(b: dict) -> str:
-    import numpy as np
 
     layers, p = b["layers"], np.asarray(b["p_state0"])
     true = np.asarray(b["true_state"])

@@ -51,6 +51,8 @@ from ..models.load import load_model
 from ..models.profile import model_profile
 from ..tasks import get_task, parse_events_range
 from ..tasks.parse import parse_prompt
+from dataclasses import asdict
+import torch
 
 
 @dataclass
@@ -147,7 +149,6 @@ def timeline_stages(tok, gen, prompt_ids, step_index: int, context: int = 10):
 
 def run(cfg: TraceConfig, target, tok, drafter, examples, target_probe=None, draft_probe=None, progress=None):
     """Speculative decoding over `examples`; returns (generations, rejections, base-rate arrays)."""
-    import torch
 
     layer = best_probe_layer(target_probe, cfg.probes) if target_probe is not None else None
     read_draft = draft_reader(cfg, drafter, target, target_probe, draft_probe)
@@ -214,7 +215,6 @@ def summarize(gens, rejections, base) -> dict:
 
 def main(config: TraceConfig, *, target=None, tok=None, drafter=None, progress=None) -> dict:
     """Run the trace, write three figures (timeline, acceptance, draft vs target beliefs)."""
-    from dataclasses import asdict
 
     out = check_writable_parent(config.out)
     if drafter is None and config.drafter.strip() == "none":

@@ -14,6 +14,8 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from .plots import belief_stops
+from matplotlib.colors import to_rgb
+from matplotlib.patches import Rectangle
 
 # Okabe & Ito's colour-blind-safe palette, then two greys: distinct for up to 10 states; cells also
 # carry the state's name, so a reader never has to tell two colours apart.
@@ -37,7 +39,6 @@ def state_colours(n: int) -> list[str]:
 
 def _is_dark(colour: str) -> bool:
     """Whether white text reads better than black on ``colour`` (relative luminance below 0.4)."""
-    from matplotlib.colors import to_rgb
 
     r, g, b = to_rgb(colour)
     return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.4
@@ -66,7 +67,6 @@ def _row(ax, y: float, xs, states, names, alphas=None) -> None:
 
 
 def _box(x, y, colour, alpha):
-    from matplotlib.patches import Rectangle
 
     return Rectangle((x, y), 1, 0.9, facecolor=colour, alpha=alpha, edgecolor="white", lw=0.5)
 

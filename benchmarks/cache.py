@@ -16,6 +16,7 @@ from ..cache.config import CacheConfig
 from ..models import ModelLoadError, load_model
 from ..models.bridge import growth_check_removed
 from transformers import DynamicCache
+import copy
 
 HEADLINE = "speedup_longest"  # KVCache over DynamicCache, toy target, longest context
 
@@ -128,7 +129,6 @@ def bench_growth_check(bridge, ctx, steps, repeats, vocab) -> dict:
 def bench_deepcopy(bridge, ctx: int, repeats: int, vocab: int) -> dict:
     """Median ms of ``copy.deepcopy`` of a cache holding ``ctx`` positions: KVCache (allocated for 4x the
     context: only the filled part is copied) vs DynamicCache, interleaved; the copies must decode alike."""
-    import copy
 
     prompt = torch.randint(0, vocab, (1, ctx))
     caches = {"kvcache": KVCache.for_model(bridge, capacity=4 * ctx), "dynamic": DynamicCache()}

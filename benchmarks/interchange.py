@@ -41,6 +41,7 @@ from ..models.bare import bare_model
 from ..probes.intervals import scored
 from ..tasks import get_task
 from ..models.load import load_model
+from importlib.metadata import version
 
 HEADLINE = "speedup"  # pyvene's sweep time over ours (median of the interleaved paired repeats)
 EPS32 = float(torch.finfo(torch.float32).eps)
@@ -90,7 +91,7 @@ def pyvene_sweep(model, prep: ic.Prepared, site_list, run: np.ndarray, batch_siz
     """pyvene's vanilla interchange at every ``blocks.L.hook_resid_post`` site, on the rows ``run [P, S]``:
     ``{"answers": [P, S] (-1 where not run), "logits": [P, S, C] class logits}``. One ``IntervenableModel`` per
     layer; one call per (site, batch of pairs)."""
-    import pyvene as pv
+    import pyvene as pv  # deferred: optional dependency
 
     if bad := [s.hook for s in site_list if not s.hook.endswith(".hook_resid_post")]:
         raise ValueError(f"pyvene's block_output is hook_resid_post; sites {bad[:3]} are elsewhere")
@@ -210,7 +211,7 @@ def _load(cfg: InterchangeBenchConfig):
 def main(quick: bool = False, progress=None, config: InterchangeBenchConfig | None = None) -> dict:
     """Time our interchange sweep against pyvene's on the same pairs, check both answer alike, and write
     ``interchange.json`` (``results/quick/`` when quick)."""
-    import pyvene  # noqa: F401  (refused early, as an ImportError `bench` reports as skipped, where it is missing)
+    import pyvene  # noqa: F401  # deferred: optional dependency (refused early, as an ImportError `bench` reports as skipped, where it is missing)
 
     cfg = config or (QUICK if quick else InterchangeBenchConfig())
     torch.manual_seed(0)
@@ -272,7 +273,6 @@ def main(quick: bool = False, progress=None, config: InterchangeBenchConfig | No
 
 
 def pyvene_version() -> str:
-    from importlib.metadata import version
 
     return version("pyvene")
 

@@ -33,6 +33,7 @@ from ..models.bare import bare_model
 from ..models.bridge import build_bridge
 from ..models.load import default_device, load_model, resolve_dtype
 from ..models.profile import decoder_layers
+from transformers import LlamaConfig, LlamaForCausalLM
 
 HEADLINE = "forward_ratio_tiny"  # bridge forward / bare HF forward, tiny model
 
@@ -61,7 +62,6 @@ QUICK = OverheadBenchConfig(tiny_shape=(2, 16), new_tokens=8, prompt_len=8, long
 
 def tiny_bridge():
     """A random Llama (3 layers, d 64) as a bridge on the default device and dtype, and its description."""
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
@@ -196,7 +196,7 @@ def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, prog
 def _nnsight(bridge, x, n_layers: int) -> dict:
     """nnsight's capture of every block output on the same HF model, where nnsight is installed."""
     try:
-        from nnsight import NNsight
+        from nnsight import NNsight  # deferred: optional dependency
     except ImportError:
         return {}
 

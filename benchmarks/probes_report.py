@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..probes.report import ReportConfig, probe_report
 from ..probes.store import ActivationStore
 from ..tasks.locations import location_records
+import torch
 
 
 @dataclass
@@ -63,7 +64,6 @@ def _report(store, cfg: ReportBenchConfig, trainer: str, layers: str, twin: bool
 
 def main(cfg: ReportBenchConfig | None = None) -> dict:
     """Run the row and return its result (``seconds``, per-hook agreement with scikit-learn)."""
-    import torch
 
     cfg = cfg or ReportBenchConfig()
     tmp = None if cfg.store else tempfile.mkdtemp(prefix="bench-report-")

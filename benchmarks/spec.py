@@ -42,6 +42,9 @@ from ..models.tokenizer import toy_tokenizer
 from ..models.train import TrainConfig
 from ..tasks.coinflip import sample_prompts
 from ..tasks.instruct import chat_prompts
+from transformers import GPT2LMHeadModel
+import json
+import os
 
 HEADLINE = "best_speedup_smollm2"  # `beliefscope bench` sums the run up by this: the best drafter's speed-up on
 #   SmolLM2 (the toy's when SmolLM2 is absent)
@@ -54,7 +57,6 @@ def toy_models():
         target, tok = load_hf("target")
         draft = load_hf("draft")[0] if checkpoint_path("draft", must_exist=False) else None
         return target, tok, draft, "checkpoints/coinflip-target" + (" + coinflip-draft" if draft is not None else "")
-    from transformers import GPT2LMHeadModel
 
     tok = toy_tokenizer()
     torch.manual_seed(0)
@@ -165,8 +167,6 @@ def main(quick: bool = False, progress=None, config: SpecBenchConfig | None = No
     ``keep_existing=True`` keeps the sections of models not in ``config.models`` from the existing
     file (each section records its own machine info), so the models can be run in separate processes.
     """
-    import json
-    import os
 
     cfg = config or (QUICK if quick else SpecBenchConfig())
     result = header("spec", quick, config={k: v for k, v in cfg.__dict__.items()})

@@ -28,6 +28,7 @@ from ..models import load_model
 from ..models.evaluate import greedy_completions
 from ..models.profile import hf_of
 from ..tasks import get_task
+from dataclasses import replace
 
 HEADLINE = "speedup"  # `beliefscope bench` sums the run up by this: Thinking States over chain of thought, wall time
 
@@ -167,7 +168,6 @@ def _batched(cfg, band, thinking, tok, cot, ctok, progress) -> dict:
 def _run_bands(cfg: ThinkingBenchConfig, progress) -> dict:
     """Every band of ``cfg``: its two models loaded once; the thought drafter taught and k and the CoT
     drafter chosen on calibration stories the benchmark does not time (seed 4040); the paired timings."""
-    from dataclasses import replace
 
     torch.set_num_threads(cfg.threads)
     thinking, tok = load_model(cfg.model)

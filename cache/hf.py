@@ -19,6 +19,7 @@ What HF's decoding loops call, and what it means here:
 from __future__ import annotations
 
 import torch
+from dataclasses import replace
 
 # Decoding modes of ``GenerationMixin.generate`` (``GenerationMode`` values) tested equal to HF's own
 # cache (tests/test_cache_generate.py). Any other mode is refused before the first forward.
@@ -105,7 +106,6 @@ class HFProtocolMixin:
         if idx.numel() == n_rows and bool((idx == torch.arange(n_rows)).all()):
             return  # identity (most beam steps early on)
         if idx.numel() != self.config.batch:
-            from dataclasses import replace
 
             self.config = replace(self.config, batch=idx.numel())  # forks share the old config object
         if self.storage is not None:

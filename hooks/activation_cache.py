@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from transformer_lens import ActivationCache
 
 
 def decomposition_hooks(model) -> list[str]:
@@ -45,7 +46,6 @@ def to_activation_cache(capture, model, *, forward: int | None = None, stacked: 
     ``stacked``: instead, every absolute position 0..max, later writes winning; ``where`` keeps
     only records whose tags match (a dict of required tag values, or ``fn(tags) -> bool``).
     """
-    from transformer_lens import ActivationCache
 
     names = [n for n in capture.names if capture.records[n]]
     if not names:

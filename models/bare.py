@@ -55,6 +55,7 @@ from torch.utils.hooks import RemovableHandle
 from ..hooks.names import hf_of
 from .errors import ThoughtsSkippedError
 from .profile import writes_thoughts
+import inspect
 
 # Kept beside the HF model, never on it (nothing is written into another library's objects); a deep copy of the
 # model gets no entry and builds its own bare tree on its first forward.
@@ -127,7 +128,6 @@ def takes_logits_to_keep(hf: torch.nn.Module) -> bool:
 
 @functools.cache
 def _takes_logits_to_keep(cls: type) -> bool:
-    import inspect
 
     return "logits_to_keep" in inspect.signature(cls.forward).parameters
 

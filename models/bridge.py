@@ -49,6 +49,9 @@ from .context import refuse_past_context
 from .errors import ModelLoadError
 from .profile import compute_device, embedding_of, hf_of, model_shapes
 from .tokenizer import tokenizer_adds_bos
+from transformer_lens.model_bridge.sources import build_bridge_from_module
+from transformer_lens.model_bridge.sources.transformers_driver import TransformersDriver
+import transformers
 
 
 class CacheBypassedError(RuntimeError):
@@ -62,7 +65,6 @@ def build_bridge(hf_model, arch: str | None = None, tok=None):
     string) tokenize as ``tok(text)`` does: TransformerLens's ``cfg.default_prepend_bos`` is set to whether the
     tokenizer adds a BOS itself, so no BOS is prepended that ``tok`` would not add (TransformerLens's own default
     prepends one). Pass ``prepend_bos=True`` to those methods for TransformerLens's habit."""
-    from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 
     arch = arch or (hf_model.config.architectures or [type(hf_model).__name__])[0]
@@ -133,7 +135,6 @@ def run_bare_when_unhooked(bridge) -> bool:
 
 @functools.cache
 def _bare_driver():
-    from transformer_lens.model_bridge.sources.transformers_driver import TransformersDriver
 
     class BareWhenUnhookedDriver(TransformersDriver):
         """TransformerLens's HF driver, running the bare HF tree when no hook needs the wrappers."""
@@ -293,7 +294,6 @@ def _check_cache_grew(module, args, kwargs, output):
     before, cache.growth_mark = cache.growth_mark, None
     n = _fed(args, kwargs)
     if n and cache.forward_count == before:
-        import transformers
 
         raise CacheBypassedError(
             f"the forward fed {n} tokens per row with a KVCache, but no attention layer wrote it (it still "

@@ -12,6 +12,7 @@ import re
 from contextlib import contextmanager
 
 import torch
+import importlib.util
 
 HOST = torch.device("cpu")  # where weights are staged, hashed and saved (compute goes to default_device())
 
@@ -108,7 +109,6 @@ def placement_kwargs(device_map=None, max_memory=None, offload_folder=None) -> d
             raise ValueError("--max-memory and --offload-folder place a model over devices: give --device-map too "
                              "(e.g. --device-map auto)")
         return None
-    import importlib.util
 
     if importlib.util.find_spec("accelerate") is None:
         raise ValueError("--device-map needs the `accelerate` package: pip install accelerate")

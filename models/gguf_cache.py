@@ -17,6 +17,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+from safetensors.torch import save_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+import copy
 
 CACHE_ENV = "BELIEFSCOPE_CACHE_DIR"  # where dequantised models are kept ("" = nowhere)
 
@@ -52,7 +55,6 @@ def load_cached(gguf_path: str, dtype):
     folder = cache_folder(gguf_path)
     if folder is None or not os.path.exists(os.path.join(folder, "config.json")):
         return None
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype), AutoTokenizer.from_pretrained(folder)
 
@@ -60,9 +62,7 @@ def load_cached(gguf_path: str, dtype):
 def _save_plain(model, folder: str) -> None:
     """``save_pretrained`` for a model transformers marks as GGUF-quantized (which it refuses to save): its
     dequantised weights as ``model.safetensors`` (tied ones once) and its config without the quantization."""
-    import copy
 
-    from safetensors.torch import save_model
 
     config = copy.deepcopy(model.config)
     config.__dict__.pop("quantization_config", None)

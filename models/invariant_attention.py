@@ -41,6 +41,8 @@ from contextlib import contextmanager
 
 import torch
 from .packed import pack_linears, require_packable
+from transformers import AttentionInterface
+import copy
 
 QUERIES = 64  # queries per block: every score and weighted-value product has the shape [QUERIES, TILE]
 TILE = 64  # keys per tile: the fixed reduction size of the softmax sums and of the weighted values
@@ -103,7 +105,6 @@ def _pad(x: torch.Tensor, extra: int, dim: int, value=0.0) -> torch.Tensor:
 
 def register() -> str:
     """Register `tiled_attention` in transformers' AttentionInterface (idempotent); its name."""
-    from transformers import AttentionInterface
 
     AttentionInterface.register(NAME, tiled_attention)
     return NAME
@@ -135,7 +136,6 @@ def row_invariant_copy(model):
     The copy is made once per model and reused while no weight of ``model`` changes (each
     parameter's storage and in-place version are compared), so many schedulers over one model
     share one copy; an edited weight gets a fresh copy."""
-    import copy
 
     require_packable(model)
     stamp = tuple((p.data_ptr(), p._version) for p in model.parameters())

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from ..cache.kv import KVCache
 from .bridge import build_bridge, guard_cache_handoff
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import LlamaConfig, LlamaForCausalLM
 
 
 def _built(hf_model, arch: str, bridge: bool):
@@ -26,7 +28,6 @@ def tiny_gpt2(seed: int = 0, n_layer: int = 2, n_embd: int = 32, n_head: int = 4
         >>> tiny_gpt2().cfg.n_layers
         2
     """
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
     cfg = GPT2Config(vocab_size=vocab, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
@@ -44,7 +45,6 @@ def tiny_llama(seed: int = 0, n_layer: int = 2, hidden: int = 32, heads: int = 4
         >>> tiny_llama().original_model.config.num_key_value_heads
         2
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=n_layer,

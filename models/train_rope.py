@@ -35,6 +35,9 @@ from .train_state import load_state, save_state
 from ..tasks import get_task
 
 from beliefscope.base.files import atomic_write_json, check_writable_parent, staged_output
+from safetensors.torch import save_file
+from transformers import LlamaConfig
+from transformers import LlamaForCausalLM
 
 ROPE_PRESETS = ("direct-rope", "cot-rope", "thinking")
 # Fields that may differ between a run and its resumption (they do not change the trajectory).
@@ -99,7 +102,6 @@ class RopeTrainConfig:
 
 
 def backbone_config(cfg: RopeTrainConfig, vocab_size: int):
-    from transformers import LlamaConfig
 
     return LlamaConfig(vocab_size=vocab_size, hidden_size=cfg.d_model, intermediate_size=4 * cfg.d_model,
                        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
@@ -109,7 +111,6 @@ def backbone_config(cfg: RopeTrainConfig, vocab_size: int):
 
 def build(cfg: RopeTrainConfig):
     """A fresh ``(model, tokenizer)`` for the preset: a LlamaForCausalLM, or ThinkingStates over one."""
-    from transformers import LlamaForCausalLM
 
     if cfg.preset not in ROPE_PRESETS:
         raise ValueError(f"preset {cfg.preset!r} is not a RoPE preset; choose one of {ROPE_PRESETS}")
@@ -251,7 +252,6 @@ def _device_name(device: torch.device) -> str:
 
 def save_rope(model, tok, card: dict, out: str) -> None:
     """save_pretrained (+ thinking.safetensors for Thinking States) into a folder, atomically."""
-    from safetensors.torch import save_file
 
     with staged_output(out) as tmp:
         backbone = getattr(model, "backbone", model)

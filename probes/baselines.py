@@ -40,7 +40,7 @@ def lookup_baseline(feature, y, folds) -> np.ndarray:
 def prefix_counts(token_id, prompt_id, position, at_prompt, at_position):
     """Sparse ``[n, vocab]`` counts of each token id in the text up to and including the tokens at
     ``(at_prompt [n], at_position [n])``; ``token_id / prompt_id / position`` are every stored token's."""
-    from scipy.sparse import csr_matrix
+    from scipy.sparse import csr_matrix  # deferred: loaded with scikit-learn, when a fit asks for it
 
     token_id, prompt_id, position = (np.asarray(a, dtype=np.int64) for a in (token_id, prompt_id, position))
     order = np.lexsort((position, prompt_id))
@@ -63,7 +63,7 @@ def prefix_counts(token_id, prompt_id, position, at_prompt, at_position):
 def text_so_far_baseline(counts, y, folds, C: float = 1.0) -> np.ndarray:
     """Out-of-fold predictions ``[n]`` of a bag-of-words logistic regression on ``counts [n, vocab]`` (log-scaled
     token counts of the text so far), fitted per fold."""
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # deferred: scikit-learn (1 s) loads for a fit only
 
     X = counts.copy()
     X.data = np.log1p(X.data)

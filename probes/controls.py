@@ -65,7 +65,7 @@ def control_labels(token_id: np.ndarray, position: np.ndarray, n_classes: int, s
 
 def prompt_folds(prompt_ids: np.ndarray, k: int = 5) -> list[tuple[np.ndarray, np.ndarray]]:
     """GroupKFold over prompts: ``[(train_rows, test_rows)]`` index arrays; no prompt is split."""
-    from sklearn.model_selection import GroupKFold
+    from sklearn.model_selection import GroupKFold  # deferred: scikit-learn (1 s) loads for a fit only
 
     n_prompts = len(np.unique(prompt_ids))
     if n_prompts < k:

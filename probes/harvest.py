@@ -46,6 +46,8 @@ from ..tasks.score_checks import example_key, text_key
 from beliefscope.base.config_flags import add_config_flags, config_from_args
 from beliefscope.base.files import check_writable_parent
 from beliefscope.base.progress import advance_to, progress_bar
+import json
+import torch.distributed as dist
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
 
@@ -352,7 +354,6 @@ def main(argv=None) -> int:
     """Entry point of ``torchrun ... -m beliefscope.probes.harvest``, kept as a module because torchrun
     starts a module or a script in every process: harvest sharded across the processes, then rank 0
     writes the result as JSON to stdout. In one process, ``beliefscope harvest`` is the same."""
-    import json
 
     p = argparse.ArgumentParser(prog="beliefscope.probes.harvest", description=__doc__.split("\n")[0])
     add_arguments(p)
@@ -386,7 +387,6 @@ def run_sharded(cfg: HarvestRunConfig, device: str | None = None, model_dtype: s
     dev = rank_device(device, int(os.environ.get("LOCAL_RANK", "0")))
     barrier = None
     if world > 1:
-        import torch.distributed as dist
 
         dist.init_process_group("gloo")
         barrier = dist.barrier
@@ -396,7 +396,6 @@ def run_sharded(cfg: HarvestRunConfig, device: str | None = None, model_dtype: s
                          say if rank == 0 else None)
     finally:
         if world > 1:
-            import torch.distributed as dist
 
             dist.destroy_process_group()
     return result if rank == 0 else None

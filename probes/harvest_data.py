@@ -22,6 +22,7 @@ from ..tasks.base import Example
 from ..tasks.score_checks import join_same_texts, look_alike_classes
 from ..tasks.surface import last_named, surface_column
 from ..tasks.records import Data, Record, Track
+import torch
 
 
 
@@ -132,7 +133,6 @@ def store_classes(data: Data) -> dict[str, list]:
 
 def estimate_bytes(n_rows: int, n_hooks: int, width: int, dtype: str, n_labels: int) -> int:
     """Bytes a store of `n_rows` tokens will take (activations and int32 labels)."""
-    import torch
 
     return n_rows * (n_hooks * width * torch.finfo(DTYPES[dtype]).bits // 8 + 4 * n_labels)
 

@@ -330,7 +330,7 @@ def solve_problems(problems, mean, std, p_mean, p_std, n_classes, cfg):
 
 
 def _fit_sklearn(X, y, mean, std, n_classes, cfg):
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # deferred: scikit-learn (1 s) loads for a fit only
 
     L, _, d = X.shape
     K = 1 if n_classes == 2 else n_classes

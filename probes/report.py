@@ -35,6 +35,7 @@ from .store import ActivationStore
 from .transfer import check_transfer_store, transfer_scores
 from ..tasks import parse_events_range
 from ..tasks.score_checks import require_two_classes
+from dataclasses import replace
 
 
 @dataclass
@@ -328,7 +329,6 @@ def label_classes(store, label: str) -> list[str] | None:
 
 def resolved(cfg: ReportConfig, store) -> tuple[ReportConfig, int, int]:
     """`cfg` with its "auto" settings decided for `store`, and the main split's (lo, hi) events."""
-    from dataclasses import replace
 
     data = is_data_store(store)
     cfg = replace(cfg, label=resolve_label(store, cfg.label))

@@ -303,7 +303,7 @@ def to_hf_dataset(store: ActivationStore, hooks: list[str] | None = None):
     """The store as a ``datasets.Dataset``: one row per token, a column per hook (``act/<hook>``, a list of
     floats) and per label. The manifest (config, its hash, label and class names) travels in the dataset's
     ``info.description`` as JSON, so `from_hf_dataset` rebuilds the same store (same hash)."""
-    import datasets
+    import datasets  # deferred: optional dependency
 
     hooks = store.hooks if hooks is None else hooks
     cols: dict[str, list] = {}

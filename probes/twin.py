@@ -42,7 +42,7 @@ def checkpoint_hash(model) -> str:
 
 def _offloaded(hf, name: str) -> torch.Tensor:
     """The values of an offloaded parameter or buffer (``accelerate`` keeps it on 'meta' between forwards)."""
-    from accelerate.utils import align_module_device
+    from accelerate.utils import align_module_device  # deferred: optional dependency
 
     owner, _, attr = name.rpartition(".")
     module = hf.get_submodule(owner)
@@ -73,7 +73,8 @@ def random_init_like(model, seed: int = 0):
     twin = type(hf)(hf.config).to(dtype=next(hf.parameters()).dtype).eval()
     placed = getattr(hf, "hf_device_map", None)
     if placed and len(set(map(str, placed.values()))) > 1:  # split over devices: the twin is split the same
-        from accelerate import dispatch_model  # way, with what sat on disk kept in memory (it has no file)
+        # way, with what sat on disk kept in memory (it has no file)
+        from accelerate import dispatch_model  # deferred: optional dependency
 
         twin = dispatch_model(twin, device_map={k: HOST.type if v == "disk" else v for k, v in placed.items()})
     else:

@@ -18,6 +18,7 @@ True
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 SEED = 20261128  # the seed of the stream
 BOXES = ["A", "B", "C", "D", "E"]
@@ -82,6 +83,5 @@ def boxes_records(rows: list[dict]) -> list[dict]:
 
 def boxes_config(cfg):
     """A `DataConfig` for boxes records: their text, and the masked content as a label per text."""
-    from dataclasses import replace
 
     return replace(cfg, text_field="text", label_field=("content",), events_field=(), spans_field=())

@@ -38,6 +38,8 @@ from .base import Event, Example
 from .boxes_tracking import boxes_config, boxes_records
 from .score_checks import join_same_texts
 from .sources import describe, read_rows
+from dataclasses import replace
+import os
 
 KINDS = ("text", "events", "spans")  # a label read at the last token; states along the text; token spans
 RESERVED = ("parity", "events_so_far", "is_event_boundary", "token_id", "position", "prompt_id", "n_events",
@@ -217,7 +219,6 @@ def load_data(source, config: DataConfig | None = None, **overrides) -> Data:
                       if k in ("label_field", "events_field", "spans_field") and isinstance(v, str)})
     cfg = config or DataConfig(**overrides)
     if overrides and config is not None:
-        from dataclasses import replace
 
         cfg = replace(config, **overrides)
     rows = read_rows(source)
@@ -382,7 +383,6 @@ def example_path(name: str = "locations.jsonl") -> str:
     >>> len(load_data(example_path(), events_field=("location",), label_field=("negated",)))
     200
     """
-    import os
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", name)
     if not os.path.exists(path):

@@ -41,7 +41,7 @@ def read_rows(source) -> list[dict]:
     if hasattr(source, "to_dict") and hasattr(source, "columns"):  # a pandas DataFrame
         return [_clean(r) for r in source.to_dict("records")]
     try:
-        import datasets
+        import datasets  # deferred: optional dependency
     except ImportError:  # pragma: no cover - datasets is a dependency
         datasets = None
     if datasets is not None and isinstance(source, datasets.DatasetDict):
@@ -53,7 +53,7 @@ def read_rows(source) -> list[dict]:
 
 
 def _read_path(path: str) -> list[dict]:
-    import datasets
+    import datasets  # deferred: optional dependency
 
     if os.path.isdir(path):
         if not os.path.exists(os.path.join(path, "dataset_info.json")) and not os.path.exists(

@@ -26,6 +26,8 @@ class Own:
         self._mine = 1
 
     def read(self, other):
+        import os
+        import json  # deferred: a reason
         return self._mine, other._mine, other._theirs, getattr(other, "_also_theirs"), other.__dict__.get("_x")
 
 
@@ -123,6 +125,7 @@ def test_each_counter_on_a_tree_whose_counts_are_known(tmp_path):
     lazy = found["lazy_project_imports"]
     assert len(lazy) == 2 and sum(not arch._command_module(s.split(":")[0]) for s in lazy) == 1
     assert found["cross_package_imports"] == {"relative": 1}
+    assert [len(found["lazy_other_imports"][k]) for k in ("said", "unsaid")] == [1, 1]  # json said, os not
     assert found["lines"] == sum(len(t.splitlines()) for n, t in TREE.items())
 
 
@@ -134,6 +137,7 @@ def test_the_checkout_keeps_what_the_architecture_work_removed():
     assert not found["kvcache_public_names"]["forwarded"], "KVCache forwards names again"
     assert [s for s in found["lazy_project_imports"] if not arch._command_module(s.split(":")[0])] == \
         [s for s in found["lazy_project_imports"] if s.startswith("probes/__init__.py:")]  # its deferred sklearn API
+    assert not found["lazy_other_imports"]["unsaid"], "a function-level import without '# deferred: <reason>'"
     assert found["cross_package_imports"].get("absolute", 0) <= 11  # beliefscope/ itself, above the folders
     assert sum(map(len, found["surgery"].values())) <= 51
     assert len(found["model_type_branches"]) <= 15 and len(found["cache_classes"]) <= 4

@@ -32,6 +32,7 @@ import types
 import typing
 
 from beliefscope.base.progress import progress_bar
+import json
 
 
 def field_help(cls) -> dict[str, str]:
@@ -192,7 +193,6 @@ def register_command(subparsers, command: Command) -> argparse.ArgumentParser:
 
 def run_command(command: Command, args: argparse.Namespace) -> int:
     """Build the config from the flags, run it under a progress bar, print the result."""
-    import json
 
     quiet = getattr(args, "no_progress", False)
     extra = command.from_flags(args) if command.from_flags else {}

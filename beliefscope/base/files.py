@@ -29,6 +29,7 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Callable
+import threading
 
 
 def _umask() -> int:
@@ -141,7 +142,6 @@ def staged_output(out: str):
 
 def _raise_on_sigterm():
     """Turn SIGTERM into SystemExit (so the temporary folder is removed); returns the old handler."""
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None

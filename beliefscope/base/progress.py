@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from tqdm import tqdm
 
 
 def progress_bar(desc: str, total: int | None = None, disable: bool = False, leave: bool = False):
@@ -13,7 +14,6 @@ def progress_bar(desc: str, total: int | None = None, disable: bool = False, lea
     >>> bar.disable, bar.total
     (True, 2)
     """
-    from tqdm import tqdm
 
     return tqdm(desc=desc, total=total, file=sys.stderr, disable=disable, dynamic_ncols=True, leave=leave, delay=1.0)
 

@@ -39,6 +39,9 @@ from ..names import checkpoint_path
 from .model import ThinkingConfig, ThinkingStates
 
 from beliefscope.base.files import atomic_save, atomic_write_json
+from safetensors.torch import load_file
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 PARTS_FILE = "thinking.safetensors"
 PARTS_FILES = {"thinking": PARTS_FILE, "adapters": "adapters.safetensors"}  # card kind -> file of trained parts
@@ -74,7 +77,6 @@ def save_parts(model, out: str, card: dict, backbone: str, backbone_hash: str,
                parts_dtype: torch.dtype = torch.float16, kind: str = "thinking") -> dict:
     """Write the parts file of ``kind`` (`PARTS_FILES`) and ``model_card.json`` into `out`, each
     atomically (the folder may hold other files, e.g. a training state). Returns the card as written."""
-    from safetensors.torch import save_file
 
     parts = {k: v.detach().to(HOST, parts_dtype).contiguous() for k, v in trained_parts(model).items()}
     parts_hash = tensors_sha256(parts)
@@ -99,7 +101,6 @@ def load_composed(name_or_path: str, path: str, card: dict, device, dtype, build
     """A model from a parts-only checkpoint over its backbone; ``(model, tokenizer)``.
     ``build(backbone, tokenizer)`` makes the model around the loaded backbone (`load_thinking`
     passes it). The backbone is refused by name when its weights do not hash to the card's ``backbone_sha256``."""
-    from safetensors.torch import load_file
 
     backbone_name = resolve_backbone(card, path)
     backbone, tok = load_hf(backbone_name, device=HOST, dtype=torch.float32)
@@ -141,10 +142,7 @@ def load_thinking(name_or_path: str, device=None, dtype=None):
     """Load a Thinking States checkpoint as ``(ThinkingStates, tokenizer)``: a whole model saved
     with its backbone, or only the trained parts composed over a named backbone
     (`models.thinking.ckpt`). A plain checkpoint is refused with the loader to use instead."""
-    import os
 
-    from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = checkpoint_path(name_or_path)
     card = read_card(path)

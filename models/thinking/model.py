@@ -32,6 +32,8 @@ from ..errors import ThoughtsSkippedError
 from ..profile import decoder_layers, model_shapes
 from .config import ThinkingConfig, chunk_spans
 from torch import nn
+from transformers import AutoModel
+from transformers import DynamicCache
 
 __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]
 
@@ -39,7 +41,6 @@ __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]
 def _one_block_model(config):
     """A one-block base model for T or C, without its token table (both take ``inputs_embeds`` and
     share the backbone's embedding): returns ``(model, names of the dropped parameters)``."""
-    from transformers import AutoModel
 
     cfg = copy.deepcopy(config)
     cfg.num_hidden_layers = 1
@@ -342,7 +343,6 @@ class ThinkingStates(nn.Module):
         its S added, and T thinks after each complete chunk (O(length), what inference computes;
         `decoding.thinking.run_thinking` does the same on an inspectable ``KVCache``). Returns
         ``(logits [V] at the last token, thoughts [(chunk_end, tokens)])``."""
-        from transformers import DynamicCache
 
         cache = DynamicCache(config=self.backbone.config)
         dev = next(self.parameters()).device

@@ -47,6 +47,11 @@ from ...tasks import get_task
 from ...tasks.questions import in_chat
 
 from beliefscope.base.files import atomic_write_json, check_writable_parent
+from safetensors.torch import load_file
+import contextlib
+import copy
+import dataclasses
+import json
 
 COST_FILE = "training_cost.json"
 
@@ -186,7 +191,6 @@ def batch_examples(cfg: ThinkingTrainConfig, step: int, tok=None) -> list:
 
 
 def _autocast(cfg: ThinkingTrainConfig, device: torch.device):
-    import contextlib
 
     if cfg.autocast == "none":
         return contextlib.nullcontext()
@@ -245,7 +249,6 @@ def _trained_named(model) -> dict:
 def warm_start(model, name_or_path: str, digest: str) -> None:
     """Copy a composed checkpoint's trained parts (T, C, the injection, LoRA weights) into ``model``,
     whose trained parameters must be exactly those parts; refused by name on another backbone."""
-    from safetensors.torch import load_file
 
     path = checkpoint_path(name_or_path)
     card = read_card(path)
@@ -297,7 +300,6 @@ def train_thinking(cfg: ThinkingTrainConfig, out: str, progress: Callable[[dict]
             "rebuild": rebuild_command(cfg)}
     cost = os.path.join(out, COST_FILE)
     if os.path.exists(cost):
-        import json
 
         with open(cost) as f:
             card["training_cost"] = json.load(f)
@@ -324,8 +326,6 @@ def measure_costs(cfg: ThinkingTrainConfig, options=COST_OPTIONS, steps: int = 3
                   progress: Callable[[dict], None] | None = None) -> dict:
     """Seconds per optimiser step of each option on the same batches (``cfg.batch_size`` stories of
     ``events`` events), the backbone loaded once. ``{label: {"seconds": [...], "trained_params": n}}``."""
-    import copy
-    import dataclasses
 
     torch.set_num_threads(cfg.threads)
     hf, tok = load_hf(cfg.backbone, device=HOST, dtype=torch.float32)
