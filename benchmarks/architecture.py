@@ -242,6 +242,14 @@ def kvcache_public_names(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
     return {"own": sorted(own), "forwarded": sorted(forwarded - own)}
 
 
+def beyond_hf_cache(names: list[str]) -> list[str]:
+    """The names transformers' own ``Cache`` does not define (the one import of this module: the installed
+    transformers, which every checkout counted runs on)."""
+    from transformers import Cache  # deferred: the counts of the other rows read source alone
+
+    return sorted(set(names) - {n for n in dir(Cache) if not n.startswith("_")})
+
+
 def _is_project_import(node: ast.AST) -> bool:
     if isinstance(node, ast.ImportFrom):
         return node.level > 0 or (node.module or "").split(".")[0] == "beliefscope"
@@ -329,6 +337,8 @@ def summary(found: dict) -> dict:
         "cache classes": len(found["cache_classes"]),
         "rollback sites outside the engine": len(found["rollback_sites_outside_engine"]),
         "KVCache public names (own + forwarded)": len(found["kvcache_public_names"]["own"])
+        + len(found["kvcache_public_names"]["forwarded"]),
+        "  beyond transformers' Cache (own + forwarded)": len(beyond_hf_cache(found["kvcache_public_names"]["own"]))
         + len(found["kvcache_public_names"]["forwarded"]),
         "lazy project imports": len(found["lazy_project_imports"]),
         "  outside the command modules": sum(not _command_module(site.split(":")[0])
