@@ -99,7 +99,7 @@ def load_model(name_or_path, device=None, dtype=None, *, tokenizer=None) -> tupl
             raise ValueError("an HF model in memory is wrapped where it is: move it (model.to(device, dtype)) before "
                              "load_model, instead of passing device or dtype")
         bridge = bridge_from_hf(name_or_path, tokenizer)
-        bridge.name_or_path = getattr(name_or_path.config, "_name_or_path", "") or type(name_or_path).__name__
+        bridge.name_or_path = name_or_path.config.name_or_path or type(name_or_path).__name__
         return bridge, tokenizer
     name_or_path = os.fspath(name_or_path)
     device, dtype = default_device(device), resolve_dtype(dtype)

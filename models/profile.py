@@ -62,7 +62,7 @@ def model_shapes(model) -> ModelShapes:
         n_ctx=getattr(c, "max_position_embeddings", None) or getattr(c, "n_positions", None) or 2048,
         dtype=param.dtype,
         device=compute_device(embedding_of(hf)),
-        name=getattr(c, "_name_or_path", "") or type(hf).__name__,
+        name=getattr(c, "name_or_path", "") or type(hf).__name__,
         windows=sliding_windows(c),
         layer_devices=layers or (compute_device(hf),) * (getattr(c, "num_hidden_layers", None) or c.n_layer),
     )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from tqdm import tqdm
 
 
@@ -28,7 +29,7 @@ def resume_bar(bar, step: int) -> None:
     bar.initial = bar.n = bar.last_print_n = step
     if bar.disable:  # --no-progress: a disabled bar has no clock to reset
         return
-    bar.start_t = bar.last_print_t = bar._time()
+    bar.start_t = bar.last_print_t = time.time()  # the clock tqdm reads by default
     bar.refresh()
 
 
