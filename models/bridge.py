@@ -49,6 +49,7 @@ from .context import refuse_past_context
 from .errors import ModelLoadError
 from .profile import compute_device, embedding_of, hf_of, model_shapes
 from .tokenizer import tokenizer_adds_bos
+from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 from transformer_lens.model_bridge.sources.transformers_driver import TransformersDriver
 import transformers
@@ -101,7 +102,7 @@ def guard_cache_handoff(model) -> None:
         link_bridge(hf, model)  # the bare HF tree (models.bare) runs only where the bridge's own modes allow
         run_bare_when_unhooked(model)
         for module in model.modules():
-            if hasattr(module, "_update_kv_cache"):
+            if isinstance(module, AttentionBridge):  # the wrappers that read past_key_values, never cache=
                 module.register_forward_pre_hook(_rename_cache_kwarg, with_kwargs=True)
         model.register_forward_pre_hook(_inputs_to_embedding_device, with_kwargs=True)
         setattr(model, GUARD, model_shapes)  # what KVCache.for_model reads the shapes with
