@@ -293,17 +293,23 @@ def lazy_other_imports(root: Path, trees: dict[str, ast.Module]) -> dict[str, li
 
 
 def cross_package_imports(trees: dict[str, ast.Module]) -> Counter:
-    """Top-of-module imports of another project package, by how they are written: ``"relative"`` (a static tool
-    follows them without an install) or ``"absolute"`` (``beliefscope.<package>``, which only the install maps)."""
+    """Top-of-module imports of another top-level package, by how they are written: ``"relative"`` (``from ..cache
+    import KVCache``: a static tool follows them without an install) or ``"absolute"`` (``beliefscope.<package>``,
+    which only the install maps to its folder). Imports of ``beliefscope.base`` (which lives in ``beliefscope/``)
+    are not counted."""
     kinds: Counter = Counter()
     for path, tree in trees.items():
-        own = path.split("/")[0]
+        here = path.split("/")[:-1]  # the file's package, as folders
         for node in tree.body:
             if not isinstance(node, ast.ImportFrom):
                 continue
             if node.level > 0:
-                kinds["relative"] += 1
-            elif (node.module or "").startswith("beliefscope.") and node.module.split(".")[1] not in (own, "base"):
+                if node.level - 1 > len(here):
+                    continue  # above the checkout's root: not a package of ours
+                target = (here[: len(here) - (node.level - 1)] + (node.module or "").split("."))[0]
+                if target != here[0]:
+                    kinds["relative"] += 1
+            elif (node.module or "").startswith("beliefscope.") and node.module.split(".")[1] not in (here[0], "base"):
                 kinds["absolute"] += 1
     return kinds
 
