@@ -19,12 +19,17 @@ Usage (not run as a doctest: it needs stored activations, probes or a model)::
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..models.load import load_model
+from ..models.profile import model_profile, writes_thoughts
+from ..tasks.parse import parse_prompt
+from ..tasks.records import DataConfig, load_data
 from . import plots
-from .lens_readable import lens_answers, one_token_classes
 from .common import (
     best_probe_layer,
     check_probe_matches,
@@ -41,12 +46,8 @@ from .common import (
 )
 from .forced import forced_answers
 from .instrument import story_readout
+from .lens_readable import lens_answers, one_token_classes
 from .state_strips import state_colours, strips_figure
-from ..models.load import load_model
-from ..models.profile import model_profile, writes_thoughts
-from ..tasks.parse import parse_prompt
-from ..tasks.records import DataConfig, load_data
-import json
 
 
 @dataclass

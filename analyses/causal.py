@@ -8,14 +8,16 @@ cups and a binding of several variables alike. Random vectors of the same norm a
 
 from __future__ import annotations
 
+import importlib
+import random
+
 import numpy as np
 import torch
+
 from ..decoding.thinking import run_thinking
 from ..models.thinking.data import thought_word_id
 from ..tasks import get_task
 from ..tasks.variables import VARIABLES
-import importlib
-import random
 
 
 def _replay(ex, done: int, start):

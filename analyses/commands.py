@@ -24,19 +24,20 @@ import dataclasses
 import os
 import time
 
+from beliefscope.base.config_flags import Command, register_command
+
 from . import beliefs, determinism, forced, spec_trace, view
 from .beliefs import BeliefsConfig
 from .demo import DemoConfig
 from .determinism import DeterminismConfig, int_list
 from .forced import ForcedConfig
 from .instrument import InstrumentConfig
+from .interchange_report import InterchangeConfig
 from .lens import LensConfig
 from .lens_train import LensTrainConfig
 from .lens_train import prepare as lens_train_prepare
-from .interchange_report import InterchangeConfig
 from .spec_trace import TraceConfig
 from .view import ViewConfig
-from beliefscope.base.config_flags import Command, register_command
 
 _MODEL = ("checkpoint folder or alias (target, smollm2, thinking, smollm2-thinking); the model the probe was fit "
           "on")
@@ -84,6 +85,7 @@ def _forced_lines(res: dict) -> list[str]:
 
 def _instrument_prepare(cfg: InstrumentConfig) -> InstrumentConfig:
     from beliefscope.base.files import check_writable_parent
+
     from ..tasks import get_task, parse_events_range
 
     if cfg.data or cfg.acts:
@@ -153,8 +155,8 @@ def _determinism_lines(res: dict) -> list[str]:
 
 
 def _demo(cfg: DemoConfig, progress) -> dict:
-    from . import demo, demo_thinking
     from ..models.profile import model_profile
+    from . import demo, demo_thinking
 
     t = time.perf_counter()
     if model_profile(cfg.model).thinking:  # a model that writes its belief down: its own report

@@ -86,13 +86,13 @@ def sibling(path: str, suffix: str) -> str:
     return f"{stem}{suffix}{ext or '.png'}"
 
 
+from beliefscope.base.progress import progress_bar  # noqa: E402,F401  (re-exported for the analyses)
+
 from ..hooks import capture
+from ..probes.crossfit import CrossFitted
 from ..probes.harvest import checkpoint_hash
 from ..probes.linear import LinearProbe
 from ..probes.report import layer_index
-
-from beliefscope.base.progress import progress_bar  # noqa: E402,F401  (re-exported for the analyses)
-from ..probes.crossfit import CrossFitted
 
 
 # ----------------------------------------------------------------------------------- probes

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from .interchange import (
     Site,
     check_inputs,

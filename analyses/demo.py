@@ -18,16 +18,7 @@ import typing
 from dataclasses import asdict, dataclass, field
 
 import torch
-from . import (beliefs, demo_view, determinism, forced, plots, readings, report, spec_trace,
-                                  thinking_view)
-from .common import (
-    check_writable_parent,
-    progress_bar,
-    save_fig,
-    staged_output,
-    write_json,
-)
-from .demo_view import eval_section, probe_section, section
+
 from ..decoding import ModelDrafter, make_drafter
 from ..models.evaluate import evaluate
 from ..models.load import load_model
@@ -38,6 +29,15 @@ from ..probes.report import ReportConfig, probe_report
 from ..probes.steering import SteerConfig, steer_experiment
 from ..probes.store import atomic_write_json
 from ..tasks import get_task
+from . import beliefs, demo_view, determinism, forced, plots, readings, report, spec_trace, thinking_view
+from .common import (
+    check_writable_parent,
+    progress_bar,
+    save_fig,
+    staged_output,
+    write_json,
+)
+from .demo_view import eval_section, probe_section, section
 
 SIZES = {  # prompts per step: (full toy, quick toy for tests, smollm2)
     "n_eval": (200, 40, 100), "n_harvest": (300, 60, 120), "n_forced": (40, 8, 20), "n_trace": (20, 6, 4),

@@ -17,6 +17,9 @@ import os
 import time
 from dataclasses import asdict
 
+from ..models.evaluate import evaluate_bands
+from ..models.load import load_model
+from ..models.profile import model_profile
 from . import readings, report
 from .beliefs import BeliefsConfig
 from .beliefs import main as beliefs_main
@@ -25,9 +28,6 @@ from .demo import DemoConfig, featured_prompt
 from .demo_view import section
 from .instrument import InstrumentConfig, prompts_read, table_lines, write
 from .instrument import main as instrument_main
-from ..models.evaluate import evaluate_bands
-from ..models.load import load_model
-from ..models.profile import model_profile
 
 # prompts per step: (full, quick for tests)
 THINKING_SIZES = {"n_eval": (40, 6), "n_train": (60, 16), "n_test": (20, 6), "causal_n": (20, 4)}

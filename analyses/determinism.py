@@ -22,23 +22,24 @@ check that ours do not.
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
-
-import torch
-from . import plots_decoding
-from .common import check_writable_parent, save_fig, write_json
-from ..decoding.sweep import determinism_sweep
-from ..models.load import load_model
-from ..models.packed import can_pack
-from ..models.profile import hf_of, model_profile
-from ..tasks import get_task
 import collections
+import inspect
 import json
 import os
 import random
 import string
 import textwrap
+from dataclasses import dataclass
+
+import torch
+
+from ..decoding.sweep import determinism_sweep
+from ..models.load import load_model
+from ..models.packed import can_pack
+from ..models.profile import hf_of, model_profile
+from ..tasks import get_task
+from . import plots_decoding
+from .common import check_writable_parent, save_fig, write_json
 
 # Every path a measured prompt can run on: (name, flagged deterministic, fast-path kernels, --paths values).
 PATHS = (("fast_path", False, "default", ("all", "both", "fast")),

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from .das import split_pairs
-from .interchange import last_logits
-from .subspaces import random_basis
+
 from ..hooks import hook_name, stream
 from ..models.tokenizer import answer_token_ids
 from ..probes.intervals import margin_interval, scored
+from .das import split_pairs
+from .interchange import last_logits
+from .subspaces import random_basis
 
 
 @dataclass(frozen=True)

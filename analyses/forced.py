@@ -21,19 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from . import plots
-from .common import (
-    best_probe_layer,
-    check_probe_matches,
-    check_probe_rendering,
-    check_probe_states,
-    check_writable_parent,
-    load_probe,
-    probe_for_record,
-    probe_distribution,
-    save_fig,
-    sibling,
-)
+
 from ..cache import KVCache
 from ..decoding.thinking import thinking_readouts
 from ..hooks import hook_name
@@ -46,6 +34,19 @@ from ..probes.intervals import group_interval
 from ..tasks import get_task, parse_events_range
 from ..tasks.records import DataSource, class_counts
 from ..tasks.score_checks import require_two_classes
+from . import plots
+from .common import (
+    best_probe_layer,
+    check_probe_matches,
+    check_probe_rendering,
+    check_probe_states,
+    check_writable_parent,
+    load_probe,
+    probe_distribution,
+    probe_for_record,
+    save_fig,
+    sibling,
+)
 
 
 @dataclass

@@ -24,32 +24,33 @@ on training-template prompts, and blocks.1 only 0.47 on held-out ones.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from . import plots
-from .causal import causal_check
-from .common import model_folders, save_fig
-from .forced import forced_answers
-from .causal_readings import causal_summary, load_report
-from .instrument_table import COLUMNS, table_lines  # noqa: F401 (re-exported)
-from .lens_readable import instrument_lens, tuned_lenses
-from .state_strips import strips_figure
+
+from beliefscope.base.files import atomic_write_json, atomic_write_text
+
 from ..hooks import capture
 from ..models.cards import checkpoint_sha256
 from ..models.load import check_model_name, load_model
 from ..models.profile import model_profile, writes_thoughts
 from ..probes import fit_all_layers
-from ..probes.report import layer_index
 from ..probes.controls import control_labels
 from ..probes.harvest import random_init_like
+from ..probes.report import layer_index
 from ..tasks import get_task
 from ..tasks.records import DataSource
 from ..tasks.variables import VARIABLES
-
-from beliefscope.base.files import atomic_write_json, atomic_write_text
-import os
+from . import plots
+from .causal import causal_check
+from .causal_readings import causal_summary, load_report
+from .common import model_folders, save_fig
+from .forced import forced_answers
+from .instrument_table import COLUMNS, table_lines  # noqa: F401 (re-exported)
+from .lens_readable import instrument_lens, tuned_lenses
+from .state_strips import strips_figure
 
 
 @dataclass

@@ -18,14 +18,15 @@ Usage (not run as a doctest: it loads a model)::
 
 from __future__ import annotations
 
-from .instrument import _hooks, agreement, collect, fit_probes, story_readout, verdict
+import torch
+
 from ..models.load import check_model_name, load_model
-from ..probes.report import layer_index
 from ..probes.controls import majority_accuracy
 from ..probes.harvest import random_twin
+from ..probes.report import layer_index
 from ..tasks.records import class_counts
 from ..tasks.score_checks import require_two_classes
-import torch
+from .instrument import _hooks, agreement, collect, fit_probes, story_readout, verdict
 
 
 def split_records(data) -> tuple[list[int], list[int]]:

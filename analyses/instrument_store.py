@@ -21,14 +21,14 @@ from __future__ import annotations
 import json
 import os
 
-from .common import check_probe_matches, load_probe
-from .forced import forced_vs_probe_many
 from ..models.load import load_model
 from ..probes.crossfit import CrossFitted
 from ..probes.honest import describe
 from ..probes.report import is_data_store
 from ..probes.store import ActivationStore
 from ..tasks.records import DataConfig, load_data
+from .common import check_probe_matches, load_probe
+from .forced import forced_vs_probe_many
 
 
 def checked_inputs(config) -> tuple:

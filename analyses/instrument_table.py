@@ -3,7 +3,6 @@ and one line per finding (verdicts, the lens sentence, the causal tests, the Thi
 
 from __future__ import annotations
 
-
 COLUMNS = (("probe_accuracy", "probe"), ("forced_accuracy", "forced"), ("thought_accuracy", "thought"),
            ("probe_forced_agreement", "probe=forced"), ("probe_thought_agreement", "probe=thought"),
            ("forced_thought_agreement", "forced=thought"), ("control_accuracy", "control"))

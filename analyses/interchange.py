@@ -35,20 +35,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from .pairs import Pair, counterfactual_state
-from .patching import (  # noqa: F401 (last_logits, last_logits_grad: re-exported)
-    last_logits,
-    last_logits_grad,
-    patch_hooks,
-    Prefilled,
-    resumed_logits,
-    row_batches,
-    source_pass,
-)
+
 from ..hooks.names import check_computed, hook_name, resolve_hooks
 from ..models.profile import writes_thoughts
 from ..models.tokenizer import answer_token_ids
 from ..probes.intervals import group_interval, scored
+from .pairs import Pair, counterfactual_state
+from .patching import (  # noqa: F401 (last_logits, last_logits_grad: re-exported)
+    Prefilled,
+    last_logits,
+    last_logits_grad,
+    patch_hooks,
+    resumed_logits,
+    row_batches,
+    source_pass,
+)
 from .subspaces import site_bases
 
 POSITION_RULES = "last, last_event, event:K (0-based, negative from the end), end:J (J-th token from the end), pos:N"

@@ -22,21 +22,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from ..models.load import load_model
+from ..models.profile import writes_thoughts
+from ..probes.baselines import text_so_far_baseline
+from ..probes.intervals import scored
+from ..probes.twin import checkpoint_hash
+from ..tasks import get_task
+from ..tasks.records import DataSource
+from .common import write_json
 from .das import DasConfig, learn_das, split_pairs
 from .erasure import ErasureConfig, erasure
 from .interchange import interchange, prepare, sites, source_activations
 from .interchange_thinking import thinking_interchange
 from .pairs import record_pairs, states_after, task_pairs
-from .subspaces import orthonormal
-from ..models.profile import writes_thoughts
-from ..probes.intervals import scored
-from ..probes.twin import checkpoint_hash
-from ..tasks.records import DataSource
-from ..models.load import load_model
-from ..probes.baselines import text_so_far_baseline
-from ..tasks import get_task
-from .common import write_json
 from .plots_causal import interchange_figure
+from .subspaces import orthonormal
 
 
 @dataclass

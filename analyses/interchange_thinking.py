@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from .pairs import counterfactual_state
+
 from ..decoding.thinking import run_thinking
 from ..models.profile import writes_thoughts
 from ..models.thinking.data import thought_word_id
 from ..probes.intervals import scored
+from .pairs import counterfactual_state
 
 
 @torch.no_grad()

@@ -29,10 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from .common import check_writable_parent, save_fig, token_strings, write_json
-from .forced import data_examples_for_forced, split_story
-from .lens_attention import evidence_attention
-from .lens_plots import attention_figure, example_figure, forming_figure
+
 from ..models.load import load_model
 from ..models.profile import compute_device, model_profile, writes_thoughts
 from ..probes.intervals import group_interval
@@ -47,6 +44,10 @@ from ..probes.lens import (
 from ..probes.tuned_lens import TunedLens
 from ..tasks import get_task, parse_events_range
 from ..tasks.records import DataSource
+from .common import check_writable_parent, save_fig, token_strings, write_json
+from .forced import data_examples_for_forced, split_story
+from .lens_attention import evidence_attention
+from .lens_plots import attention_figure, example_figure, forming_figure
 
 CLASSES = ("boundary", "story", "question", "answer")  # position classes of the in-place reading
 

@@ -24,11 +24,12 @@ import re
 
 import numpy as np
 import torch
-from .forced import split_story
+
 from ..hooks import capture
 from ..models.profile import model_shapes
 from ..probes.intervals import group_interval
 from ..tasks.surface import last_named
+from .forced import split_story
 
 
 def sentence_spans(ex) -> list[tuple[int, int, int]]:

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from .common import model_folders
-from .forced import forced_answers
+
 from ..models.profile import compute_device
 from ..probes.intervals import group_interval
-from ..probes.tuned_lens import TunedLens
 from ..probes.lens import LensDecoder, check_last_layer, class_token_ids, read_residuals, residuals
+from ..probes.tuned_lens import TunedLens
+from .common import model_folders
+from .forced import forced_answers
 
 KINDS = ("boundary", "answer")  # the kinds of position read, in story order
 

@@ -19,8 +19,6 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from .common import check_writable_parent, save_fig
-from .lens_plots import kl_figure
 from ..models.load import load_model
 from ..models.profile import model_profile
 from ..probes.store import ActivationStore
@@ -28,6 +26,8 @@ from ..probes.tuned_lens import TunedLensConfig, check_config, train_tuned_lens
 from ..probes.tuned_lens_store import train_tuned_lens_from_store
 from ..tasks.corpus import shipped_texts
 from ..tasks.sources import read_rows
+from .common import check_writable_parent, save_fig
+from .lens_plots import kl_figure
 
 
 @dataclass

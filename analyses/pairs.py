@@ -25,8 +25,7 @@ import importlib
 import random
 from dataclasses import dataclass
 
-from ..tasks.base import Example
-from ..tasks.base import parse_events_range
+from ..tasks.base import Example, parse_events_range
 
 REPLAY_TASKS = ("coinflip", "cups")  # built-in tasks of one state whose replay rule the counterfactual uses
 

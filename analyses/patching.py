@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 from ..cache import KVCache
 from ..hooks import hooked, stream
 from ..models.bare import takes_logits_to_keep

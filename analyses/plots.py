@@ -15,14 +15,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from ..cache import Provenance
 from ..models.thinking.config import THOUGHT
-from matplotlib import colormaps
-from matplotlib.colors import to_hex
-from matplotlib.colors import to_rgb
 
 # Provenance colours (as in the LLM-42 paper's figure): prefill blue, draft yellow, verified green (a draft the
 # verifier accepted: a darker green), rejected red; Thinking States thoughts (its own cache tag) purple. Keyed by

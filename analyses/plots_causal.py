@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
 from .common import save_fig  # noqa: E402
 
 SERIES = (("probe", "held-out probe", "tab:blue", "-"), ("majority", "majority class", "tab:gray", ":"),

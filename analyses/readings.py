@@ -7,6 +7,7 @@ is canned): one function per section of `report.html` (`analyses.report` renders
 """
 
 from __future__ import annotations
+
 import numpy as np
 
 

@@ -14,7 +14,6 @@ import re
 
 from .common import png_data_uri
 
-
 # The docs site's look (MkDocs Material, `palette: primary: indigo, accent: deep orange`, `font: false`):
 # its system font stacks, indigo for the header bar, headings, links and table heads, deep orange on hover
 # and focus. Nothing may widen the page: tables scroll inside their own wrapper, figures and code shrink

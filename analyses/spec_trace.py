@@ -22,21 +22,11 @@ Usage (not run as a doctest: it needs stored activations, probes or a model)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
-from . import plots, plots_decoding
-from .common import (
-    best_probe_layer,
-    check_probe_matches,
-    check_probe_rendering,
-    check_writable_parent,
-    load_probe,
-    probe_readout,
-    save_fig,
-    sibling,
-    token_strings,
-)
+import torch
+
 from ..cache import Provenance
 from ..decoding import (
     EarlyExitDrafter,
@@ -51,8 +41,18 @@ from ..models.load import load_model
 from ..models.profile import model_profile
 from ..tasks import get_task, parse_events_range
 from ..tasks.parse import parse_prompt
-from dataclasses import asdict
-import torch
+from . import plots, plots_decoding
+from .common import (
+    best_probe_layer,
+    check_probe_matches,
+    check_probe_rendering,
+    check_writable_parent,
+    load_probe,
+    probe_readout,
+    save_fig,
+    sibling,
+    token_strings,
+)
 
 
 @dataclass

@@ -11,11 +11,11 @@ cups, ten values) read at a glance and without relying on colour alone.
 
 from __future__ import annotations
 
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from .plots import belief_stops
-from matplotlib.colors import to_rgb
-from matplotlib.patches import Rectangle
 
 # Okabe & Ito's colour-blind-safe palette, then two greys: distinct for up to 10 states; cells also
 # carry the state's name, so a reader never has to tell two colours apart.

@@ -12,20 +12,21 @@ timeline of one request (chunks appended, thoughts written and dropped).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from ..cache import Provenance
+from ..decoding.thinking import run_thinking
+from ..models.load import load_model
+from ..models.thinking.config import THOUGHT
+from ..tasks.parse import parse_prompt
 from .beliefs import trajectory
 from .common import check_probe_matches, load_probe, save_fig, token_strings
 from .forced import forced_answers
 from .plots import BELIEF_CMAP, PROVENANCE_COLORS, PROVENANCE_NAMES
-from ..cache import Provenance
-from ..models.thinking.config import THOUGHT
-from ..decoding.thinking import run_thinking
-from ..models.load import load_model
-from ..tasks.parse import parse_prompt
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
-from matplotlib.patches import Rectangle
-import os
 
 
 def cache_timeline_figure(run, tok, title: str = "") -> Figure:

@@ -26,26 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from .common import (
-    best_probe_layer,
-    check_probe_matches,
-    check_probe_rendering,
-    check_writable_parent,
-    load_probe,
-    probe_for_record,
-    probe_hooks_by_layer,
-    probe_state_names,
-    token_strings,
-)
-from .forced import forced_answers
-from .instrument import _hooks as hooks
-from .causal_readings import iia_by_layer, load_report
-from .common import model_folders
-from .lens_readable import lens_answers, lens_hover, one_token_classes
-from .instrument import collect, dev_examples, fit_probes, tasks_for
-from .plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
-from .state_strips import state_colours
-from .view_page import render
+
+from beliefscope.base.files import atomic_write_json, atomic_write_text
+
 from ..decoding import SpecConfig, make_drafter, speculative_generate
 from ..hooks import capture
 from ..models.cards import read_card
@@ -55,8 +38,26 @@ from ..models.profile import model_profile, writes_thoughts
 from ..tasks import get_task, parse_events_range
 from ..tasks.parse import parse_prompt
 from ..tasks.records import DataSource
-
-from beliefscope.base.files import atomic_write_json, atomic_write_text
+from .causal_readings import iia_by_layer, load_report
+from .common import (
+    best_probe_layer,
+    check_probe_matches,
+    check_probe_rendering,
+    check_writable_parent,
+    load_probe,
+    model_folders,
+    probe_for_record,
+    probe_hooks_by_layer,
+    probe_state_names,
+    token_strings,
+)
+from .forced import forced_answers
+from .instrument import _hooks as hooks
+from .instrument import collect, dev_examples, fit_probes, tasks_for
+from .lens_readable import lens_answers, lens_hover, one_token_classes
+from .plots import PROVENANCE_COLORS, PROVENANCE_NAMES, belief_stops
+from .state_strips import state_colours
+from .view_page import render
 
 
 @dataclass

@@ -26,11 +26,14 @@ import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass
+from importlib.metadata import version
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from beliefscope.analyses.common import write_json
 from beliefscope.cache import KVCache
+from beliefscope.cli import main as cli_main
 from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
 from beliefscope.decoding.loop import generate
 from beliefscope.hooks import capture
@@ -38,9 +41,6 @@ from beliefscope.models.devices import HOST, default_device
 from beliefscope.models.hf_load import smollm2_folder
 from beliefscope.models.load import load_model, model_defaults
 from beliefscope.models.names import SMOLLM2_GGUF
-from beliefscope.cli import main as cli_main
-from importlib.metadata import version
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 
 @dataclass

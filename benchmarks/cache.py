@@ -6,17 +6,18 @@ Run ``beliefscope bench cache`` (full) or ``beliefscope bench cache --quick`` (<
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 
 import torch
-from .common import machine_info, median_ci, write_result
+from transformers import DynamicCache
+
 from ..cache import KVCache
 from ..cache.config import CacheConfig
 from ..models import ModelLoadError, load_model
 from ..models.bridge import growth_check_removed
-from transformers import DynamicCache
-import copy
+from .common import machine_info, median_ci, write_result
 
 HEADLINE = "speedup_longest"  # KVCache over DynamicCache, toy target, longest context
 

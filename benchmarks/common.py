@@ -12,11 +12,14 @@ True
 
 from __future__ import annotations
 
+import cProfile
 import datetime
+import importlib.util
 import json
 import math
 import os
 import platform
+import pstats
 import statistics
 import sys
 import time
@@ -24,16 +27,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import transformers
+from transformers import GPT2LMHeadModel
+
+from beliefscope.base.files import atomic_write_text
+
 from ..models.load import bridge_from_hf, checkpoint_path, load_model
 from ..models.tokenizer import toy_tokenizer
 from ..models.train import TrainConfig
-
-from beliefscope.base.files import atomic_write_text
-from transformers import GPT2LMHeadModel
-import cProfile
-import importlib.util
-import pstats
-import transformers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

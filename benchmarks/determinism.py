@@ -35,12 +35,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from ..analyses.determinism import open_prompts
-from .common import header, interleaved, smollm2_available, toy_target, write_result
 from ..decoding.core import hf_model
 from ..decoding.scheduler import Request, Scheduler, SchedulerConfig
 from ..models.load import load_model
 from ..models.packed import can_pack
 from ..tasks import get_task
+from .common import header, interleaved, smollm2_available, toy_target, write_result
 
 HEADLINE = "ratio_at_10pct"  # `beliefscope bench` sums the run up by this: throughput with 10% deterministic
 #   requests over none

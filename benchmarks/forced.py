@@ -17,7 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from ..analyses.forced import forced_answers, split_story
+from ..cache import KVCache
+from ..models.load import load_model
+from ..tasks import get_task
 from .common import (
     cprofile_top,
     header,
@@ -26,9 +30,6 @@ from .common import (
     toy_target,
     write_result,
 )
-from ..cache import KVCache
-from ..models.load import load_model
-from ..tasks import get_task
 
 HEADLINE = "speedup_512"  # `beliefscope bench` sums the run up by this: forced answers on a forked cache vs
 #   recompute, 512-token stories

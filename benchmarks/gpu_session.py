@@ -36,8 +36,12 @@ import signal
 import sys
 import tempfile
 import time
+import time as clock
 import traceback
 from contextlib import contextmanager
+from dataclasses import replace
+
+import torch
 
 from ..analyses.common import write_json
 from ..decoding import SpecConfig, make_drafter, speculative_generate
@@ -49,9 +53,6 @@ from ..models.load import load_model
 from . import determinism, interchange, overhead
 from .common import interleaved
 from .overhead import plain_hf
-from dataclasses import replace
-import time as clock
-import torch
 
 PARTS = ("check", "compile", "overhead", "determinism", "profile", "interchange")
 LIMITS_S = {"check": 330, "compile": 70, "overhead": 200, "determinism": 100, "profile": 60,

@@ -22,6 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from ..models.load import checkpoint_path, load_model
+from ..probes.harvest import harvest, hook_names_for
+from ..probes.store import ActivationStore
+from ..tasks import get_task
 from .common import (
     ROOT,
     cprofile_parts,
@@ -34,10 +39,6 @@ from .common import (
     write_result,
 )
 from .spec import toy_models
-from ..models.load import checkpoint_path, load_model
-from ..probes.harvest import harvest, hook_names_for
-from ..probes.store import ActivationStore
-from ..tasks import get_task
 
 HEADLINE = "overhead"  # `beliefscope bench` sums the run up by this: harvest time over the bare forwards
 

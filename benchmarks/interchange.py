@@ -28,20 +28,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from importlib.metadata import version
 
 import numpy as np
 import torch
+
 from ..analyses import interchange as ic
 from ..analyses.pairs import task_pairs
 from ..analyses.patching import padded, row_batches
-from .common import cprofile_parts, header, interleaved, smollm2_available, toy_target, \
-    write_result
 from ..hooks.names import hf_of
 from ..models.bare import bare_model
+from ..models.load import load_model
 from ..probes.intervals import scored
 from ..tasks import get_task
-from ..models.load import load_model
-from importlib.metadata import version
+from .common import cprofile_parts, header, interleaved, smollm2_available, toy_target, write_result
 
 HEADLINE = "speedup"  # pyvene's sweep time over ours (median of the interleaved paired repeats)
 EPS32 = float(torch.finfo(torch.float32).eps)

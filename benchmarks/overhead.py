@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
-from .common import header, interleaved, smollm2_available, write_result
+from transformers import LlamaConfig, LlamaForCausalLM
+
 from ..decoding.config import SpecConfig
 from ..decoding.loop import generate
 from ..hooks import capture, layer_names
@@ -33,7 +34,7 @@ from ..models.bare import bare_model
 from ..models.bridge import build_bridge
 from ..models.load import default_device, load_model, resolve_dtype
 from ..models.profile import decoder_layers
-from transformers import LlamaConfig, LlamaForCausalLM
+from .common import header, interleaved, smollm2_available, write_result
 
 HEADLINE = "forward_ratio_tiny"  # bridge forward / bare HF forward, tiny model
 

@@ -16,14 +16,15 @@ import time
 from dataclasses import dataclass
 
 import torch
-from .common import header, interleaved, smollm2_available, toy_target, write_result
-from .probes_report import ReportBenchConfig
-from .probes_report import main as report_main
+
 from ..models.load import load_model
 from ..probes.controls import position_mask, prompt_folds
 from ..probes.harvest import harvest
 from ..probes.linear import ProbeConfig, fit_all_layers
 from ..tasks import get_task
+from .common import header, interleaved, smollm2_available, toy_target, write_result
+from .probes_report import ReportBenchConfig
+from .probes_report import main as report_main
 
 HEADLINE = "speedup"  # `beliefscope bench` sums the run up by this: the batched torch trainer over scikit-learn
 

@@ -20,10 +20,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import torch
+
 from ..probes.report import ReportConfig, probe_report
 from ..probes.store import ActivationStore
 from ..tasks.locations import location_records
-import torch
 
 
 @dataclass

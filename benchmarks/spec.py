@@ -17,9 +17,22 @@ Headline: ``best_speedup_smollm2``. Run ``beliefscope bench spec [--quick]``.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import torch
+from transformers import GPT2LMHeadModel
+
+from ..decoding import SpecConfig, TreeConfig, make_drafter, speculative_generate
+from ..decoding.general_prompts import general_chat_prompts
+from ..decoding.tune import choose_tree_nodes, efficient_widths, measure_verify_widths
+from ..models.load import checkpoint_path, default_device, load_hf
+from ..models.packed import is_packed, packing_available, packing_disabled
+from ..models.tokenizer import toy_tokenizer
+from ..models.train import TrainConfig
+from ..tasks.coinflip import sample_prompts
+from ..tasks.instruct import chat_prompts
 from .common import header, machine_info, result_path, smollm2_available, spread, write_result
 from .spec_config import QUICK, SpecBenchConfig
 from .spec_methods import (  # noqa: F401 (Method: spec_stats and tests)
@@ -33,18 +46,6 @@ from .spec_stats import (  # noqa: F401 (table: the CLI reads it here)
     table,
     verify_cost_profile,
 )
-from ..decoding import SpecConfig, TreeConfig, make_drafter, speculative_generate
-from ..decoding.general_prompts import general_chat_prompts
-from ..decoding.tune import choose_tree_nodes, efficient_widths, measure_verify_widths
-from ..models.load import checkpoint_path, default_device, load_hf
-from ..models.packed import is_packed, packing_available, packing_disabled
-from ..models.tokenizer import toy_tokenizer
-from ..models.train import TrainConfig
-from ..tasks.coinflip import sample_prompts
-from ..tasks.instruct import chat_prompts
-from transformers import GPT2LMHeadModel
-import json
-import os
 
 HEADLINE = "best_speedup_smollm2"  # `beliefscope bench` sums the run up by this: the best drafter's speed-up on
 #   SmolLM2 (the toy's when SmolLM2 is absent)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 TOY_DRAFTERS = ("draft", "early-exit:1", "early-exit:2", "early-exit:3", "ngram:3", "bf16")
 SMOLLM2_DRAFTERS = ("early-exit:16", "early-exit:22", "early-exit:26", "ngram:3", "store:smollm2", "bf16")
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
+
 from ..decoding.config import SpecConfig
 from ..decoding.drafters import make_drafter
 from ..decoding.loop import generate

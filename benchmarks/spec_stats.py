@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from .common import leviathan_bound, ratio_spread, spread
+
 from ..decoding.config import SpecConfig
 from ..decoding.loop import generate
 from ..decoding.tune import time_windows
+from .common import leviathan_bound, ratio_spread, spread
 
 if TYPE_CHECKING:
     from .spec_methods import Method

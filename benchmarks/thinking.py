@@ -13,22 +13,22 @@ faster than CoT on GSM8K (Amos et al. 2026, as secondary sources report it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
-from .common import header, interleaved, ratio_spread, smollm2_available, spread, write_result
+
 from ..decoding import SpecConfig, generate
 from ..decoding.drafters import make_drafter
 from ..decoding.speculative import speculative_generate
 from ..decoding.thinking import run_thinking
 from ..decoding.thinking_batch import run_thinking_batch
-from ..models.thinking.drafter import thought_drafter_factory
 from ..decoding.tune import choose_drafter, choose_prefill_k
 from ..models import load_model
 from ..models.evaluate import greedy_completions
 from ..models.profile import hf_of
+from ..models.thinking.drafter import thought_drafter_factory
 from ..tasks import get_task
-from dataclasses import replace
+from .common import header, interleaved, ratio_spread, smollm2_available, spread, write_result
 
 HEADLINE = "speedup"  # `beliefscope bench` sums the run up by this: Thinking States over chain of thought, wall time
 

@@ -18,8 +18,9 @@ What HF's decoding loops call, and what it means here:
 
 from __future__ import annotations
 
-import torch
 from dataclasses import replace
+
+import torch
 
 # Decoding modes of ``GenerationMixin.generate`` (``GenerationMode`` values) tested equal to HF's own
 # cache (tests/test_cache_generate.py). Any other mode is refused before the first forward.

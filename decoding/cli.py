@@ -12,9 +12,9 @@ imported to register its commands, and each command loads torch and its models o
 from __future__ import annotations
 
 
-
 def register(subparsers) -> None:
     from beliefscope.base.config_flags import Command, register_command
+
     from .config import GenerateConfig
 
     register_command(subparsers, Command(
@@ -74,8 +74,8 @@ def _verify_widths(text: str, model, ids):
 
 def _generate_thinking(cfg) -> dict:
     """A Thinking States model: chunk-by-chunk greedy decoding, its thoughts beside the answer."""
-    from .thinking import run_thinking
     from ..models import load_model
+    from .thinking import run_thinking
 
     if cfg.drafter != "none" or cfg.temperature:
         raise ValueError("a Thinking States model decodes greedily and without a drafter: drop --drafter and "
@@ -103,8 +103,8 @@ def _prompt_text(cfg, tok) -> str:
 
 
 def _pack(model) -> None:
-    from .core import hf_model
     from ..models.packed import pack_linears, require_packable
+    from .core import hf_model
 
     require_packable(hf_model(model))
     pack_linears(hf_model(model))
@@ -116,10 +116,10 @@ def run_generate(cfg) -> dict:
 
     if model_profile(cfg.model).thinking:
         return _generate_thinking(cfg)
+    from ..models.load import load_model
     from .config import SpecConfig
     from .drafters import make_drafter
     from .speculative import equals, speculative_generate
-    from ..models.load import load_model
 
     gamma = _gamma(cfg.gamma)  # arguments first, then the model
     if cfg.packed:
@@ -146,6 +146,7 @@ def run_generate(cfg) -> dict:
 
 def register_datastore(subparsers) -> None:
     from beliefscope.base.config_flags import Command, register_command
+
     from .store_build import DatastoreConfig
 
     register_command(subparsers, Command(
@@ -159,10 +160,10 @@ def register_datastore(subparsers) -> None:
 
 
 def _datastore(cfg, progress) -> dict:
-    from .store_build import StoreBuildConfig, build_store
     from ..models.load import load_model
     from ..tasks.base import parse_events_range
     from ..tasks.instruct import chat_prompts
+    from .store_build import StoreBuildConfig, build_store
 
     if cfg.n < 1:
         raise ValueError(f"--n {cfg.n}: build the store from at least 1 prompt")

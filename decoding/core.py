@@ -15,12 +15,13 @@ import hashlib
 from dataclasses import dataclass, field
 
 import torch
+
 from ..cache import KVCache, Provenance
-from .config import SpecConfig
 from ..models.bare import last_logits_only, runnable
 from ..models.bridge import cache_kwarg
 from ..models.context import position_limit
 from ..models.profile import hf_of
+from .config import SpecConfig
 
 
 def hf_model(model):

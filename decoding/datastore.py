@@ -26,13 +26,14 @@ import os
 from dataclasses import dataclass
 
 import torch
+
+from beliefscope.base.files import atomic_write_bytes
+
 from .config import TreeConfig
 from .core import vocab_size
 from .drafter import Drafter
 from .lists import ListCounter
 from .tree import TokenTree, layout, one_hot, with_one_hot_q
-
-from beliefscope.base.files import atomic_write_bytes
 
 FORMAT = "beliefscope-ngram-store/1"
 

@@ -11,6 +11,7 @@ target to verify (implementations: ``decoding.model_drafters``, ``decoding.ngram
 from __future__ import annotations
 
 import torch
+
 from .config import SpecConfig, TreeConfig
 from .tree import TokenTree
 

@@ -21,6 +21,8 @@ One small interface (``decoding.drafter.Drafter``: ``start`` / ``propose`` / ``p
 from __future__ import annotations
 
 import torch  # noqa: F401 (the examples use it)
+
+from ..models.load import load_model, resolve_store
 from .config import SpecConfig  # noqa: F401 (the examples use it)
 from .datastore import NGramStore, StoreDrafter
 from .drafter import Drafter
@@ -31,7 +33,6 @@ from .model_drafters import (
     first_layers,
 )
 from .ngram import NGramDrafter
-from ..models.load import load_model, resolve_store
 
 __all__ = ["Drafter", "EarlyExitDrafter", "LowPrecisionDrafter", "ModelDrafter", "NGramDrafter", "StoreDrafter",
            "first_layers", "make_drafter"]

@@ -26,11 +26,12 @@ the CPU, tested); in bfloat16 on a GPU it may not, as with any change of shape.
 from __future__ import annotations
 
 import torch
-from .core import CompiledForwards, hf_logits
+from torch.utils.hooks import RemovableHandle
+
 from ..models.bare import is_wrapper, runnable
 from ..models.bridge import cache_kwarg
 from ..models.profile import sliding_windows
-from torch.utils.hooks import RemovableHandle
+from .core import CompiledForwards, hf_logits
 
 ATTENTION = ("sdpa", "eager")  # attention implementations whose 4D mask a recording can build
 

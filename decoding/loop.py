@@ -36,6 +36,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
+
+from beliefscope import hooks
+
 from ..cache import KVCache
 from ..cache.guard import shapes_of_guarded
 from .config import SpecConfig, with_overrides
@@ -55,8 +58,6 @@ from .engine import run
 from .graphed import GraphedForward
 from .trace import Step, Trace, close_step, record_counts
 from .tree import TokenTree
-
-from beliefscope import hooks
 
 
 @dataclass

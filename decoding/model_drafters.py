@@ -18,7 +18,10 @@ import copy
 from contextlib import contextmanager
 
 import torch
+from torch import nn
+
 from ..cache import Provenance
+from ..models.bare import runnable
 from .config import SpecConfig, TreeConfig
 from .core import (
     forward,
@@ -31,8 +34,6 @@ from .core import (
 )
 from .drafter import Drafter
 from .tree import TokenTree, layout
-from ..models.bare import runnable
-from torch import nn
 
 
 def _pick_draft(logits: torch.Tensor, cfg: SpecConfig, position: int):

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import torch
+
 from .config import SpecConfig, TreeConfig  # noqa: F401 (SpecConfig: the examples use it)
 from .core import vocab_size
 from .drafter import Drafter

@@ -35,14 +35,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+
+from ..models.invariant_attention import row_invariant_copy
+from ..models.packed import can_pack
+from ..models.profile import sliding_windows
 from . import engine
 from .core import check_prompt, clip_new, hf_model, pad_window, token_budget
 from .graphed import SlotReplays
 from .slots import SlotCache
 from .speculative import accept_greedy
-from ..models.invariant_attention import row_invariant_copy
-from ..models.packed import can_pack
-from ..models.profile import sliding_windows
 
 
 @dataclass

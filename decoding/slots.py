@@ -26,11 +26,12 @@ torch.Size([2, 1, 3, 16])
 from __future__ import annotations
 
 import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
 from ..cache.slot_layout import SlotLayout
 from ..cache.storage import Storage
-from .core import forward, hf_logits, new_cache
 from ..models.profile import model_shapes
-from transformers.cache_utils import Cache, CacheLayerMixin
+from .core import forward, hf_logits, new_cache
 
 
 class SlotLayer(CacheLayerMixin):

@@ -16,7 +16,9 @@ True
 from __future__ import annotations
 
 import torch
+
 from ..cache import KVCache, Provenance
+from ..models.devices import HOST
 from .config import SpecConfig, with_overrides
 from .core import (
     Generation,
@@ -31,7 +33,6 @@ from .core import (
 from .drafter import Drafter
 from .loop import Proposal, generate, speculative_loop
 from .tree_generate import TreeStep
-from ..models.devices import HOST
 
 
 def accept_greedy(logits: torch.Tensor, drafts: torch.Tensor) -> tuple[int, int]:

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+
 from .core import hf_model, vocab_size
 from .datastore import NGramStore
 from .lists import ListCounter

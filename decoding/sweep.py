@@ -9,6 +9,7 @@ import random
 from collections import Counter
 
 import torch
+
 from .scheduler import Request, Scheduler, SchedulerConfig
 
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
 from ..cache import KVCache
-from . import engine
-from .config import PREFILL_K
 from ..models.thinking.chunked import ChunkedThinking, ThoughtDecode
 from ..models.thinking.config import THOUGHT
-from ..models.thinking.prefill import SpeculativePrefill
 from ..models.thinking.drafter import ThoughtDrafter
+from ..models.thinking.prefill import SpeculativePrefill
+from . import engine
+from .config import PREFILL_K
 
 
 @dataclass

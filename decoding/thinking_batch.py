@@ -32,13 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from ..cache import KVCache
-from . import engine
-from .thinking import _check_room
-from .config import PREFILL_K
 from ..models.thinking.chunked import ChunkedThinking
-from ..models.thinking.prefill import SpeculativePrefill, forward_rows, pad_id
 from ..models.thinking.drafter import ThoughtDrafter
+from ..models.thinking.prefill import SpeculativePrefill, forward_rows, pad_id
+from . import engine
+from .config import PREFILL_K
+from .thinking import _check_room
 
 
 @dataclass

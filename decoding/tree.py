@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
 from ..cache.masks import apply_windows, key_positions
 from .config import TreeConfig  # noqa: F401 (re-exported)
 from .core import context_limit, probs, sample, seeded_generator, settle

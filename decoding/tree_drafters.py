@@ -7,6 +7,7 @@
 """
 
 import torch  # noqa: F401 (the example uses it)
+
 from .datastore import store_candidates
 from .model_drafters import model_propose_tree
 from .ngram import lookup_tree

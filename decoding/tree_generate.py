@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+
 from ..cache import Provenance
 from .config import SpecConfig
 from .core import Generation, hf_logits

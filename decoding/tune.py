@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 import torch
+
 from .config import SpecConfig
 from .core import forward, new_cache
 from .drafters import make_drafter

@@ -19,10 +19,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils.hooks import RemovableHandle
+
 from .activation_cache import to_activation_cache
 from .names import check_computed, hf_of, hook_names, parse_hooks, resolve_hooks
 from .points import attach, index_owners
-from torch.utils.hooks import RemovableHandle
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import weakref
 
+
 def hf_of(model):
     """The HF model under a TransformerBridge (or the model itself). The one definition: every
     package reads a bridge's model through it (`models.profile` re-exports it)."""

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from .lm_batch import make_batch
 from .thinking.ckpt import load_composed
-from torch import nn
 
 ADAPTERS_FILE = "adapters.safetensors"
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import operator
 import types
 import weakref
@@ -55,7 +56,6 @@ from torch.utils.hooks import RemovableHandle
 from ..hooks.names import hf_of
 from .errors import ThoughtsSkippedError
 from .profile import writes_thoughts
-import inspect
 
 # Kept beside the HF model, never on it (nothing is written into another library's objects); a deep copy of the
 # model gets no entry and builds its own bare tree on its first forward.

@@ -43,16 +43,17 @@ import weakref
 from importlib.metadata import version
 
 import torch
+import transformers
+from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
+from transformer_lens.model_bridge.sources import build_bridge_from_module
+from transformer_lens.model_bridge.sources.transformers_driver import TransformersDriver
+
 from ..cache.guard import GUARD
 from .bare import KNOWN_HOOKS, link_bridge, runnable
 from .context import refuse_past_context
 from .errors import ModelLoadError
 from .profile import compute_device, embedding_of, hf_of, model_shapes
 from .tokenizer import tokenizer_adds_bos
-from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
-from transformer_lens.model_bridge.sources import build_bridge_from_module
-from transformer_lens.model_bridge.sources.transformers_driver import TransformersDriver
-import transformers
 
 
 class CacheBypassedError(RuntimeError):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from beliefscope.base.config_flags import Command, register_command
 from beliefscope.base.files import atomic_write_json, atomic_write_text, check_writable_parent
+
 from .evaluate import EvalConfig
 from .profile import model_profile
 
@@ -79,11 +80,10 @@ def register(sub) -> None:
 def _train(cfg: TrainCommandConfig, progress=None) -> dict:
     from beliefscope.base.progress import progress_bar
 
+    from ..tasks import get_task
+    from .thinking.train import PRETRAINED_PRESETS
     from .train import PRESET_TRAINING, PRESETS, TrainConfig, train
     from .train_rope import ROPE_PRESETS
-    from ..tasks import get_task
-
-    from .thinking.train import PRETRAINED_PRESETS
 
     get_task(cfg.task)  # validate the name before spending time
     if cfg.preset in ROPE_PRESETS:
@@ -125,9 +125,9 @@ def _train_lines(res: dict) -> list[str]:
 
 
 def _train_rope(cfg: TrainCommandConfig) -> dict:
+    from beliefscope.base.files import check_writable_parent
     from beliefscope.base.progress import progress_bar, resume_bar
 
-    from beliefscope.base.files import check_writable_parent
     from .train_rope import RopeTrainConfig, train_rope
 
     check_writable_parent(cfg.out)

@@ -6,13 +6,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 from contextlib import contextmanager
 
 import torch
-import importlib.util
 
 HOST = torch.device("cpu")  # where weights are staged, hashed and saved (compute goes to default_device())
 

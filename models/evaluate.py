@@ -12,14 +12,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
+
+from ..tasks import get_task, parse_events_range
+from ..tasks.coinflip_free import free_examples
+from ..tasks.questions import in_chat
 from .bare import last_logits_only, runnable
 from .load import load_model
 from .profile import hf_of, writes_thoughts
 from .thinking.data import gold_thought, state_words, thought_state, thought_word_id
 from .tokenizer import answer_token_ids
-from ..tasks import get_task, parse_events_range
-from ..tasks.coinflip_free import free_examples
-from ..tasks.questions import in_chat
 
 
 @torch.no_grad()

@@ -12,14 +12,15 @@ written (a read-only home, a full disk) is skipped: the load still succeeds from
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import os
 import shutil
 import tempfile
+
 from safetensors.torch import save_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
-import copy
 
 CACHE_ENV = "BELIEFSCOPE_CACHE_DIR"  # where dequantised models are kept ("" = nowhere)
 

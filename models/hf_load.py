@@ -9,8 +9,14 @@ hub name is given and the hub answers; folders that are not causal LM checkpoint
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
+import socket
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from .bridge import guard_cache_handoff
 from .cards import read_card
@@ -26,11 +32,6 @@ from .names import (
     unknown_model,
 )
 from .packed import pack_linears, require_packable
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.utils import logging as hf_logging
-import importlib.util
-import socket
-import torch
 
 
 def smollm2_folder() -> str:

@@ -36,13 +36,14 @@ True
 
 from __future__ import annotations
 
+import copy
 import weakref
 from contextlib import contextmanager
 
 import torch
-from .packed import pack_linears, require_packable
 from transformers import AttentionInterface
-import copy
+
+from .packed import pack_linears, require_packable
 
 QUERIES = 64  # queries per block: every score and weighted-value product has the shape [QUERIES, TILE]
 TILE = 64  # keys per tile: the fixed reduction size of the softmax sums and of the weighted values

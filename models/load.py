@@ -31,7 +31,6 @@ or a hub name ('org/model'); shipped names: target, draft, thinking, ..., smollm
 from __future__ import annotations
 
 import os
-
 from functools import lru_cache
 from typing import Any
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from ..hooks.names import hf_of  # noqa: F401  (re-exported: models.profile.hf_of)
 from .cards import read_card
 from .devices import HOST

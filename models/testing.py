@@ -4,10 +4,10 @@ a model, and the HF ``generate`` comparison the cache is tested with."""
 from __future__ import annotations
 
 import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
 from ..cache.kv import KVCache
 from .bridge import build_bridge, guard_cache_handoff
-from transformers import GPT2Config, GPT2LMHeadModel
-from transformers import LlamaConfig, LlamaForCausalLM
 
 
 def _built(hf_model, arch: str, bridge: bool):

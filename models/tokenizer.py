@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
-from ..tasks import toy_vocabulary
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
+
+from ..tasks import toy_vocabulary
 
 SPECIALS = ("<pad>", "<eos>", "<unk>")
 

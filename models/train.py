@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from ..tasks import get_task
 from .evaluate import evaluate
 from .lm_batch import make_batch
 from .tokenizer import toy_tokenizer
-from ..tasks import get_task
-from transformers import GPT2Config, GPT2LMHeadModel
 
 PRESETS = {
     # name: (n_layer, n_embd, n_head); all share n_positions so the cache benchmark reaches 4096

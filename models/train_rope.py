@@ -25,6 +25,12 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from beliefscope.base.files import atomic_write_json, check_writable_parent, staged_output
+
+from ..tasks import get_task
 from .devices import HOST, default_device
 from .evaluate import evaluate_bands
 from .lm_batch import make_batch as lm_batch
@@ -32,12 +38,6 @@ from .thinking import ThinkingConfig, ThinkingStates
 from .thinking.data import make_batch as thinking_batch
 from .tokenizer import toy_tokenizer
 from .train_state import load_state, save_state
-from ..tasks import get_task
-
-from beliefscope.base.files import atomic_write_json, check_writable_parent, staged_output
-from safetensors.torch import save_file
-from transformers import LlamaConfig
-from transformers import LlamaForCausalLM
 
 ROPE_PRESETS = ("direct-rope", "cot-rope", "thinking")
 # Fields that may differ between a run and its resumption (they do not change the trajectory).

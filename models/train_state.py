@@ -11,9 +11,10 @@ import random
 from dataclasses import asdict, fields
 
 import torch
-from .devices import HOST
 
 from beliefscope.base.files import atomic_save
+
+from .devices import HOST
 
 STATE_FILE = "train_state.pt"
 

@@ -18,9 +18,9 @@ import os
 import sys
 
 from beliefscope.base.config_flags import Command, register_command
-from .harvest import BY_HAND, CHOICES, HELPS, HarvestRunConfig, add_hand_flags
+
+from .harvest import BY_HAND, CHOICES, HELPS, HarvestRunConfig, add_hand_flags, run_sharded
 from .harvest import run as run_harvest
-from .harvest import run_sharded
 from .report import ProbeCommandConfig
 
 
@@ -89,6 +89,7 @@ def probe_run(cfg, progress) -> dict:
     data = probe_report(store, report_cfg, twin, out=cfg.out, progress=progress).to_json()
     if cfg.out:
         from beliefscope.base.files import atomic_save, atomic_write_json
+
         from .chart import probe_layers_figure
 
         atomic_write_json(os.path.join(cfg.out, "report.json"), data)

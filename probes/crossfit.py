@@ -20,8 +20,9 @@ import os
 from dataclasses import dataclass
 
 from beliefscope.base.files import atomic_write_json
-from .linear import LinearProbe
+
 from ..tasks.score_checks import example_key, text_key
+from .linear import LinearProbe
 
 FILE = "crossfit.json"  # in a probe folder: {"folds": k, "text_fold": {text key: fold that held it out}}
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from .controls import position_mask
 from .store import ActivationStore
 

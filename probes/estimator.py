@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from .linear import LinearProbe, ProbeConfig, fit_all_layers
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .linear import LinearProbe, ProbeConfig, fit_all_layers
 from .report import main_split_xy
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import sys
 import time
@@ -23,10 +24,19 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 import torch
+import torch.distributed as dist
+
+from beliefscope.base.config_flags import add_config_flags, config_from_args
+from beliefscope.base.files import check_writable_parent
+from beliefscope.base.progress import advance_to, progress_bar
+
 from ..hooks import hook_names, stream
 from ..models.devices import current_defaults, model_defaults, rank_device
 from ..models.load import load_model
 from ..models.profile import model_profile, model_shapes
+from ..tasks import get_task, parse_events_range
+from ..tasks.records import DataSource
+from ..tasks.score_checks import example_key, text_key
 from .harvest_data import (
     check_context,
     data_examples,
@@ -39,15 +49,6 @@ from .harvest_data import (
 )
 from .store import DTYPES, LABEL_NAMES, ActivationStore, plan_shards
 from .twin import checkpoint_hash, random_init_like, random_twin  # noqa: F401 (re-exported)
-from ..tasks import get_task, parse_events_range
-from ..tasks.records import DataSource
-from ..tasks.score_checks import example_key, text_key
-
-from beliefscope.base.config_flags import add_config_flags, config_from_args
-from beliefscope.base.files import check_writable_parent
-from beliefscope.base.progress import advance_to, progress_bar
-import json
-import torch.distributed as dist
 
 EMBED_HOOK = "blocks.0.hook_resid_pre"  # the input to block 0: what an embedding-only probe reads
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from ..models.profile import model_shapes
-from .store import DTYPES, LABEL_NAMES
-from ..tasks.base import Example
-from ..tasks.score_checks import join_same_texts, look_alike_classes
-from ..tasks.surface import last_named, surface_column
-from ..tasks.records import Data, Record, Track
 import torch
 
+from ..models.profile import model_shapes
+from ..tasks.base import Example
+from ..tasks.records import Data, Record, Track
+from ..tasks.score_checks import join_same_texts, look_alike_classes
+from ..tasks.surface import last_named, surface_column
+from .store import DTYPES, LABEL_NAMES
 
 
 def data_examples(data: Data, label: str | None = None) -> list:

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..tasks.surface import surface_column
 from .baselines import lookup_baseline, prefix_counts, text_so_far_baseline
 from .intervals import below_chance, margin_interval, scored
-from ..tasks.surface import surface_column
 
 DESCRIPTIONS = {  # baseline name -> how a sentence names it
     "majority": "the fold-wise majority class",

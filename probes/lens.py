@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from ..hooks import capture
 from ..hooks.names import hf_of
 from ..models.bare import bare_model

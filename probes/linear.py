@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from .data import load_probe_data
-from .store import ActivationStore
 from safetensors.torch import load_file, save_file
 
 from beliefscope.base.files import atomic_save, atomic_write_json
-from .twin import checkpoint_hash
 
+from .data import load_probe_data
+from .store import ActivationStore
+from .twin import checkpoint_hash
 
 POLISH_STEPS = 20  # most unit L-BFGS steps after the line search stalls (solve_problems)
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
+
+from ..tasks import parse_events_range
+from ..tasks.score_checks import require_two_classes
 from .baselines import control_defined
 from .controls import control_labels, majority_accuracy, prompt_folds
 from .crossfit import save_folds
@@ -33,9 +36,6 @@ from .linear import LinearProbe, ProbeConfig, fit_all_layers, fit_problems
 from .massmean import mass_mean_oof
 from .store import ActivationStore
 from .transfer import check_transfer_store, transfer_scores
-from ..tasks import parse_events_range
-from ..tasks.score_checks import require_two_classes
-from dataclasses import replace
 
 
 @dataclass

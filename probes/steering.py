@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from ..hooks import hook_name, hooked
 from ..hooks.capture import capture
 from ..models.tokenizer import answer_token_ids

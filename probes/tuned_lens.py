@@ -34,11 +34,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
+
 from beliefscope.base.files import atomic_save, atomic_write_json
+
 from ..models.profile import compute_device
 from .lens import LensDecoder, read_residuals, residuals
 from .twin import checkpoint_hash
-from safetensors.torch import load_file, save_file
 
 
 @dataclass

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import torch
+
 from .lens import LensDecoder, read_residuals
 from .store import ActivationStore
 from .tuned_lens import (

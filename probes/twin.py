@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 
 import torch
+
 from ..models.devices import HOST
 from ..models.load import bridge_from_hf
 from ..models.profile import compute_device, embedding_of, hf_of

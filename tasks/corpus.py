@@ -22,6 +22,7 @@ import json
 import os
 import random
 import re
+
 from . import get_task
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

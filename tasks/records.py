@@ -30,7 +30,8 @@ with the record, the value and the fix named.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -38,8 +39,6 @@ from .base import Event, Example
 from .boxes_tracking import boxes_config, boxes_records
 from .score_checks import join_same_texts
 from .sources import describe, read_rows
-from dataclasses import replace
-import os
 
 KINDS = ("text", "events", "spans")  # a label read at the last token; states along the text; token spans
 RESERVED = ("parity", "events_so_far", "is_event_boundary", "token_id", "position", "prompt_id", "n_events",

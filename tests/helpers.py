@@ -7,6 +7,7 @@ import os
 import shutil
 
 import torch
+
 from beliefscope.models import guard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,9 +49,10 @@ def copy_of(hf):
 
 def toy_hf(preset, path):
     """The shipped toy checkpoint as a raw HF model (fast), or a random one of the same shape."""
+    from transformers import GPT2LMHeadModel
+
     from beliefscope.models.load import load_hf
     from beliefscope.models.train import TrainConfig
-    from transformers import GPT2LMHeadModel
 
     if os.path.exists(os.path.join(path, "config.json")):
         return load_hf(path)[0]

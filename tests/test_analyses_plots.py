@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
-from beliefscope.analyses import plots, plots_decoding
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+
+from beliefscope.analyses import plots, plots_decoding
 
 TOKENS = ["A", "coin", "is", "heads", ".", "Bob", "flips", "."]
 

@@ -54,9 +54,10 @@ def test_sliding_window_fork_needs_the_window(arch):
 
 def test_falcon_new_architecture_refused_by_name():
     """A config TransformerLens 4.3 cannot bridge is refused with the class name, not a raw traceback."""
+    from transformers import FalconConfig, FalconForCausalLM
+
     from beliefscope.models.bridge import build_bridge
     from beliefscope.models.load import ModelLoadError
-    from transformers import FalconConfig, FalconForCausalLM
 
     torch.manual_seed(0)
     hf = FalconForCausalLM(FalconConfig(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

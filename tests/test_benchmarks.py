@@ -12,6 +12,7 @@ import math
 import os
 
 import pytest
+
 from beliefscope.benchmarks.cli import BENCHMARKS, headline
 from beliefscope.benchmarks.common import (
     OUT_ENV,

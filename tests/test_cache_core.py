@@ -1,9 +1,10 @@
 """KVCache: equivalence with uncached forwards, rollback, fork, ragged batches, hooks, errors."""
 
-import pytest
-import torch
 import copy
 import pickle
+
+import pytest
+import torch
 
 from beliefscope.cache import CacheConfig, KVCache, Provenance, Snapshot, Tag
 from beliefscope.cache.testing import tiny_cache

@@ -8,6 +8,7 @@ prompts that repeat themselves so prompt lookup finds candidates.
 
 import pytest
 import torch
+
 from beliefscope.cache import KVCache
 from beliefscope.models.testing import compare_generate, generate_modes, tiny_llama
 

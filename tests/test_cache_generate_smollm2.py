@@ -3,6 +3,7 @@ default cache, in every mode the cache supports, including a left-padded batch."
 
 import pytest
 import torch
+
 from beliefscope.models.testing import compare_generate, generate_modes
 
 

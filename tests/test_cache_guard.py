@@ -5,6 +5,7 @@ wrong numbers."""
 import pytest
 import torch
 import transformers
+
 from beliefscope.cache import KVCache
 from beliefscope.models.bridge import CacheBypassedError, build_bridge
 
@@ -29,9 +30,10 @@ def test_a_bridge_built_by_transformer_lens_itself_is_refused_until_guarded():
     """A user's own bridge (TransformerLens's builder, no beliefscope wrapper) is refused by name, before
     any forward, even over a guarded HF model (the bridge itself needs the hand-off); after
     ``beliefscope.models.guard(bridge)`` its cached forwards equal an uncached one."""
+    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+
     from beliefscope.cache import UnguardedModelError
     from beliefscope.models import guard
-    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
 
     hf = tiny_llama_hf(seed=2)
     ref = copy_of(hf)
@@ -70,8 +72,9 @@ def test_a_forward_that_bypasses_the_cache_raises():
 
 def test_an_unguarded_hf_model_is_refused():
     """A HF model built by hand has no guard: refused with the fix, whatever was asked of the cache."""
-    from beliefscope.cache import UnguardedModelError
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    from beliefscope.cache import UnguardedModelError
 
     hf = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32))
     with pytest.raises(UnguardedModelError, match="GPT2LMHeadModel has no cache guard.*load_model"):

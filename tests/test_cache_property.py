@@ -2,10 +2,11 @@
 
 import pytest
 import torch
-from beliefscope.cache import KVCache
-from beliefscope.models.testing import tiny_gpt2
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from beliefscope.cache import KVCache
+from beliefscope.models.testing import tiny_gpt2
 
 BRIDGE = tiny_gpt2(seed=7, n_layer=2, n_embd=16, n_head=2)
 OPS = st.lists(

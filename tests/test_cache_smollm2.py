@@ -5,6 +5,7 @@ import os
 
 import pytest
 import torch
+
 from beliefscope.cache import KVCache
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -20,8 +21,9 @@ def smollm2_folder():
 
 def load_smollm2_bridge():
     """SmolLM2-135M as a TransformerBridge (about 30 s: GGUF dequantisation)."""
-    from beliefscope.models.bridge import build_bridge
     from transformers import AutoModelForCausalLM
+
+    from beliefscope.models.bridge import build_bridge
 
     hf = AutoModelForCausalLM.from_pretrained(smollm2_folder(), gguf_file=GGUF).eval()
     return build_bridge(hf, "LlamaForCausalLM")

@@ -3,6 +3,7 @@ report's own numbers site by site, the strongest baseline is the larger one, the
 layer's answer token, and a report of another model is refused."""
 
 import pytest
+
 from beliefscope.analyses.causal_readings import causal_lines, causal_table, iia_by_layer, load_report
 from beliefscope.analyses.interchange_report import InterchangeConfig
 from beliefscope.analyses.interchange_report import main as interchange_report

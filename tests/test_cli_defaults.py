@@ -6,20 +6,20 @@ import argparse
 import dataclasses
 
 import pytest
+
 from beliefscope.analyses.beliefs import BeliefsConfig
 from beliefscope.analyses.demo import DemoConfig
 from beliefscope.analyses.determinism import DeterminismConfig
 from beliefscope.analyses.forced import ForcedConfig
 from beliefscope.analyses.instrument import InstrumentConfig
 from beliefscope.analyses.spec_trace import TraceConfig
+from beliefscope.cli import build_parser
 from beliefscope.decoding.config import GenerateConfig
 from beliefscope.decoding.store_build import DatastoreConfig
 from beliefscope.models.evaluate import EvalConfig
 from beliefscope.probes.harvest import HarvestRunConfig
 from beliefscope.probes.report import ProbeCommandConfig
 from beliefscope.probes.steering import SteerCommandConfig
-
-from beliefscope.cli import build_parser
 
 CONFIGS = {"beliefs": BeliefsConfig, "forced": ForcedConfig, "instrument": InstrumentConfig,
            "determinism": DeterminismConfig, "demo": DemoConfig, "trace": TraceConfig, "steer": SteerCommandConfig,

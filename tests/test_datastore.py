@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
+
 from beliefscope.decoding import SpecConfig, generate, speculative_generate
 from beliefscope.decoding.datastore import NGramStore, StoreDraftConfig, StoreDrafter
 from beliefscope.decoding.store_build import StoreBuildConfig, build_store, greedy_outputs

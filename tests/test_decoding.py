@@ -4,6 +4,7 @@ bookkeeping, bad input, and the Trace."""
 
 import pytest
 import torch
+
 from beliefscope.cache import Provenance
 from beliefscope.decoding import (
     Drafter,

@@ -4,6 +4,7 @@ and never the padding of a fixed-shape verify window, in the cache, the trace or
 
 import pytest
 import torch
+
 from beliefscope.cache import Provenance
 from beliefscope.decoding import ModelDrafter, SpecConfig, TreeConfig, generate, speculative_generate
 from beliefscope.decoding.core import hf_model

@@ -1,6 +1,7 @@
 """Speculative sampling preserves the target distribution and is reproducible per seed."""
 
 import pytest
+
 from beliefscope.decoding import ModelDrafter, NGramDrafter, SpecConfig, generate, speculative_generate
 
 from .helpers import VOCAB, chi2_p, exact_joint, logit_table, sharp_model, tiny_gpt2_hf
@@ -31,6 +32,7 @@ def test_chain_rule_matches_target_distribution():
     exact logits (no cache, no engine): the first two committed tokens follow the target's joint, at
     20,000 seeds (the end-to-end test above checks the wiring at fewer)."""
     import torch
+
     from beliefscope.decoding.core import probs
     from beliefscope.decoding.speculative import accept_sampled
 

@@ -1,6 +1,7 @@
 """Deterministic requests: identical verified output across batch compositions and arrival orders."""
 
 import pytest
+
 from beliefscope.decoding import SpecConfig, generate
 from beliefscope.decoding.sweep import determinism_sweep
 
@@ -36,8 +37,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_slot_verify_exact_and_batch_invariant(builder):
     """A row's verified logits equal an uncached forward (1e-5) and are bit-identical whatever slot it
     sits in and whatever the other slots hold (contents and lengths)."""
-    import beliefscope.models.testing as ct
     import torch
+
+    import beliefscope.models.testing as ct
     from beliefscope.decoding.core import hf_model
     from beliefscope.decoding.slots import SlotCache
 
@@ -60,8 +62,8 @@ def test_slot_verify_exact_and_batch_invariant(builder):
 
 
 def test_slot_capacity_error_names_the_fix():
-    from beliefscope.models.testing import tiny_gpt2
     from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
+    from beliefscope.models.testing import tiny_gpt2
 
     sched = Scheduler(tiny_gpt2(), SchedulerConfig(window=4, slot_capacity=16))
     with pytest.raises(ValueError, match="slot_capacity=16"):

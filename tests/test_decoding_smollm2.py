@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+
 from beliefscope.decoding import (
     EarlyExitDrafter,
     LowPrecisionDrafter,

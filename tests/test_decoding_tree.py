@@ -4,6 +4,7 @@ bad input, the tree mask, and the tree shape chosen from acceptance statistics."
 
 import pytest
 import torch
+
 from beliefscope.cache import KVCache, Provenance
 from beliefscope.decoding import (
     Drafter,

@@ -4,6 +4,7 @@ chi-square against the exact joint of the next tokens, 20,000 seeded samples on 
 
 import pytest
 import torch
+
 from beliefscope.decoding import (
     Drafter,
     ModelDrafter,

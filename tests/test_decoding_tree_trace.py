@@ -1,6 +1,7 @@
 """The trace figure of a tree step: node colours come from the cache's own provenance."""
 
 import pytest
+
 from beliefscope.cache import Provenance
 from beliefscope.decoding import ModelDrafter, TreeConfig
 
@@ -8,9 +9,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_tree_trace_colours_from_cache(toy, heldout_prompts):
+    from matplotlib.colors import to_hex
+
     from beliefscope.analyses.plots import PROVENANCE_COLORS
     from beliefscope.analyses.spec_trace import tree_trace
-    from matplotlib.colors import to_hex
 
     target, draft, tok = toy
     for p in heldout_prompts[:20]:

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+
 from beliefscope.analyses.instrument import verdict
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -12,10 +12,11 @@ import copy
 
 import pytest
 import torch
-from beliefscope.models.testing import tiny_gpt2, tiny_llama
+
 from beliefscope.decoding import SpecConfig, generate
 from beliefscope.decoding.scheduler import Request, Scheduler, SchedulerConfig
 from beliefscope.decoding.sweep import determinism_sweep
+from beliefscope.models.testing import tiny_gpt2, tiny_llama
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

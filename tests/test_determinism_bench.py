@@ -4,6 +4,7 @@ outputs check is a real comparison, and bad shares or an empty workload are refu
 import json
 
 import pytest
+
 from beliefscope.benchmarks.common import OUT_ENV
 
 
@@ -38,9 +39,9 @@ def test_deterministic_outputs_equal_across_shares():
     """A request deterministic at 10% and at 100% gives the same tokens in both (the bench's outputs check,
     by hand), and those are the fixed-shape reference tokens."""
     from beliefscope.benchmarks.determinism import QUICK, workload
-    from beliefscope.models.testing import tiny_gpt2
     from beliefscope.decoding import SpecConfig, generate
     from beliefscope.decoding.scheduler import Scheduler, SchedulerConfig
+    from beliefscope.models.testing import tiny_gpt2
 
     model = tiny_gpt2()
     prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11], [12, 13]]

@@ -12,11 +12,12 @@ import os
 
 import pytest
 import torch
+
 from beliefscope.cache import KVCache
-from beliefscope.models.testing import tiny_gpt2, tiny_llama
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.decoding.tree import TokenTree, tree_forward_kwargs
 from beliefscope.hooks import capture
+from beliefscope.models.testing import tiny_gpt2, tiny_llama
 
 META = torch.device("meta")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,9 +74,8 @@ def test_no_hard_coded_cpu_in_the_library():
 
 
 def test_cli_device_and_dtype_reach_the_loader(monkeypatch, capsys):
-    from beliefscope.models import load
-
     from beliefscope.cli import main
+    from beliefscope.models import load
 
     seen = []
     real = load.load_hf

@@ -27,11 +27,12 @@ import os
 
 import pytest
 import torch
+from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import strategies as st
+
 from beliefscope.cache import KVCache, Provenance
 from beliefscope.decoding import ModelDrafter, SpecConfig, TreeConfig, generate, make_drafter, speculative_generate
 from beliefscope.hooks import capture, hook_name, steer
-from hypothesis import HealthCheck, Phase, event, given, settings
-from hypothesis import strategies as st
 
 from .differential import (
     FAMILIES,
@@ -42,8 +43,8 @@ from .differential import (
     check_hidden,
     dims,
     hf_greedy,
-    hf_steer,
     hf_kv,
+    hf_steer,
     logit_bound,
     score_scale,
     steered_greedy,

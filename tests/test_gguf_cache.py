@@ -4,6 +4,7 @@ import os
 
 import pytest
 import torch
+
 from beliefscope.models import gguf_cache
 from beliefscope.models.hf_load import _smollm2, smollm2_folder
 

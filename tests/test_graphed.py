@@ -10,14 +10,15 @@ from dataclasses import replace
 
 import pytest
 import torch
+
 from beliefscope.cache import KVCache
-from beliefscope.models.testing import tiny_gpt2, tiny_llama
 from beliefscope.decoding import SpecConfig, make_drafter, speculative_generate
 from beliefscope.decoding.core import hf_logits
 from beliefscope.decoding.graphed import GraphedForward
 from beliefscope.decoding.loop import generate
 from beliefscope.decoding.tree import TreeConfig
 from beliefscope.hooks import capture
+from beliefscope.models.testing import tiny_gpt2, tiny_llama
 
 
 @pytest.fixture
@@ -233,8 +234,9 @@ def test_compiled_bfloat16_greedy_parts_from_eager_only_at_rounding_ties(static)
     """A replayed step attends over the cache's whole capacity (masked), the eager one over the filled length,
     so in bfloat16 greedy may part; where it does, both tokens' logits in a full forward are within two
     bfloat16 steps of the top one (a rounding tie, not a wrong mask). In float32 every token is equal."""
-    from beliefscope.models.bridge import build_bridge
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from beliefscope.models.bridge import build_bridge
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=8192, hidden_size=128, intermediate_size=256, num_hidden_layers=4,

@@ -8,13 +8,13 @@ import json
 
 import pytest
 import torch
+
+from beliefscope.cli import main
 from beliefscope.hooks import capture, hook_names, parse_hooks, steer
 from beliefscope.models.load import bridge_from_hf
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.probes.harvest import EMBED_HOOK, harvest
 from beliefscope.tasks import get_task
-
-from beliefscope.cli import main
 
 from .helpers import tiny_gpt2_hf, tiny_llama_hf
 

@@ -2,9 +2,10 @@
 
 import pytest
 import torch
+from transformers import DynamicCache
+
 from beliefscope.hooks import capture, hook_name, layer_names, steer, stream
 from beliefscope.models.load import bridge_from_hf
-from transformers import DynamicCache
 
 from .helpers import copy_of, tiny_gpt2_hf, tiny_llama_hf
 
@@ -104,8 +105,8 @@ def test_a_capture_sees_direct_calls_of_the_hf_model_as_it_sees_the_bridge():
     """The decoding loops call the HF model under the bridge (or its bare tree), not the bridge: a capture
     records those forwards at the same absolute positions, with the same activations, as the bridge's own."""
     from beliefscope.cache import KVCache
-    from beliefscope.models.testing import tiny_gpt2
     from beliefscope.models.bare import runnable
+    from beliefscope.models.testing import tiny_gpt2
 
     model = tiny_gpt2()
     name, x = "blocks.1.hook_resid_post", torch.tensor([[5, 6, 7, 8, 9]])

@@ -3,9 +3,10 @@ stack_activation on a converted capture equal the same calls on bridge.run_with_
 
 import pytest
 import torch
+
 from beliefscope.cache import KVCache
-from beliefscope.models.testing import tiny_llama
 from beliefscope.hooks import capture, decomposition_hooks, to_activation_cache
+from beliefscope.models.testing import tiny_llama
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

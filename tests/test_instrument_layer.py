@@ -37,6 +37,7 @@ def test_probe_offset_reads_the_token_after_each_boundary_with_the_boundary_labe
     """collect(offset=1) gives the residual one token after each event's last token (reference: the
     same model's hook on the whole prompt) with the labels at the boundary; past the prompt: refused."""
     import pytest
+
     from beliefscope.analyses.instrument import collect
     from beliefscope.hooks import capture
     from beliefscope.models.load import load_model

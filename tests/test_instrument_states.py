@@ -2,6 +2,7 @@
 check, and the state a thought names for a multi-variable question."""
 
 import numpy as np
+
 from beliefscope.analyses.causal import _other_state, _replay, causal_check
 from beliefscope.analyses.instrument import agreement
 from beliefscope.models.thinking.data import thought_state

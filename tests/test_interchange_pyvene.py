@@ -75,9 +75,10 @@ def tiny_llama_setup():
     """A 3-block random Llama (bridge) initialised with std 0.5, not HF's 0.02, so that its answers move with the
     patch (at 0.02 every site of it has the same IIA: the answer hardly depends on the input); an independent HF
     model with the same weights; the toy tokenizer; coin pairs."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     from beliefscope.models.bridge import build_bridge
     from beliefscope.models.tokenizer import toy_tokenizer
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = toy_tokenizer()
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=3,

@@ -6,11 +6,12 @@ forward (logits, to 1e-4), and the same row computed alone (bits)."""
 
 import pytest
 import torch
-from beliefscope.models.testing import tiny_gpt2, tiny_llama
+
 from beliefscope.decoding.core import hf_model
 from beliefscope.decoding.slots import SlotCache
 from beliefscope.models.invariant_attention import TILE, row_invariant_copy, tiled_attention
 from beliefscope.models.packed import packing_available
+from beliefscope.models.testing import tiny_gpt2, tiny_llama
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build cannot pack weights (oneDNN)")
 

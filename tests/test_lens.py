@@ -14,9 +14,9 @@ import torch
 import beliefscope as bs
 from beliefscope.hooks.names import hf_of
 from beliefscope.models.testing import tiny_gpt2
-from beliefscope.probes.twin import checkpoint_hash
 from beliefscope.probes.lens import LensDecoder, class_token_ids, logit_lens, read_residuals, residuals
 from beliefscope.probes.tuned_lens import TunedLens, TunedLensConfig, train_tuned_lens
+from beliefscope.probes.twin import checkpoint_hash
 from tests.architectures import configs, tokenizer
 
 TOL = 1e-5

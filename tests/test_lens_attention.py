@@ -61,8 +61,8 @@ def test_tracking_attention_set_is_scorable_and_stratified(tmp_path):
     import os
     from collections import Counter
 
-    from beliefscope.analyses.lens_attention import sentences_after
     from beliefscope.analyses.forced import split_story
+    from beliefscope.analyses.lens_attention import sentences_after
     from tests.helpers import ROOT
 
     spec = importlib.util.spec_from_file_location("gen", os.path.join(ROOT, "docs", "examples",

@@ -3,6 +3,7 @@ and inside the store drafter (chains and trees)."""
 
 import pytest
 import torch
+
 from beliefscope.decoding.config import SpecConfig, TreeConfig
 from beliefscope.decoding.datastore import NGramStore, StoreDraftConfig, StoreDrafter
 from beliefscope.decoding.lists import ListCounter
@@ -44,8 +45,9 @@ def test_from_a_real_tokenizer():
 
     if not smollm2_available():
         pytest.skip("SmolLM2 is not installed (the real extra)")
-    from beliefscope.models.load import SMOLLM2_GGUF, smollm2_folder
     from transformers import AutoTokenizer
+
+    from beliefscope.models.load import SMOLLM2_GGUF, smollm2_folder
 
     tok = AutoTokenizer.from_pretrained(smollm2_folder(), gguf_file=SMOLLM2_GGUF)
     c = ListCounter.from_tokenizer(tok, max_number=20)

@@ -5,6 +5,7 @@ import os
 
 import pytest
 import torch
+
 from beliefscope.models.evaluate import evaluate
 from beliefscope.models.load import ModelLoadError, bridge_from_hf, load_hf, load_model
 

@@ -8,9 +8,9 @@ import os
 
 import pytest
 import torch
-from beliefscope.models.tokenizer import toy_tokenizer
 
 from beliefscope.cli import main
+from beliefscope.models.tokenizer import toy_tokenizer
 
 from .helpers import tiny_llama_hf
 
@@ -70,7 +70,7 @@ def test_bf16_drafter_refused_by_name(arch):
 
 
 def test_bf16_drafter_still_runs_where_it_can():
-    from beliefscope.models.testing import tiny_llama
     from beliefscope.decoding import make_drafter
+    from beliefscope.models.testing import tiny_llama
 
     assert make_drafter("bf16", tiny_llama()).model.dtype == torch.bfloat16

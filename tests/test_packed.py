@@ -3,6 +3,7 @@ exact speculative decoding, autograd through the fallback, and a clean way back.
 
 import pytest
 import torch
+
 from beliefscope.models.packed import (
     PackedLinear,
     is_packed,

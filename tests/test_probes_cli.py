@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from beliefscope.cli import main
 from beliefscope.models.load import bridge_from_hf
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.probes.linear import LinearProbe
 from beliefscope.probes.steering import SteerConfig, steer_experiment
 from beliefscope.probes.store import ActivationStore
 from beliefscope.tasks import get_task
-
-from beliefscope.cli import main
 
 from .helpers import ROOT, tiny_gpt2_hf
 

@@ -5,13 +5,14 @@ against fit_all_layers on the same layer."""
 import numpy as np
 import pytest
 import torch
-from beliefscope.probes import ActivationStore, ProbeClassifier, fit_all_layers, harvest, hook_xy
 from sklearn.decomposition import PCA
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, GroupKFold, GroupShuffleSplit, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from beliefscope.probes import ActivationStore, ProbeClassifier, fit_all_layers, harvest, hook_xy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

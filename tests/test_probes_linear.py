@@ -4,6 +4,10 @@ controls and splits, and the report's CV accuracy against scikit-learn's GroupKF
 import numpy as np
 import pytest
 import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GroupKFold, cross_val_predict
+from sklearn.preprocessing import StandardScaler
+
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.probes.controls import control_labels, majority_accuracy, position_mask, prompt_folds
 from beliefscope.probes.harvest import EMBED_HOOK, row_labels
@@ -11,9 +15,6 @@ from beliefscope.probes.linear import LinearProbe, fit_all_layers
 from beliefscope.probes.report import ReportConfig, probe_report
 from beliefscope.probes.store import LABEL_NAMES, ActivationStore
 from beliefscope.tasks import get_task
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import GroupKFold, cross_val_predict
-from sklearn.preprocessing import StandardScaler
 
 
 def synthetic(L=3, n=1500, d=16, seed=0):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from beliefscope.models.load import bridge_from_hf
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.probes.harvest import EMBED_HOOK, harvest

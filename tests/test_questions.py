@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.tasks import get_task
 from beliefscope.tasks.coinflip import STATES

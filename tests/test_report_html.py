@@ -12,8 +12,10 @@ import io
 from html.parser import HTMLParser
 
 import pytest
+
 from beliefscope.analyses import report
 from beliefscope.analyses.instrument import COLUMNS, table_lines
+
 from .helpers import browser_parts
 
 

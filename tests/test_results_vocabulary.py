@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 import json
 
+import pytest
 import torch
-from beliefscope.cache import Provenance
 
+from beliefscope.cache import Provenance
 from beliefscope.cli import main as cli
 
 PROMPT = "A coin is heads . Alice flips . Bob stays . Think :"

@@ -3,6 +3,7 @@ and the forward door (`models.bare.runnable`) serves the one and refuses the oth
 
 import pytest
 import torch
+
 from beliefscope.decoding.core import hf_logits
 from beliefscope.models import Runner, load_model, model_shapes, writes_thoughts
 from beliefscope.models.errors import ThoughtsSkippedError

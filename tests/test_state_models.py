@@ -2,6 +2,7 @@
 against the task's own labels, at the trained lengths and far past them."""
 
 import pytest
+
 from beliefscope.models.evaluate import evaluate
 from beliefscope.models.load import SHIPPED
 

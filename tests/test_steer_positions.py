@@ -4,6 +4,7 @@ counted from the end of a forward that extends a cache is refused by name."""
 
 import pytest
 import torch
+
 from beliefscope.decoding import ModelDrafter, NGramDrafter, SpecConfig, generate, speculative_generate
 from beliefscope.decoding.core import hf_model
 from beliefscope.hooks import steer

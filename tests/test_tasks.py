@@ -2,6 +2,9 @@
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.tasks import CoinFlip, Cups, Event, Example, get_task, parse_events_range
 from beliefscope.tasks.coinflip import (
@@ -12,8 +15,6 @@ from beliefscope.tasks.coinflip import (
     sample_prompts,
 )
 from beliefscope.tasks.parse import parse_prompt
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
 
 
 def toy_example():
@@ -123,8 +124,12 @@ def test_wider_wordings_stay_in_the_train_split(wordings):
     ones, and no held-out sentence appears in a train story; the labels still follow flips and stays."""
     import re
 
-    from beliefscope.tasks.coinflip import (NATURAL_FLIPS_MORE, NATURAL_FLIPS_MOST, NATURAL_STAYS_MORE,
-                                            NATURAL_STAYS_MOST)
+    from beliefscope.tasks.coinflip import (
+        NATURAL_FLIPS_MORE,
+        NATURAL_FLIPS_MOST,
+        NATURAL_STAYS_MORE,
+        NATURAL_STAYS_MOST,
+    )
 
     def pattern(t):  # a template as a regex over whole sentences, any name
         return re.compile(r"(?:^|\. )" + re.escape(t).replace(re.escape("{n}"), r"[A-Z][a-z]+"))

@@ -3,8 +3,9 @@ from the context, the shipped checkpoint against its gold teacher-forced forward
 
 import pytest
 import torch
-from beliefscope.models.thinking import THOUGHT
+
 from beliefscope.decoding.thinking import run_thinking
+from beliefscope.models.thinking import THOUGHT
 from beliefscope.models.thinking.data import make_batch
 from beliefscope.models.train_rope import RopeTrainConfig, build
 from beliefscope.tasks import get_task

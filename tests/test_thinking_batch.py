@@ -5,10 +5,11 @@ far fewer forwards than one story at a time."""
 
 import pytest
 import torch
+
 from beliefscope.decoding.thinking import run_thinking
 from beliefscope.decoding.thinking_batch import run_thinking_batch
-from beliefscope.models.thinking.drafter import ThoughtDrafter
 from beliefscope.models.load import load_model
+from beliefscope.models.thinking.drafter import ThoughtDrafter
 from beliefscope.tasks import get_task
 
 

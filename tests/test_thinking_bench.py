@@ -25,7 +25,6 @@ def test_quick_bench_reports_the_drafted_baseline(tmp_path, monkeypatch):
     from beliefscope.benchmarks import common
     from beliefscope.benchmarks import thinking as bench_thinking
     from beliefscope.benchmarks.thinking import QUICK, main
-
     from beliefscope.decoding import tune
 
     monkeypatch.setattr(common, "result_path", lambda name, quick: str(tmp_path / f"{name}.json"))

@@ -3,6 +3,7 @@ the first non-empty thought, gives the thoughts, logits and answer of chunk-by-c
 
 import pytest
 import torch
+
 from beliefscope.cache import Provenance
 from beliefscope.decoding.thinking import run_thinking
 from beliefscope.models.train_rope import RopeTrainConfig, build
@@ -147,8 +148,8 @@ def test_thought_drafter_keeps_more_chunks_and_changes_no_output():
     empty thoughts: on 60 toy stories of 1-24 events, the thoughts and answer of every story are
     those of chunk-by-chunk inference, and a drafter shared across stories keeps more chunks per
     backbone forward than drafting every thought empty (the paper's assumption)."""
-    from beliefscope.models.thinking.drafter import thought_drafter_factory
     from beliefscope.models import load_model
+    from beliefscope.models.thinking.drafter import thought_drafter_factory
 
     model, tok = load_model("thinking-empty")
     stories = [tok(e.prompt)["input_ids"] for e in get_task("coinflip").examples(60, 2026, (1, 24))]
@@ -190,7 +191,6 @@ def test_generate_with_speculative_prefill_prints_the_chunked_thoughts(capsys):
     import json
 
     from beliefscope.cli import main
-
     from beliefscope.tasks.coinflip import TOY_NAMES
 
     events = [f"{TOY_NAMES[i % len(TOY_NAMES)]} {'flips' if i % 3 else 'stays'} ." for i in range(12)]

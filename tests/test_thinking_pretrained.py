@@ -8,12 +8,13 @@ import os
 
 import pytest
 import torch
+
 from beliefscope.models.errors import ModelLoadError
 from beliefscope.models.load import load_model
 from beliefscope.models.thinking.ckpt import PARTS_FILE, backbone_sha256
+from beliefscope.models.thinking.train import ThinkingTrainConfig, check_out, train_thinking
 from beliefscope.models.tokenizer import toy_tokenizer
 from beliefscope.models.train_state import STATE_FILE
-from beliefscope.models.thinking.train import ThinkingTrainConfig, check_out, train_thinking
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -152,6 +153,7 @@ def test_cached_states_equal_batched_recompute():
     """Chunk-by-chunk on a DynamicCache (what eval runs for pretrained backbones) gives the thoughts and
     the last-token logits of the batched recompute (self_states + backbone_forward) on the shipped model."""
     import torch
+
     from beliefscope.models import load_model
     from beliefscope.tasks import get_task
 

@@ -5,6 +5,7 @@ import os
 import tomllib
 
 import pytest
+
 from beliefscope.base import versions
 
 from .helpers import ROOT

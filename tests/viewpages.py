@@ -8,6 +8,7 @@ def page(task: str = "coinflip"):
     """(data, page text) of a small page: two models side by side on coinflip (with a speculative
     decode), or thinking-cups on three cups (n-way states)."""
     import torch
+
     from beliefscope.analyses.view import ViewConfig, build
     from beliefscope.analyses.view_page import render
 

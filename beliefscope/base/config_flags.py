@@ -25,6 +25,7 @@ import ast
 import dataclasses
 import inspect
 import io
+import json
 import sys
 import textwrap
 import tokenize
@@ -32,7 +33,6 @@ import types
 import typing
 
 from beliefscope.base.progress import progress_bar
-import json
 
 
 def field_help(cls) -> dict[str, str]:

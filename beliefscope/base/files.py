@@ -28,8 +28,8 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable
 import threading
+from collections.abc import Callable
 
 
 def _umask() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+
 from tqdm import tqdm
 
 

@@ -36,12 +36,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # loaded by file path (tests, generate.py): its sibling modules must be importable
     sys.path.insert(0, HERE)
 
-from results_decoding import (CACHE, DET, FORCED, OVERHEAD, SPEC, cache_page,  # noqa: E402
-                              determinism_page, forced_page, overhead_page, spec_page)
-from results_gpu import DET_H200, GPU, gpu_page  # noqa: E402
+from results_decoding import (  # noqa: E402
+    CACHE,
+    DET,
+    FORCED,
+    OVERHEAD,
+    SPEC,
+    cache_page,
+    determinism_page,
+    forced_page,
+    overhead_page,
+    spec_page,
+)
 from results_doc import FORMATS, NONE, RES, ROOT, Doc, _status, fmt_value, page, table  # noqa: E402
-from results_models import (HARVEST, PROBES, THINK, THINK_SMOL, _card, instrument_page,  # noqa: E402
-                            models_page, probes_page, thinking_page)
+from results_gpu import DET_H200, GPU, gpu_page  # noqa: E402
+from results_models import (  # noqa: E402
+    HARVEST,
+    PROBES,
+    THINK,
+    THINK_SMOL,
+    _card,
+    instrument_page,
+    models_page,
+    probes_page,
+    thinking_page,
+)
 from results_pictures import COPIED, DRAWN, picture_digest, write_pictures  # noqa: E402
 
 # what callers read from this module (tests/test_docs_results.py, generate.py), wherever it is defined

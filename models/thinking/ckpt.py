@@ -30,6 +30,11 @@ import json
 import os
 
 import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from beliefscope.base.files import atomic_save, atomic_write_json
+
 from ..cards import read_card
 from ..devices import HOST, default_device, resolve_dtype
 from ..errors import ModelLoadError
@@ -37,11 +42,6 @@ from ..hf_load import load_hf, no_bar_if_small
 from ..lora import add_lora, merge_lora
 from ..names import checkpoint_path
 from .model import ThinkingConfig, ThinkingStates
-
-from beliefscope.base.files import atomic_save, atomic_write_json
-from safetensors.torch import load_file
-from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 PARTS_FILE = "thinking.safetensors"
 PARTS_FILES = {"thinking": PARTS_FILE, "adapters": "adapters.safetensors"}  # card kind -> file of trained parts

@@ -29,10 +29,10 @@ def _config(cfg):
 def train_pretrained_thinking(cmd, echo) -> dict:
     """Run the command for ``cmd`` (a ``models.cli.TrainCommandConfig``) and return what it wrote;
     ``echo(text, err=True)`` prints the cost measurements' lines on stderr as they come."""
-    from .train import COST_FILE, check_out, measure_costs, train_thinking
+    from beliefscope.base.files import atomic_write_json
     from beliefscope.base.progress import progress_bar, resume_bar
 
-    from beliefscope.base.files import atomic_write_json
+    from .train import COST_FILE, check_out, measure_costs, train_thinking
 
     cfg = _config(cmd)
     cfg.check()

@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from .config import ThinkingConfig, chunk_spans
+
 from ...tasks.variables import VARIABLES
+from .config import ThinkingConfig, chunk_spans
 
 
 @dataclass

@@ -25,15 +25,15 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from transformers import AutoModel, DynamicCache
+
 from ...cache.guard import GUARD
 from ...hooks.capture import hooked
 from ..bridge import build_bridge, cache_kwarg, guard_cache_handoff, input_device
 from ..errors import ThoughtsSkippedError
 from ..profile import decoder_layers, model_shapes
 from .config import ThinkingConfig, chunk_spans
-from torch import nn
-from transformers import AutoModel
-from transformers import DynamicCache
 
 __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 from ...cache import KVCache, Provenance
 from .drafter import ThoughtDrafter
 

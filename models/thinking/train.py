@@ -25,6 +25,10 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
+import json
 import os
 import random
 import shutil
@@ -33,25 +37,22 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+from safetensors.torch import load_file
+
+from beliefscope.base.files import atomic_write_json, check_writable_parent
+
+from ...tasks import get_task
+from ...tasks.questions import in_chat
 from ..adapters import AdaptedLM
 from ..cards import read_card
 from ..evaluate import evaluate_bands
 from ..load import HOST, checkpoints_dir, default_device, load_hf, load_model
 from ..lora import add_lora
 from ..names import checkpoint_path
-from .model import ThinkingConfig, ThinkingStates
+from ..train_state import load_state, save_state
 from .ckpt import PARTS_FILES, backbone_sha256, save_parts
 from .data import make_batch
-from ..train_state import load_state, save_state
-from ...tasks import get_task
-from ...tasks.questions import in_chat
-
-from beliefscope.base.files import atomic_write_json, check_writable_parent
-from safetensors.torch import load_file
-import contextlib
-import copy
-import dataclasses
-import json
+from .model import ThinkingConfig, ThinkingStates
 
 COST_FILE = "training_cost.json"
 
