@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import difflib
-import weakref
 
 
 def hf_of(model):
@@ -18,26 +17,22 @@ def hf_of(model):
     return getattr(model, "original_model", model)
 
 
-_HOOK_DICTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # bridge -> (registry size, its hook_dict)
-
-
 def resolve_hooks(model, names) -> list:
-    """The HookPoints for ``names`` (`resolve_hook` for each), reading one hook dictionary.
+    """The HookPoints for ``names`` (`resolve_hook` for each).
 
     TransformerLens 4 rebuilds ``model.hook_dict``, aliases included, on every access (0.3 to 1 ms on a
-    30-layer model, paid by every capture and steer), so the last one is kept. It is reused while the
-    registry has the same size and every point it gives is still registered under its own name: a component
-    swapped in registers new points under the old names, which sends the lookup back to TransformerLens."""
+    30-layer model, paid by every capture and steer), so each name is first asked of the bridge's public
+    ``get_hook_point`` (a registry lookup, or an attribute walk for an alias: the same HookPoint as
+    ``hook_dict[name]`` on every family tests/architectures.py builds). The names `resolve_hook` treats
+    specially (``hook_embed``, ``hook_resid_mid``), and any the bridge does not find, go through `resolve_hook`
+    and its error with the closest valid names."""
     names = list(names)
-    reg = model.__dict__.get("_hook_registry")
-    seen = _HOOK_DICTS.get(model)
-    if isinstance(reg, dict) and seen is not None and seen[0] == len(reg):
-        points = [seen[1].get(n) for n in names]
-        if all(p is not None and reg.get(getattr(p, "name", None)) is p for p in points):
+    ask = getattr(model, "get_hook_point", None)
+    if ask is not None and not any(n == "hook_embed" or n.endswith(".hook_resid_mid") for n in names):
+        points = [ask(n) for n in names]
+        if all(p is not None for p in points):
             return points
     hooks = model.hook_dict
-    if isinstance(reg, dict):
-        _HOOK_DICTS[model] = (len(reg), hooks)
     return [resolve_hook(model, n, hooks) for n in names]
 
 

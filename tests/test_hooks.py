@@ -125,21 +125,22 @@ def test_a_capture_sees_direct_calls_of_the_hf_model_as_it_sees_the_bridge():
         torch.testing.assert_close(seen[path][1], seen["bridge"][1])
 
 
-def test_resolve_hooks_reuses_one_hook_dict_until_a_component_is_swapped(monkeypatch):
-    """The hook dictionary TransformerLens rebuilds per access is kept, and given up when a component swapped in
-    re-registers its hook points under the old names (here the embedding, as TransformerLens's setattr does)."""
+def test_resolve_hooks_builds_no_hook_dict_and_follows_a_swapped_component(monkeypatch):
+    """The hook dictionary TransformerLens rebuilds per access is never built for names the bridge finds itself
+    (its public ``get_hook_point``), the points are the dictionary's own, and a component swapped in (here the
+    embedding, which TransformerLens's setattr re-registers under the old names) gives its new points."""
     import copy
 
     from beliefscope.hooks.names import resolve_hooks
 
     bridge = bridge_from_hf(tiny_llama_hf())
-    names = ["embed.hook_out", *layer_names(bridge, "resid_post")]
+    names = ["embed.hook_out", *layer_names(bridge, "resid_post"), "blocks.0.attn.hook_pattern"]
     built = []
     prop = type(bridge).hook_dict
     monkeypatch.setattr(type(bridge), "hook_dict", property(lambda m: built.append(1) or prop.fget(m)))
     first = resolve_hooks(bridge, names)
     again = resolve_hooks(bridge, names)
-    assert len(built) == 1 and all(a is b for a, b in zip(first, again))
+    assert not built and all(a is b for a, b in zip(first, again))
     assert all(p is prop.fget(bridge)[n] for p, n in zip(first, names))
     bridge.embed = copy.deepcopy(bridge.embed)  # new hook points under "embed.hook_in" / "embed.hook_out"
     fresh = resolve_hooks(bridge, names)
