@@ -207,7 +207,7 @@ def test_sigterm_during_a_staged_run_leaves_nothing(tmp_path):
     import sys
     import time
 
-    code = ("import time, sys\nfrom analyses.common import staged_output\n"
+    code = ("import time, sys\nfrom beliefscope.analyses.common import staged_output\n"
             f"with staged_output({str(tmp_path / 'out')!r}) as tmp:\n"
             "    open(tmp + '/partial.txt', 'w').write('x'); print('ready', flush=True); time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
