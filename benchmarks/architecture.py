@@ -344,7 +344,7 @@ def summary(found: dict) -> dict:
         "rollback sites outside the engine": len(found["rollback_sites_outside_engine"]),
         "KVCache public names (own + forwarded)": len(found["kvcache_public_names"]["own"])
         + len(found["kvcache_public_names"]["forwarded"]),
-        "  beyond transformers' Cache (own + forwarded)": len(beyond_hf_cache(found["kvcache_public_names"]["own"]))
+        "  beyond transformers' Cache": len(beyond_hf_cache(found["kvcache_public_names"]["own"]))
         + len(found["kvcache_public_names"]["forwarded"]),
         "lazy project imports": len(found["lazy_project_imports"]),
         "  outside the command modules": sum(not _command_module(site.split(":")[0])
