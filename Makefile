@@ -53,7 +53,7 @@ constraints:
 # The fast tier (`test-fast`) against each transformers release of the tested range (beliefscope.base.versions):
 # a venv per release (.venv-compat/VERSION: the constraints with that transformers), then one line per release,
 # pass or fail, in .venv-compat/summary.txt. Minutes of installs per release the first time.
-COMPAT_TRANSFORMERS ?= 5.22.2 5.23.0 5.24.0
+COMPAT_TRANSFORMERS ?= 5.21.1 5.22.2 5.23.0 5.24.0
 compat:
 	@mkdir -p .venv-compat; : > .venv-compat/summary.txt
 	@for v in $(COMPAT_TRANSFORMERS); do d=.venv-compat/$$v; \

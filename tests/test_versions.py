@@ -19,7 +19,8 @@ def test_the_code_and_pyproject_declare_the_same_ranges():
 
 
 @pytest.mark.parametrize("found, ok", [("5.24.0", True), ("5.23.0", True), ("5.24.1.dev0", True), ("5.25.0", False),
-                                       ("5.22.2", True), ("5.21.1", False), ("6.0.0", False), ("4.57.6", False)])
+                                       ("5.22.2", True), ("5.21.1", True), ("5.21.0", False), ("5.20.2", False),
+                                       ("6.0.0", False), ("4.57.6", False)])
 def test_a_release_outside_the_range_is_refused_naming_the_range(monkeypatch, found, ok):
     monkeypatch.delenv("BELIEFSCOPE_SKIP_VERSION_CHECK", raising=False)
     monkeypatch.setattr(versions, "version", lambda dist: found if dist == "transformers" else "4.3.0")

@@ -12,7 +12,7 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 
 # distribution -> (lowest tested release, first release past the range); compared by release numbers
-TESTED = {"transformers": ("5.22", "5.25"), "transformer-lens": ("4.3", "4.4")}
+TESTED = {"transformers": ("5.21.1", "5.25"), "transformer-lens": ("4.3", "4.4")}
 
 
 def _release(text: str) -> tuple[int, ...]:
