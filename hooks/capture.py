@@ -23,7 +23,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .activation_cache import to_activation_cache
 from .names import check_computed, hf_of, hook_names, parse_hooks, resolve_hooks
-from .points import attach, index_owners
+from .points import PlainPoint, attach, index_owners
 
 
 @dataclass
@@ -161,7 +161,7 @@ def hooked(model, fwd_hooks):
     handles = []
     fwd_hooks = list(fwd_hooks)
     points = resolve_hooks(model, [name for name, _ in fwd_hooks]) if fwd_hooks else []
-    if fwd_hooks and model not in _INDEXED:
+    if any(not isinstance(p, PlainPoint) for p in points) and model not in _INDEXED:
         index_owners(model)
         _INDEXED.add(model)
     try:

@@ -27,6 +27,11 @@ def resolve_hooks(model, names) -> list:
     specially (``hook_embed``, ``hook_resid_mid``), and any the bridge does not find, go through `resolve_hook`
     and its error with the closest valid names."""
     names = list(names)
+    plain = getattr(model, "plain_hook_point", None)  # a Runner: block inputs/outputs with no bridge built
+    if plain is not None:
+        points = [plain(n) for n in names]
+        if all(p is not None for p in points):
+            return points
     ask = getattr(model, "get_hook_point", None)
     if ask is not None and not any(n == "hook_embed" or n.endswith(".hook_resid_mid") for n in names):
         points = [ask(n) for n in names]

@@ -11,6 +11,7 @@ hook points where it holds, and returns None for every other one (the caller the
 may compute their values without calling the HF module they hold.
 
 >>> import weakref
+from dataclasses import dataclass
 
 import torch
 from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
@@ -30,6 +31,7 @@ _OWNERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 
 import torch
 from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
@@ -38,9 +40,24 @@ from transformer_lens.model_bridge.generalized_components.base import Generalize
 _OWNERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+@dataclass(eq=False)
+class PlainPoint:
+    """A block's input or output read straight from its HF decoder layer, with no TransformerLens bridge built
+    (a `models.runner.Runner` gives these): what `attach` hooks, under TransformerLens's name for it."""
+
+    name: str  # e.g. "blocks.3.hook_resid_post"
+    module: torch.nn.Module  # the HF decoder layer
+    side: str  # "in" (its input) or "out" (the first tensor of its output)
+
+    def layer(self) -> int:
+        return int(self.name.split(".")[1])
+
+
 def owner(point) -> tuple[torch.nn.Module, str] | None:
     """``(the HF module, "in" or "out")`` whose input or output hook point ``point`` carries, or None.
     Only `PLAIN_POINTS` qualify (the matrix in tests/architectures.py checks each against the wrappers)."""
+    if isinstance(point, PlainPoint):
+        return point.module, point.side
     wrapper = _OWNERS.get(point)
     if wrapper is None or getattr(point, "hook_conversion", None) is not None:
         return None

@@ -35,7 +35,6 @@ from functools import lru_cache
 from typing import Any
 
 from .adapters import load_adapted
-from .bridge import build_bridge
 from .cards import read_card
 from .devices import (  # noqa: F401 (re-exported: models.load is where callers find them)
     DTYPES,
@@ -74,9 +73,8 @@ def bridge_from_hf(model, tok=None):
     attention always writes the KV cache it is given (`models.bridge`). The bridge is in eval mode: dropout off,
     so two forwards agree and speculative decoding equals greedy."""
 
-    bridge = build_bridge(model, tok=tok)
-    bridge.eval()
-    return bridge
+    model.eval()
+    return Runner(model, tok)
 
 
 def load_model(name_or_path, device=None, dtype=None, *, tokenizer=None) -> tuple[Runner, Any]:
@@ -97,9 +95,7 @@ def load_model(name_or_path, device=None, dtype=None, *, tokenizer=None) -> tupl
         if device is not None or dtype is not None:
             raise ValueError("an HF model in memory is wrapped where it is: move it (model.to(device, dtype)) before "
                              "load_model, instead of passing device or dtype")
-        bridge = bridge_from_hf(name_or_path, tokenizer)
-        bridge.name_or_path = name_or_path.config.name_or_path or type(name_or_path).__name__
-        return bridge, tokenizer
+        return bridge_from_hf(name_or_path, tokenizer), tokenizer
     name_or_path = os.fspath(name_or_path)
     device, dtype = default_device(device), resolve_dtype(dtype)
     check_model_name(name_or_path)
@@ -116,10 +112,8 @@ def load_model(name_or_path, device=None, dtype=None, *, tokenizer=None) -> tupl
         model, tok = load_adapted(name_or_path, path, card, device, dtype)
     else:
         model, tok = load_hf(name_or_path, device, dtype)
-    bridge = bridge_from_hf(model, tok)
-    bridge.eval()
-    bridge.name_or_path = name_or_path
-    return bridge, tok
+    model.eval()
+    return Runner(model, tok, name_or_path), tok
 
 
 def load_model_cached(name_or_path: str, device=None, dtype=None):

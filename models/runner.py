@@ -1,49 +1,140 @@
-"""One way to run a model: the `Runner` protocol.
+"""The one concrete thing that runs a model: `Runner` (WORK IN PROGRESS on branch runner-wip).
 
-`load_model` returns a TransformerBridge over a Hugging Face causal LM, or a Thinking States model
-(`models.thinking.ThinkingStates`, whose thoughts are written by blocks of its own). Both are runners,
-and a caller uses either the same way:
-
-- ``runner(ids, return_type="logits")``: the forward the model runs. A Thinking States model writes
-  its thoughts first and injects them; hooks see that pass.
-- ``runner.run_with_cache(ids, ...)``, ``runner.run_with_hooks(ids, ...)``, ``runner.hooks(...)``:
-  TransformerLens's hooks by name, over that same forward.
-- ``runner.cfg`` (TransformerLens's config) and `models.profile.model_shapes` (layers, heads, device).
-
-Under both, every forward that a decoding loop, a verify step or a capture makes goes through one door,
-`models.bare.runnable`: the HF tree without TransformerLens's wrappers when no hook watches, the
-wrapped tree when one does, so a capture sees the forward that decoding ran. The door refuses a
-Thinking States model, because its HF model alone is its backbone without the thoughts its answers
-are read after; such a model decodes through `decoding.thinking.run_thinking`, and its bridge's own
-decoding methods (``generate`` and the like) are refused by name.
-
-Where the two kinds are read differently (a Thinking States model's beliefs are read after its
-thoughts, chunk by chunk), the caller asks `models.profile.writes_thoughts`, and nothing else.
+A `Runner` owns a Hugging Face causal LM and its guards (installed in its constructor, as PyTorch hooks through
+their public API). Its ``cfg`` is TransformerLens's config, built from the HF config without a bridge
+(``build_bridge_config_from_hf``). The TransformerLens bridge is built only when something needs its
+wrappers (a hook name, ``run_with_cache``, ``blocks``...), and then it is TransformerLens's bridge, which
+wraps the HF model in place as TransformerLens documents; until then a forward is the HF model's own.
 
 >>> from beliefscope.models.testing import tiny_llama
->>> isinstance(tiny_llama(), Runner)
-True
+>>> runner = tiny_llama()
+>>> isinstance(runner, Runner), runner.built
+(True, False)
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
+
+import torch
+from transformer_lens.model_bridge.sources import build_bridge_config_from_hf
+
+from ..cache.guard import GUARD
+from ..hooks.points import PlainPoint
+from .bridge import build_bridge, guard_cache_handoff, input_device
+from .profile import decoder_layers, model_shapes
+from .tokenizer import tokenizer_adds_bos
 
 
-@runtime_checkable
-class Runner(Protocol):
-    """What every model `load_model` returns offers (see the module doc)."""
+class Runner(torch.nn.Module):
+    """A HF causal LM, guarded, with TransformerLens's hooks by name on demand (see the module doc)."""
 
-    cfg: Any  # TransformerLens's config: n_layers, d_model, n_heads, d_vocab, device, ...
+    def __init__(self, hf: torch.nn.Module, tokenizer: Any = None, name_or_path: str = "", arch: str | None = None):
+        super().__init__()
+        self.hf = hf  # the HF model: its parameters are this module's
+        guard_cache_handoff(hf)
+        self.tokenizer = tokenizer
+        self.name_or_path = name_or_path or hf.config.name_or_path or type(hf).__name__
+        self.arch = arch or (hf.config.architectures or [type(hf).__name__])[0]
+        cfg = build_bridge_config_from_hf(hf.config, self.arch, self.name_or_path, next(hf.parameters()).dtype)
+        cfg.device = str(input_device(hf))
+        if tokenizer is not None:  # one BOS rule: as `tokenizer(text)` does (models.tokenizer)
+            cfg.default_prepend_bos = tokenizer_adds_bos(tokenizer)
+        self.cfg = cfg
+        self.__dict__["_bridge"] = None  # built on first need (`bridge`)
+        setattr(self, GUARD, model_shapes)  # what KVCache.for_model reads the shapes with
 
-    def __call__(self, input_ids, return_type: str | None = "logits", **kwargs):
-        """The forward the model runs: logits ``[batch, pos, d_vocab]`` for ``return_type="logits"``."""
+    # ------------------------------------------------------------------ the model and its bridge
+    @property
+    def original_model(self) -> torch.nn.Module:
+        """The HF model (TransformerLens's name for it)."""
+        return self.hf
 
-    def run_with_cache(self, input_ids, *args, **kwargs):
-        """``(output, ActivationCache)`` over the same forward."""
+    @property
+    def built(self) -> bool:
+        """Whether the TransformerLens bridge has been built (and has wrapped the HF model)."""
+        return self.__dict__["_bridge"] is not None
 
-    def run_with_hooks(self, input_ids, *args, **kwargs):
-        """The same forward with ``fwd_hooks=[(name, fn), ...]`` attached for its duration."""
+    @property
+    def bridge(self):
+        """TransformerLens's bridge over the HF model, built on first use (it wraps the model in place)."""
+        if self.__dict__["_bridge"] is None:
+            b = build_bridge(self.hf, self.arch, tok=self.tokenizer)
+            b.train(self.training)
+            b.name_or_path = self.name_or_path
+            self.__dict__["_bridge"] = b
+        return self.__dict__["_bridge"]
+
+    # ------------------------------------------------------------------ forwards
+    def forward(self, input, return_type: str | None = "logits", **kwargs):
+        """Logits ``[batch, pos, d_vocab]`` of the HF model (``return_type="logits"``); other return types, and
+        strings, go through the bridge as TransformerLens defines them."""
+        if self.built or return_type not in ("logits", None) or not torch.is_tensor(input):
+            return self.bridge(input, return_type=return_type, **kwargs)
+        out = self.hf(input_ids=input, **kwargs)
+        return None if return_type is None else out.logits
+
+    def generate(self, *args, **kwargs):
+        """TransformerLens's ``generate`` (through the bridge)."""
+        return self.bridge.generate(*args, **kwargs)
+
+    # ------------------------------------------------------------------ TransformerLens, by name
+    def run_with_cache(self, *args, **kwargs):
+        return self.bridge.run_with_cache(*args, **kwargs)
+
+    def run_with_hooks(self, *args, **kwargs):
+        return self.bridge.run_with_hooks(*args, **kwargs)
 
     def hooks(self, *args, **kwargs):
-        """A context in which TransformerLens hooks by name are attached."""
+        return self.bridge.hooks(*args, **kwargs)
+
+    def get_hook_point(self, name: str):
+        return self.bridge.get_hook_point(name)
+
+    def plain_hook_point(self, name: str):
+        """``blocks.{l}.hook_resid_pre`` / ``hook_resid_post`` as a `hooks.points.PlainPoint` on the HF decoder
+        layer, while no bridge is built (None otherwise, or for any other name: the bridge resolves those)."""
+        parts = name.split(".")
+        if self.built or len(parts) != 3 or parts[0] != "blocks" or not parts[1].isdigit():
+            return None
+        side = {"hook_resid_pre": "in", "hook_resid_post": "out"}.get(parts[2])
+        layers = decoder_layers(self.hf)
+        if side is None or int(parts[1]) >= len(layers):
+            return None
+        return PlainPoint(name, layers[int(parts[1])], side)
+
+    @property
+    def hook_dict(self) -> dict:
+        return self.bridge.hook_dict
+
+    @property
+    def blocks(self):
+        return self.bridge.blocks
+
+    @property
+    def embed(self):
+        return self.bridge.embed
+
+    @property
+    def unembed(self):
+        return self.bridge.unembed
+
+    @property
+    def ln_final(self):
+        return self.bridge.ln_final
+
+    @property
+    def compatibility_mode(self) -> bool:
+        return self.built and bool(getattr(self.bridge, "compatibility_mode", False))
+
+    def enable_compatibility_mode(self, *args, **kwargs):
+        return self.bridge.enable_compatibility_mode(*args, **kwargs)
+
+    def to_tokens(self, *args, **kwargs):
+        return self.bridge.to_tokens(*args, **kwargs)
+
+    def to_str_tokens(self, *args, **kwargs):
+        return self.bridge.to_str_tokens(*args, **kwargs)
+
+    def to_string(self, *args, **kwargs):
+        return self.bridge.to_string(*args, **kwargs)

@@ -7,14 +7,15 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from ..cache.kv import KVCache
-from .bridge import build_bridge, guard_cache_handoff
+from .bridge import guard_cache_handoff
+from .runner import Runner
 
 
 def _built(hf_model, arch: str, bridge: bool):
     """``hf_model`` in eval mode, as a guarded bridge or (``bridge=False``) a guarded HF model."""
     hf_model.eval()
     if bridge:
-        return build_bridge(hf_model, arch)
+        return Runner(hf_model, arch=arch)
     guard_cache_handoff(hf_model)
     return hf_model
 
