@@ -101,7 +101,6 @@ def guard_cache_handoff(model) -> None:
         _guard_hf(hf)
     if hf is not model and not vars(model).get(GUARD):  # a bridge: its own attention bridges need the hand-off
         link_bridge(hf, model)  # the bare HF tree (models.bare) runs only where the bridge's own modes allow
-        run_bare_when_unhooked(model)
         for module in model.modules():
             if isinstance(module, AttentionBridge):  # the wrappers that read past_key_values, never cache=
                 module.register_forward_pre_hook(_rename_cache_kwarg, with_kwargs=True)

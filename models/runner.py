@@ -21,6 +21,7 @@ from transformer_lens.model_bridge.sources import build_bridge_config_from_hf
 
 from ..cache.guard import GUARD
 from ..hooks.points import PlainPoint
+from .bare import runnable
 from .bridge import build_bridge, guard_cache_handoff, input_device
 from .profile import decoder_layers, model_shapes
 from .tokenizer import tokenizer_adds_bos
@@ -69,9 +70,9 @@ class Runner(torch.nn.Module):
     def forward(self, input, return_type: str | None = "logits", **kwargs):
         """Logits ``[batch, pos, d_vocab]`` of the HF model (``return_type="logits"``); other return types, and
         strings, go through the bridge as TransformerLens defines them."""
-        if self.built or return_type not in ("logits", None) or not torch.is_tensor(input):
+        if return_type not in ("logits", None) or not torch.is_tensor(input):
             return self.bridge(input, return_type=return_type, **kwargs)
-        out = self.hf(input_ids=input, **kwargs)
+        out = runnable(self)(input_ids=input, **kwargs)  # the wrapped tree only when a hook or a TL mode needs it
         return None if return_type is None else out.logits
 
     def generate(self, *args, **kwargs):
