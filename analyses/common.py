@@ -120,7 +120,7 @@ def check_probe_matches(probe, bridge, model_name: str = "") -> None:
     want = (probe.meta.get("harvest_config") or {}).get("checkpoint_hash")
     if want:
         have = checkpoint_hash(bridge)
-        if have.split("-")[0] != want.split("-")[0] and "-" in have and "-" not in want:
+        if have.split("-")[0] != want.split("-")[0]:
             raise ValueError(f"the probe at hand was harvested by an older beliefscope (checkpoint hash {want}, an "
                              "older hash scheme): re-run beliefscope harvest and beliefscope probe for this model")
         if have != want:

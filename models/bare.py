@@ -251,8 +251,10 @@ def _rebind(out: torch.nn.Module, source: torch.nn.Module) -> None:
 
 def _build(hf: torch.nn.Module) -> _Bare:
     state = _Bare(model=hf)
-    if not any(is_wrapper(m) for m in hf.modules()):
-        return state  # nothing to unwrap (a plain HF model, or a bare tree itself): it runs as it is, always right
+    if not any(is_wrapper(m) for m in hf.modules()):  # nothing to unwrap: it runs as it is, always right; its
+        # edges are kept, so a bridge built later (it wraps the modules in place) is seen: a Runner builds one lazily
+        state.edges = [(m._modules, n, c) for m in hf.modules() for n, c in m._modules.items()]
+        return state
     shared: set[int] = set()
     memo: dict[int, torch.nn.Module] = {}
 

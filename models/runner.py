@@ -43,6 +43,9 @@ class Runner(torch.nn.Module):
             cfg.default_prepend_bos = tokenizer_adds_bos(tokenizer)
         self.cfg = cfg
         self.__dict__["_bridge"] = None  # built on first need (`bridge`)
+        # the HF model's own state names: building the bridge adds some (TransformerLens registers a zero lm_head
+        # bias buffer), which the checkpoint hash must not see
+        self.load_keys = frozenset(hf.state_dict().keys())
         setattr(self, GUARD, model_shapes)  # what KVCache.for_model reads the shapes with
 
     # ------------------------------------------------------------------ the model and its bridge
