@@ -73,6 +73,8 @@ class Runner(torch.nn.Module):
     def forward(self, input, return_type: str | None = "logits", **kwargs):
         """Logits ``[batch, pos, d_vocab]`` of the HF model (``return_type="logits"``); other return types, and
         strings, go through the bridge as TransformerLens defines them."""
+        if isinstance(input, str) or (isinstance(input, list) and input and isinstance(input[0], str)):
+            input = self.to_tokens(input)
         if return_type not in ("logits", None) or not torch.is_tensor(input):
             return self.bridge(input, return_type=return_type, **kwargs)
         out = runnable(self)(input_ids=input, **kwargs)  # the wrapped tree only when a hook or a TL mode needs it
@@ -134,11 +136,27 @@ class Runner(torch.nn.Module):
     def enable_compatibility_mode(self, *args, **kwargs):
         return self.bridge.enable_compatibility_mode(*args, **kwargs)
 
-    def to_tokens(self, *args, **kwargs):
-        return self.bridge.to_tokens(*args, **kwargs)
+    def to_tokens(self, input, prepend_bos: bool | None = None, **kwargs):
+        """Token ids ``[batch, pos]`` as ``tokenizer(text)`` gives them (one BOS rule, `models.tokenizer`);
+        ``prepend_bos=True`` puts a BOS first where the tokenizer adds none. Without a tokenizer, or with
+        TransformerLens's other options, the bridge's ``to_tokens``."""
+        if self.tokenizer is None or kwargs or (prepend_bos and self.tokenizer.bos_token_id is None):
+            return self.bridge.to_tokens(input, prepend_bos=prepend_bos, **kwargs)  # TL picks a stand-in BOS
+        texts = [input] if isinstance(input, str) else list(input)
+        ids = self.tokenizer(texts, return_tensors="pt", padding=len(texts) > 1).input_ids  # [batch, pos]
+        adds = tokenizer_adds_bos(self.tokenizer)
+        bos = self.tokenizer.bos_token_id
+        if prepend_bos and not adds and bos is not None:
+            ids = torch.cat([torch.full((ids.shape[0], 1), bos, dtype=ids.dtype), ids], 1)
+        elif prepend_bos is False and adds:
+            ids = ids[:, 1:]
+        return ids.to(self.cfg.device)
 
-    def to_str_tokens(self, *args, **kwargs):
-        return self.bridge.to_str_tokens(*args, **kwargs)
+    def to_str_tokens(self, input, prepend_bos: bool | None = None, **kwargs):
+        """The strings of `to_tokens`' ids (one string: a list; TransformerLens's other inputs: the bridge's)."""
+        if self.tokenizer is None or kwargs or not isinstance(input, str):
+            return self.bridge.to_str_tokens(input, prepend_bos=prepend_bos, **kwargs)
+        return self.tokenizer.convert_ids_to_tokens(self.to_tokens(input, prepend_bos)[0].tolist())
 
     def to_string(self, *args, **kwargs):
         return self.bridge.to_string(*args, **kwargs)
