@@ -18,7 +18,7 @@ import torch
 
 from ..cache import KVCache
 from ..hooks import hooked, stream
-from ..models.bare import takes_logits_to_keep
+from ..models.forward import takes_logits_to_keep
 from ..models.profile import hf_of
 
 MAX_SOURCE_BYTES = 4 * 2 ** 30  # source activations kept for one call

@@ -37,7 +37,6 @@ from ..analyses import interchange as ic
 from ..analyses.pairs import task_pairs
 from ..analyses.patching import padded, row_batches
 from ..hooks.names import hf_of
-from ..models.bare import bare_model
 from ..models.load import load_model
 from ..probes.intervals import scored
 from ..tasks import get_task
@@ -95,7 +94,7 @@ def pyvene_sweep(model, prep: ic.Prepared, site_list, run: np.ndarray, batch_siz
 
     if bad := [s.hook for s in site_list if not s.hook.endswith(".hook_resid_post")]:
         raise ValueError(f"pyvene's block_output is hook_resid_post; sites {bad[:3]} are elsewhere")
-    hf = bare_model(hf_of(model))
+    hf = hf_of(model)
     dev = next(hf.parameters()).device
     P, S = run.shape
     C = len(prep.answer_ids)
@@ -171,7 +170,7 @@ def token_counts(prep: ic.Prepared, run: np.ndarray, batch_size: int) -> dict:
 def lm_head_share(model, prep: ic.Prepared, batch_size: int, repeats: int = 5) -> dict:
     """Share of a forward spent on the logits over the whole vocabulary at every position: the body alone
     (``hf.model``) against the whole forward, interleaved, on one batch of bases."""
-    hf = bare_model(hf_of(model))
+    hf = hf_of(model)
     body = getattr(hf, getattr(hf, "base_model_prefix", "model"), None)
     if body is None:
         return {"skipped": "no body module under the HF model"}

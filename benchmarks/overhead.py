@@ -3,15 +3,17 @@
 Run ``beliefscope bench overhead`` (a tiny random Llama, then SmolLM2-135M when its wheel is installed) or
 ``--quick`` (the tiny model only). Every row is a ratio to bare HF measured in one run, interleaved:
 
-- **forward**: the bridge's forward (``bridge(tokens)``) against the HF model's;
+- **forward**: the Runner's forward (``model(tokens)``) against the HF model's;
 - **capture**: every block's ``hook_resid_post`` with `hooks.capture` against HF's ``output_hidden_states``,
-  beside TransformerLens's ``run_with_cache`` on the same bridge (and nnsight's, where installed);
+  beside TransformerLens's ``run_with_cache`` (and nnsight's, where installed);
 - **generate**: `decoding.loop.generate` (greedy, ``new_tokens`` tokens) against HF's ``generate``;
 - **prefill**: the same with a long prompt and few new tokens (``long_prompt_len``, ``long_new_tokens``), where
   the prompt's forward dominates.
 
-"wrapped" is the bridge made to run TransformerLens's wrappers (one no-op hook on ``hook_embed``): what
-every forward cost before `models.bare`, so before/after come from the same run; the prefill row's "all_logits"
+"wrapped" is a second Runner over a copy of the same HF model whose TransformerLens bridge is built, so every
+forward runs its wrappers: what every forward cost before a Runner built the bridge only on demand (and before
+`models.bare`, the unwrapped copy of the module tree that preceded it), so before/after come from the same run.
+TransformerLens's ``run_with_cache`` runs on that copy too. The prefill row's "all_logits"
 is ours with a no-op hook on the output layer, which computes every prompt position's logits as each prefill
 did before it asked for the last one alone. The bare HF baseline is
 a deep copy of the HF model with no wrapper and no hook of ours.
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -30,10 +31,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from ..decoding.config import SpecConfig
 from ..decoding.loop import generate
 from ..hooks import capture, layer_names
-from ..models.bare import bare_model
-from ..models.bridge import build_bridge
 from ..models.load import default_device, load_model, resolve_dtype
 from ..models.profile import decoder_layers
+from ..models.runner import Runner
 from .common import header, interleaved, smollm2_available, write_result
 
 HEADLINE = "forward_ratio_tiny"  # bridge forward / bare HF forward, tiny model
@@ -68,13 +68,13 @@ def tiny_bridge():
     cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
     hf = LlamaForCausalLM(cfg).eval().to(device=default_device(), dtype=resolve_dtype(None))
-    return build_bridge(hf).eval(), "random Llama, 3 layers, d_model 64"
+    return Runner(hf).eval(), "random Llama, 3 layers, d_model 64"
 
 
 def plain_hf(bridge) -> torch.nn.Module:
     """A deep copy of the bridge's HF model with no TransformerLens wrapper and none of our hooks."""
 
-    hf = copy.deepcopy(bare_model(bridge.original_model))
+    hf = copy.deepcopy(bridge.original_model)
     for m in hf.modules():
         for d in ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
                   "_forward_pre_hooks_with_kwargs"):
@@ -85,16 +85,18 @@ def plain_hf(bridge) -> torch.nn.Module:
     return hf
 
 
-@contextmanager
-def wrapped(bridge):
-    """The bridge runs TransformerLens's wrappers for the block (a no-op hook on hook_embed)."""
-    with bridge.hooks(fwd_hooks=[("hook_embed", lambda act, hook: None)]):
-        yield
+def wrapped(bridge) -> Runner:
+    """A Runner over a copy of ``bridge``'s HF model with TransformerLens's bridge built: its forwards run the
+    wrappers (and ``bridge`` stays as it was)."""
+    other = Runner(plain_hf(bridge), bridge.tokenizer).eval()
+    _ = other.bridge
+    return other
 
 
 def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, progress=None) -> dict:
 
     hf = plain_hf(bridge)
+    tl = wrapped(bridge)
     dev = next(hf.parameters()).device
     vocab = hf.config.vocab_size
     g = torch.Generator().manual_seed(0)
@@ -107,8 +109,7 @@ def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, prog
         return bridge(x)
 
     def old_forward():
-        with wrapped(bridge):
-            return bridge(x)
+        return tl(x)
 
     def ours_capture():
         with capture(bridge, names) as cap:
@@ -116,12 +117,12 @@ def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, prog
         return cap.stacked(names[0])
 
     def old_capture():
-        with wrapped(bridge), capture(bridge, names) as cap:
-            bridge(x)
+        with capture(tl, names) as cap:
+            tl(x)
         return cap.stacked(names[0])
 
     def tl_capture():
-        return bridge.run_with_cache(x, names_filter=lambda n: n in names)[1][names[0]]
+        return tl.run_with_cache(x, names_filter=lambda n: n in names)[1][names[0]]
 
     long_prompt = torch.randint(0, vocab, (cfg.long_prompt_len,), generator=g).tolist()
     spec = SpecConfig(max_new_tokens=cfg.new_tokens, stop_at_eos=False)
@@ -135,13 +136,12 @@ def bench_model(bridge, label: str, shape: tuple, cfg: OverheadBenchConfig, prog
         return generate(bridge, prompt, replace(spec, max_new_tokens=n)).tokens
 
     def old_generate():
-        with wrapped(bridge):
-            return generate(bridge, prompt, spec).tokens
+        return generate(tl, prompt, spec).tokens
 
     def all_logits_generate(prompt, n):
         """Ours with a no-op hook on the output layer: the prefill then computes every position's logits, as
         every prefill did before it asked for the last one alone (``logits_to_keep=1``)."""
-        head = bare_model(bridge.original_model).get_output_embeddings()
+        head = bridge.original_model.get_output_embeddings()
         handle = head.register_forward_hook(lambda module, args, out: None)
         try:
             return ours_generate(prompt, n)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..cache import KVCache, Provenance
-from ..models.bare import last_logits_only, runnable
 from ..models.bridge import cache_kwarg
 from ..models.context import position_limit
+from ..models.forward import forward_module, last_logits_only
 from ..models.profile import hf_of
 from .config import SpecConfig
 
@@ -32,13 +32,13 @@ def hf_model(model):
 def hf_logits(model, tokens: torch.Tensor, last_only: bool = False, **kwargs) -> torch.Tensor:
     """Float logits ``[B, n, vocab]`` of ``tokens`` ``[B, n]`` on the host, whatever device the model is on
     (the decoding loops keep their bookkeeping there); inputs move to the model's device. ``last_only``: the
-    last position's alone, ``[B, 1, vocab]``, computed alone where the model allows (`models.bare.last_logits_only`).
+    last position's alone, ``[B, 1, vocab]``, computed alone where the model allows (`models.forward.last_logits_only`).
 
     >>> from beliefscope.models.testing import tiny_gpt2
     >>> hf_logits(tiny_gpt2(), torch.tensor([[1, 2]])).shape
     torch.Size([1, 2, 50])
     """
-    hf = runnable(model)  # the bare HF tree unless a hook or a TransformerLens-only mode needs the wrappers
+    hf = forward_module(model)  # the HF model (through TransformerLens's wrappers where a hook name built them)
     dev = next(hf.parameters()).device
     kwargs = {cache_kwarg(hf) if k == "past_key_values" else k: _to_device(v, dev) for k, v in kwargs.items()}
     if last_only:

@@ -28,8 +28,8 @@ from __future__ import annotations
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from ..models.bare import is_wrapper, runnable
 from ..models.bridge import cache_kwarg
+from ..models.forward import forward_module, is_wrapper
 from ..models.profile import sliding_windows
 from .core import CompiledForwards, hf_logits
 
@@ -65,7 +65,7 @@ def why_not(model, cache) -> str | None:
 
 def why_not_model(model) -> str | None:
     """Why forwards of ``model`` cannot be replayed, whatever the cache (None: they can)."""
-    hf = runnable(model)
+    hf = forward_module(model)
     conf = hf.config
     impl = getattr(conf, "_attn_implementation", None)
     if impl not in ATTENTION:
@@ -74,8 +74,8 @@ def why_not_model(model) -> str | None:
         return "sliding-window layers (their masks are not built for a recording)"
     hooked = [n or "the model" for n, m in hf.named_modules()
               if any(not _ours(fn) for d in (m._forward_hooks, m._forward_pre_hooks) for fn in d.values())]
-    if hooked or any(is_wrapper(m) for m in hf.modules()):  # wrappers: runnable kept them for a hook or a mode
-        return f"hooks on the model ({', '.join(hooked[:3]) or 'TransformerLens hook points'}): they run Python " \
+    if hooked or any(is_wrapper(m) for m in hf.modules()):  # wrappers: a hook name built the bridge
+        return f"{HOOKED}({', '.join(hooked[:3]) or 'TransformerLens hook points'}): they run Python " \
                "per forward, which a replay skips"
     if len({p.device for p in hf.parameters()}) > 1:
         return "a model split over devices"
@@ -87,6 +87,19 @@ KNOWN_HOOKS = ("beliefscope.models.bridge", "beliefscope.models.context", "trans
 #   keeps, or checks that pass over a `SlotWriter`), its context limit (a decoding run's budget keeps every
 #   replayed forward inside the context), and the hooks transformers leaves after ``output_hidden_states=True``
 #   (idle unless a forward asks for hidden states, which a recorded one does not)
+
+
+HOOKED = "hooks on the model "  # how a why_not for hooks begins
+
+
+def decide_again(replays) -> bool:
+    """Whether ``replays`` (a `GraphedForward` or `SlotReplays`) must decide its ``why_not`` again before a forward:
+    a hook handle was made since it last did (PyTorch numbers them from one counter: one int compare), or hooks
+    made it run eagerly and may since have been removed (a removal leaves the counter as it is)."""
+    if RemovableHandle.next_id == replays.hooks_seen and not (replays.why_not or "").startswith(HOOKED):
+        return False
+    replays.hooks_seen = RemovableHandle.next_id
+    return True
 
 
 def _ours(fn) -> bool:
@@ -101,7 +114,7 @@ class GraphedForward(CompiledForwards):
 
     def __init__(self, model, cache):
         self.model, self.cache = model, cache
-        hf = runnable(model)
+        hf = forward_module(model)
         self.device = next(hf.parameters()).device
         self.mode = replay_mode(self.device, self.cpu_mode)
         self.why_not = why_not(model, cache)
@@ -115,8 +128,7 @@ class GraphedForward(CompiledForwards):
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """Float logits ``[B, n, vocab]`` on the host of ``tokens`` ``[B, n]`` appended to the cache."""
         cache = self.cache
-        if RemovableHandle.next_id != self.hooks_seen:  # a hook came or went since: decide again (one int compare)
-            self.hooks_seen = RemovableHandle.next_id
+        if decide_again(self):
             self.why_not = why_not(self.model, cache)
         if self.why_not is not None or cache.storage is None:
             self.eager += 1
@@ -134,8 +146,8 @@ class GraphedForward(CompiledForwards):
         rec = self.recordings.get((b, n))
         if rec is None:
             slots = torch.zeros(n, dtype=torch.long, device=st.k[0].device)  # [n] physical slots written
-            rec = self.recordings[(b, n)] = _Recording(runnable(self.model), SlotWriter(st.k, st.v, slots), slots, b,
-                                                       n, st.capacity, self.mode, self.pool)
+            rec = self.recordings[(b, n)] = _Recording(forward_module(self.model), SlotWriter(st.k, st.v, slots),
+                                                       slots, b, n, st.capacity, self.mode, self.pool)
         rec.set(tokens, positions, torch.arange(p, p + n), _mask(live, n, st.capacity))
         self.replays += 1
         return rec.run().float().cpu()
@@ -155,15 +167,18 @@ class SlotReplays:
 
     def __init__(self, model, slots):
         self.model, self.slots = model, slots
-        self.device = next(runnable(model).parameters()).device
+        self.device = next(forward_module(model).parameters()).device
         self.mode = replay_mode(self.device, self.cpu_mode)
-        self.why_not = why_not_model(model) or (
-            "sliding-window layers (their masks are not built for a recording)" if slots.windows and any(
-                w is not None for w in slots.windows) else None)
+        self.why_not = self._why_not()
         self.recordings: dict[tuple, _Recording] = {}  # (rows, width) -> recording
         self.pool = torch.cuda.graph_pool_handle() if self.mode == "cuda-graphs" else None
         self.hooks_seen = RemovableHandle.next_id  # as GraphedForward.hooks_seen
         self.eager = 0  # forwards run eagerly because a hook was attached after the run began
+
+    def _why_not(self) -> str | None:
+        windows = self.slots.windows and any(w is not None for w in self.slots.windows)
+        return why_not_model(self.model) or (
+            "sliding-window layers (their masks are not built for a recording)" if windows else None)
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """Host float logits ``[n, W, vocab]`` of ``tokens`` ``[n, W]`` for rows ``0 .. n-1``, written at each
@@ -182,16 +197,15 @@ class SlotReplays:
         n, w = tokens.shape
         slots = self.slots
         view = slots.view(0, n, slots.capacity)
-        if RemovableHandle.next_id != self.hooks_seen:
-            self.hooks_seen = RemovableHandle.next_id
-            self.why_not = why_not_model(self.model)
+        if decide_again(self):
+            self.why_not = self._why_not()
         if self.why_not is not None:  # the same forward, eagerly (its hooks run)
             self.eager += 1
             return view.verify(self.model, tokens)
         rec = self.recordings.get((n, w))
         if rec is None:
             view.write_pos = torch.zeros(n, w, dtype=torch.long, device=slots.device)  # [n, W] static
-            rec = self.recordings[(n, w)] = _Recording(runnable(self.model), view, view.write_pos, n, w,
+            rec = self.recordings[(n, w)] = _Recording(forward_module(self.model), view, view.write_pos, n, w,
                                                        slots.capacity, self.mode, self.pool)
         write = (view.lengths[:, None] + torch.arange(w)).clamp(max=slots.capacity - 1)  # [n, W]
         rec.set(tokens, view.position_ids(w), write, view.mask(w).cpu())

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..cache import Provenance
-from ..models.bare import runnable
+from ..models.forward import forward_module
 from .config import SpecConfig, TreeConfig
 from .core import (
     forward,
@@ -199,7 +199,7 @@ class EarlyExitDrafter(Drafter):
     def _forward(self, x):
         self.forwards += 1
         self.cache.recorder.next_provenance = Provenance.DRAFT
-        run = runnable(self.target)  # the module this forward calls: shorten its block list, not another's
+        run = forward_module(self.target)  # the module this forward calls: its block list is shortened
         with first_layers(run, self.k):
             return forward(run, x, self.cache, last_only=True)[-1]
 

@@ -70,7 +70,7 @@ class Capture:
 
     def begin_forward(self, n_new: int) -> None:
         """Mark the start of a forward over `n_new` tokens (called by a pre-hook on the HF model, which
-        every path runs: the bridge, its bare tree and direct calls of the HF model)."""
+        every path runs: the Runner's forward and direct calls of the HF model)."""
         if self._seek is not None:
             self._start, self._seek = self._seek, None
         elif self.cache is not None:
@@ -226,9 +226,8 @@ def capture(model, names, cache=None, device=None):
     def post(module, args, output):
         cap.forwards += 1
 
-    # On the HF model under a bridge: every forward runs it (the bridge's own, the bare tree of
-    # `models.bare`, which shares its hook dictionaries, and the decoding loops' direct calls), so a
-    # capture sees the same forwards whichever path ran.
+    # On the HF model: every forward runs it (the Runner's own, wrapped by TransformerLens or not, and the
+    # decoding loops' direct calls), so a capture sees the same forwards whichever path ran.
     runs = hf_of(model)
     handle = runs.register_forward_pre_hook(pre, with_kwargs=True)
     done = runs.register_forward_hook(post)

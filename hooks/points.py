@@ -1,31 +1,22 @@
-"""Hook points read straight from the Hugging Face modules a TransformerBridge wraps.
+"""Hook points read straight from the Hugging Face modules, with or without TransformerLens's wrappers.
 
 A TransformerLens 4 block wrapper (``BlockBridge``) passes its input through ``hook_in``
 (``blocks.{l}.hook_resid_pre``) and the first tensor of its output through ``hook_out``
 (``blocks.{l}.hook_resid_post``), and between the two it calls the HF decoder layer it wraps. The
 same values are the HF layer's input and output, so a plain PyTorch hook on the HF layer (nnsight's
-way) sees them without the wrappers: it fires whether the forward runs the bridge's wrapped modules
-or the bare HF tree (`models.bare`), which then stays fast. `attach(point, fn)` does that for the
-hook points where it holds, and returns None for every other one (the caller then uses
-``HookPoint.add_hook``): hook points with a conversion, and those of attention and MLP wrappers, which
-may compute their values without calling the HF module they hold.
+way) sees them without the wrappers. A `models.runner.Runner` whose bridge is not built resolves those two
+names to a `PlainPoint` on the HF layer, so a capture of them builds no bridge. Once the bridge is built,
+`attach(point, fn)` still hooks the HF layer for those hook points, and returns None for every other one (the
+caller then uses ``HookPoint.add_hook``): hook points with a conversion, and those of attention and MLP
+wrappers, which may compute their values without calling the HF module they hold.
 
->>> import weakref
-from dataclasses import dataclass
-
-import torch
-from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
-
-# hook point -> the block wrapper it belongs to, kept beside the hook points (nothing is written on them)
-_OWNERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 >>> from beliefscope.models.testing import tiny_llama
->>> bridge = tiny_llama()
->>> index_owners(bridge)
+>>> runner = tiny_llama()
 >>> seen = []
->>> handle = attach(bridge.hook_dict["blocks.1.hook_resid_post"], lambda act, hook: seen.append(act.shape))
->>> _ = bridge(torch.tensor([[1, 2, 3]]))
->>> seen, handle.remove()
-([torch.Size([1, 3, 32])], None)
+>>> handle = attach(runner.plain_hook_point("blocks.1.hook_resid_post"), lambda act, hook: seen.append(act.shape))
+>>> _ = runner(torch.tensor([[1, 2, 3]]))
+>>> seen, handle.remove(), runner.built
+([torch.Size([1, 3, 32])], None, False)
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@
 1
 """
 
-from .bare import runnable
 from .bridge import guard_cache_handoff as guard
+from .forward import forward_module
 from .load import (
     SHIPPED,
     ModelLoadError,
@@ -41,7 +41,7 @@ __all__ = [
     "model_profile",
     "model_shapes",
     "resolve_store",
-    "runnable",
+    "forward_module",
     "shipped_names",
     "toy_tokenizer",
     "writes_thoughts",

@@ -46,10 +46,8 @@ import torch
 import transformers
 from transformer_lens.model_bridge.generalized_components.attention import AttentionBridge
 from transformer_lens.model_bridge.sources import build_bridge_from_module
-from transformer_lens.model_bridge.sources.transformers_driver import TransformersDriver
 
 from ..cache.guard import GUARD
-from .bare import KNOWN_HOOKS, link_bridge, runnable
 from .context import refuse_past_context
 from .errors import ModelLoadError
 from .profile import compute_device, embedding_of, hf_of, model_shapes
@@ -100,7 +98,6 @@ def guard_cache_handoff(model) -> None:
     if not vars(hf).get(GUARD):
         _guard_hf(hf)
     if hf is not model and not vars(model).get(GUARD):  # a bridge: its own attention bridges need the hand-off
-        link_bridge(hf, model)  # the bare HF tree (models.bare) runs only where the bridge's own modes allow
         for module in model.modules():
             if isinstance(module, AttentionBridge):  # the wrappers that read past_key_values, never cache=
                 module.register_forward_pre_hook(_rename_cache_kwarg, with_kwargs=True)
@@ -122,43 +119,10 @@ def _guard_hf(hf) -> None:
     setattr(hf, GUARD, model_shapes)
 
 
-def run_bare_when_unhooked(bridge) -> bool:
-    """The bridge's forward calls its HF model's bare tree (`models.bare.runnable`) when no hook needs the
-    wrappers. TransformerLens 4 runs a HF model through a *driver* (``transformer_lens.model_bridge.
-    driver_protocol.Driver``); its HF driver gets a subclass whose forward picks the module per call.
-    Returns whether it was installed (a bridge with another driver keeps it, and runs wrapped)."""
-    driver = getattr(bridge, "_driver", None)
-    if type(driver).__name__ != "TransformersDriver":
-        return isinstance(driver, _bare_driver())
-    driver.__class__ = _bare_driver()
-    return True
-
-
-@functools.cache
-def _bare_driver():
-
-    class BareWhenUnhookedDriver(TransformersDriver):
-        """TransformerLens's HF driver, running the bare HF tree when no hook needs the wrappers."""
-
-        def forward(self, input_ids=None, **kwargs):
-            wrapped = self._model
-            run = runnable(wrapped)
-            if run is wrapped:
-                return super().forward(input_ids, **kwargs)
-            self._model = run
-            try:
-                return super().forward(input_ids, **kwargs)
-            finally:
-                self._model = wrapped
-
-    return BareWhenUnhookedDriver
-
-
 def _checked_generate(self, *args, **kwargs):
     """HF ``generate``, after a cache that declares ``check_generate`` (``cache.KVCache`` does) has
     checked the decoding mode, the number of rows it runs and its own state, before any forward.
-    The mode comes from transformers' public ``GenerationConfig.get_generation_mode``. It runs on the
-    bare HF tree when no hook needs the wrappers, as a forward does."""
+    The mode comes from transformers' public ``GenerationConfig.get_generation_mode``."""
     cache = kwargs.get("past_key_values", kwargs.get("cache"))
     if hasattr(cache, "check_generate"):
         config = copy.deepcopy(kwargs.get("generation_config") or self.generation_config)
@@ -170,8 +134,7 @@ def _checked_generate(self, *args, **kwargs):
     placed = _inputs_to_embedding_device(self, args, kwargs)  # HF's generate does not move its inputs
     if placed is not None:
         args, kwargs = placed
-    run = runnable(self)  # the bare HF tree unless a hook needs the wrappers (models.bare)
-    return type(run).generate(run, *args, **kwargs)
+    return type(self).generate(self, *args, **kwargs)
 
 
 def input_device(model) -> torch.device:
@@ -190,7 +153,7 @@ def _additive_masks_for_eager(module, args, kwargs):
     """A boolean 4D mask (``cache.KVCache`` gives one where sliding windows meet holes) becomes an additive
     one when the model's attention is HF's eager kernel, which adds the mask to the scores as it is (a
     boolean mask would add 1 where a key is visible and mask nothing). TransformerLens's wrapped
-    attention reads either form; the bare HF model (`models.bare`) needs this."""
+    attention reads either form; HF's own needs this."""
     mask = kwargs.get("attention_mask")
     if mask is None or getattr(module.config, "_attn_implementation", None) != "eager":
         return None
@@ -257,7 +220,6 @@ def _rename_cache_kwarg(module, args, kwargs):
     return None
 
 
-KNOWN_HOOKS.add(_rename_cache_kwarg)  # only the wrappers need it: the bare HF attention reads its own keyword
 
 
 def _to_new_cache_kwarg(module, args, kwargs):

@@ -16,7 +16,7 @@ import torch
 from ..tasks import get_task, parse_events_range
 from ..tasks.coinflip_free import free_examples
 from ..tasks.questions import in_chat
-from .bare import last_logits_only, runnable
+from .forward import forward_module, last_logits_only
 from .load import load_model
 from .profile import hf_of, writes_thoughts
 from .thinking.data import gold_thought, state_words, thought_state, thought_word_id
@@ -27,12 +27,12 @@ from .tokenizer import answer_token_ids
 def direct_answers(hf_model, tok, examples, batch_size=64, progress=None, top1: list | None = None):
     """Argmax over the task's answer words at the end of each direct prompt; ``progress(n)`` after
     every batch of n prompts. ``top1`` (a list) receives the top token of the whole vocabulary, decoded
-    and stripped (what greedy decoding would write first). The forward is the bare HF tree's where nothing
-    watches the bridge's wrappers (`models.bare.runnable`: HF's logits, bit for bit), and computes the last
-    position's logits alone where it may: every position's, for 64 SmolLM2 prompts of 100 tokens, take 1.3 GB."""
+    and stripped (what greedy decoding would write first). The forward is the HF model's (`models.forward`), and
+    computes the last position's logits alone where it may: every position's, for 64 SmolLM2 prompts of 100
+    tokens, take 1.3 GB."""
     names = examples[0].state_names
     ids = torch.tensor(answer_token_ids(tok, names))
-    run = runnable(hf_model)
+    run = forward_module(hf_model)
     last = last_logits_only(run)
     preds = []
     for i in range(0, len(examples), batch_size):

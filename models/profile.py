@@ -78,16 +78,19 @@ def writes_thoughts(model) -> bool:
     >>> writes_thoughts(tiny_gpt2())
     False
     """
-    return "thinking_config" in getattr(model, "__dict__", ())  # ~0.1 us: every forward's door asks (models.bare)
+    return "thinking_config" in getattr(model, "__dict__", ())  # ~0.1 us: every forward's door asks (models.forward)
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
-    """The decoder blocks of a HF model (Llama-family ``model.layers`` or GPT-2 ``transformer.h``)."""
-    base = getattr(model, "model", None) or getattr(model, "transformer", None) or model
-    layers = getattr(base, "layers", None) or getattr(base, "h", None)
-    if layers is None:
-        raise ValueError(f"cannot find the decoder blocks of {type(model).__name__}")
-    return layers
+    """The decoder blocks of a HF model: ``layers`` or ``h`` on its base model (Llama, GPT-2, GPT-NeoX and most
+    families), or on the base model's ``decoder`` (OPT)."""
+    base = getattr(model, "base_model", None) or getattr(model, "model", None) or getattr(model, "transformer", None)
+    for holder in (base, getattr(base, "decoder", None), model):
+        for name in ("layers", "h"):
+            layers = getattr(holder, name, None) if holder is not None else None
+            if isinstance(layers, torch.nn.ModuleList):
+                return layers
+    raise ValueError(f"cannot find the decoder blocks of {type(model).__name__}")
 
 
 def embedding_of(hf) -> torch.nn.Module:

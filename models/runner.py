@@ -1,10 +1,12 @@
-"""The one concrete thing that runs a model: `Runner` (WORK IN PROGRESS on branch runner-wip).
+"""The one concrete thing that runs a model: `Runner`.
 
 A `Runner` owns a Hugging Face causal LM and its guards (installed in its constructor, as PyTorch hooks through
 their public API). Its ``cfg`` is TransformerLens's config, built from the HF config without a bridge
 (``build_bridge_config_from_hf``). The TransformerLens bridge is built only when something needs its
 wrappers (a hook name, ``run_with_cache``, ``blocks``...), and then it is TransformerLens's bridge, which
-wraps the HF model in place as TransformerLens documents; until then a forward is the HF model's own.
+wraps the HF model in place as TransformerLens documents. A forward is the HF model's own either way: before the
+bridge, HF's logits bit for bit; after it, through the wrappers, so every hook point fires (within float rounding of
+HF's: the architecture matrix, tests/architectures.py).
 
 >>> from beliefscope.models.testing import tiny_llama
 >>> runner = tiny_llama()
@@ -21,10 +23,13 @@ from transformer_lens.model_bridge.sources import build_bridge_config_from_hf
 
 from ..cache.guard import GUARD
 from ..hooks.points import PlainPoint
-from .bare import runnable
 from .bridge import build_bridge, guard_cache_handoff, input_device
+from .forward import hf_named_tensors
 from .profile import decoder_layers, model_shapes
 from .tokenizer import tokenizer_adds_bos
+
+_TL_ONLY = {"stop_at_layer", "start_at_layer", "tokens", "loss_per_token", "prepend_bos", "padding_side"}
+#   keywords of TransformerLens's forward that HF's does not take: a forward with one runs the bridge's
 
 
 class Runner(torch.nn.Module):
@@ -33,6 +38,7 @@ class Runner(torch.nn.Module):
     def __init__(self, hf: torch.nn.Module, tokenizer: Any = None, name_or_path: str = "", arch: str | None = None):
         super().__init__()
         self.hf = hf  # the HF model: its parameters are this module's
+        self.train(hf.training)  # the Runner's mode is its model's (a module starts in training mode)
         guard_cache_handoff(hf)
         self.tokenizer = tokenizer
         self.name_or_path = name_or_path or hf.config.name_or_path or type(hf).__name__
@@ -43,9 +49,9 @@ class Runner(torch.nn.Module):
             cfg.default_prepend_bos = tokenizer_adds_bos(tokenizer)
         self.cfg = cfg
         self.__dict__["_bridge"] = None  # built on first need (`bridge`)
-        # the HF model's own state names: building the bridge adds some (TransformerLens registers a zero lm_head
-        # bias buffer), which the checkpoint hash must not see
-        self.load_keys = frozenset(hf.state_dict().keys())
+        # the tensors building the bridge registered on the HF model (TransformerLens gives a bias-free unembedding
+        # a zero bias): the checkpoint hash (probes.twin) leaves them out, so it is the same before and after
+        self.bridge_added: frozenset = frozenset()
         setattr(self, GUARD, model_shapes)  # what KVCache.for_model reads the shapes with
 
     # ------------------------------------------------------------------ the model and its bridge
@@ -63,7 +69,9 @@ class Runner(torch.nn.Module):
     def bridge(self):
         """TransformerLens's bridge over the HF model, built on first use (it wraps the model in place)."""
         if self.__dict__["_bridge"] is None:
+            before = set(hf_named_tensors(self.hf))
             b = build_bridge(self.hf, self.arch, tok=self.tokenizer)
+            self.bridge_added = frozenset(set(hf_named_tensors(self.hf)) - before)
             b.train(self.training)
             b.name_or_path = self.name_or_path
             self.__dict__["_bridge"] = b
@@ -75,9 +83,10 @@ class Runner(torch.nn.Module):
         strings, go through the bridge as TransformerLens defines them."""
         if isinstance(input, str) or (isinstance(input, list) and input and isinstance(input[0], str)):
             input = self.to_tokens(input)
-        if return_type not in ("logits", None) or not torch.is_tensor(input):
+        if return_type not in ("logits", None) or not torch.is_tensor(input) or self.compatibility_mode \
+                or kwargs.keys() & _TL_ONLY:  # what only TransformerLens's forward does
             return self.bridge(input, return_type=return_type, **kwargs)
-        out = runnable(self)(input_ids=input, **kwargs)  # the wrapped tree only when a hook or a TL mode needs it
+        out = self.hf(input_ids=input, **kwargs)  # through the wrappers once a hook name built them
         return None if return_type is None else out.logits
 
     def generate(self, *args, **kwargs):

@@ -9,8 +9,8 @@ architecture does to its logits afterwards (Gemma 2's ``final_logit_softcapping`
 this on every forward it reads (``max_delta``) and refuses an architecture where it does not hold.
 
 The residuals are captured by `hooks.capture` (the hooks every other reading uses); the norm and the
-unembedding are the HF modules the model's forward runs (`models.bare.bare_model`, so a TransformerLens
-wrapper never recomputes them). A tuned lens (`probes.tuned_lens.TunedLens`, Belrose et al. 2023) adds
+unembedding are the HF modules the model's forward runs (read through TransformerLens's wrappers where
+the bridge is built, `models.forward.unwrapped`, so a wrapper never recomputes them). A tuned lens (`probes.tuned_lens.TunedLens`, Belrose et al. 2023) adds
 one learned affine translator per layer before the same decoder.
 
 >>> import beliefscope as bs
@@ -32,7 +32,7 @@ import torch
 
 from ..hooks import capture
 from ..hooks.names import hf_of
-from ..models.bare import bare_model
+from ..models.forward import unwrapped
 from ..models.profile import compute_device
 
 NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "norm_f")  # the final norm, by family
@@ -45,13 +45,13 @@ class LensDecoder(torch.nn.Module):
 
     def __init__(self, model):
         super().__init__()
-        hf = bare_model(hf_of(model))  # the HF modules the forward runs, without TransformerLens's wrappers
+        hf = unwrapped(hf_of(model))  # the HF modules, read through TransformerLens's wrappers where built
         arch = type(hf).__name__
-        self.unembed = hf.get_output_embeddings()  # [d_model] -> [d_vocab]
+        self.unembed = unwrapped(hf.get_output_embeddings())  # [d_model] -> [d_vocab]
         if self.unembed is None:
             raise ValueError(f"{arch} has no output embedding (get_output_embeddings() is None): the lens decodes "
                              "through a causal LM's unembedding; load the model with its LM head")
-        self.norm = final_norm(hf)
+        self.norm = unwrapped(final_norm(hf))
         c = hf.config
         self.softcap = getattr(c, "final_logit_softcapping", None)  # Gemma 2/3: cap * tanh(logits / cap)
         scale = float(getattr(c, "logit_scale", None) or 1.0) if arch.startswith("Cohere") else 1.0

@@ -13,8 +13,8 @@ import hashlib
 
 import torch
 
-from ..models.bare import bare_model
 from ..models.devices import HOST
+from ..models.forward import hf_named_tensors
 from ..models.load import bridge_from_hf
 from ..models.profile import compute_device, embedding_of, hf_of
 
@@ -24,12 +24,12 @@ def checkpoint_hash(model) -> str:
 
     A tensor reachable under several names (tied embeddings, the bridge's aliases of HF modules:
     SmolLM2's state dict lists its 0.54 GB of weights 3-4 times) is hashed once, under its first name."""
-    hf = bare_model(hf_of(model))  # the HF names, whether or not a TransformerLens bridge has wrapped the model
+    hf = hf_of(model)
+    state = hf_named_tensors(hf)  # the HF names, whether or not a TransformerLens bridge has wrapped the model
+    added = getattr(model, "bridge_added", frozenset())  # a Runner: the tensors building its bridge registered
     h = hashlib.sha256()
     seen = set()
-    state = hf.state_dict(keep_vars=True)
-    own = getattr(model, "load_keys", None)  # a Runner: the HF model's own names, not those a bridge added later
-    for name in sorted(state if own is None else set(state) & own):
+    for name in sorted(set(state) - added):
         t = state[name]
         offloaded = t.device.type == "meta"  # placed on the CPU or disk by accelerate: read from its offload
         key = ("meta", id(t)) if offloaded else (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
@@ -39,7 +39,7 @@ def checkpoint_hash(model) -> str:
         if offloaded:
             t = _offloaded(hf, name)
         h.update(f"{name}{tuple(t.shape)}{t.dtype}".encode())
-        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy())  # the bytes in place (no copy)
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())  # the bytes in place
     return "v3-" + h.hexdigest()[:16]
 
 

@@ -31,11 +31,11 @@ def test_sliding_window_fork_needs_the_window(arch):
     """The fork check fails without the window in the cache's masks (the test can fail): the branch's
     2D mask lets HF measure windows in physical slots, across the hole the fork leaves."""
     from beliefscope.cache import KVCache
-    from beliefscope.models.bridge import build_bridge
+    from beliefscope.models.runner import Runner
 
     hf = make_hf(arch)
     ref = make_hf(arch)
-    bridge = build_bridge(hf)
+    bridge = Runner(hf)
     ids = story_ids(12)
     at = len(ids) - 12
     replay = torch.tensor([ids[at:][::-1]])
@@ -53,17 +53,19 @@ def test_sliding_window_fork_needs_the_window(arch):
 
 
 def test_falcon_new_architecture_refused_by_name():
-    """A config TransformerLens 4.3 cannot bridge is refused with the class name, not a raw traceback."""
+    """A config TransformerLens 4.3 cannot bridge is refused with the class name, not a raw traceback, when a
+    hook name first needs the bridge (the Runner runs the HF model itself until then)."""
     from transformers import FalconConfig, FalconForCausalLM
 
-    from beliefscope.models.bridge import build_bridge
     from beliefscope.models.load import ModelLoadError
+    from beliefscope.models.runner import Runner
 
     torch.manual_seed(0)
     hf = FalconForCausalLM(FalconConfig(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                         new_decoder_architecture=True, num_kv_heads=2))
+    runner = Runner(hf)
     with pytest.raises(ModelLoadError, match="FalconForCausalLM"):
-        build_bridge(hf)
+        runner.bridge
 
 
 @pytest.mark.parametrize("arch", ["Mistral (sliding)", "Gemma2 (sliding)", "Llama"])

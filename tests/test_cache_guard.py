@@ -7,7 +7,8 @@ import torch
 import transformers
 
 from beliefscope.cache import KVCache
-from beliefscope.models.bridge import CacheBypassedError, build_bridge
+from beliefscope.models.bridge import CacheBypassedError
+from beliefscope.models.runner import Runner
 
 from .helpers import copy_of, tiny_llama_hf
 
@@ -15,7 +16,7 @@ from .helpers import copy_of, tiny_llama_hf
 def test_cached_decode_equals_uncached_forward():
     hf = tiny_llama_hf(seed=2)
     ref = copy_of(hf)
-    bridge = build_bridge(hf)
+    bridge = Runner(hf)
     x = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(0))
     cache = KVCache.for_model(bridge, capacity=16)
     with torch.no_grad():
@@ -53,11 +54,12 @@ def test_a_bridge_built_by_transformer_lens_itself_is_refused_until_guarded():
 def test_a_forward_that_bypasses_the_cache_raises():
     """An attention that reads neither keyword (what TransformerLens 4.3 did under transformers 5.24)
     leaves the cache empty: the growth check names the version and the fix."""
-    bridge = build_bridge(tiny_llama_hf(seed=2))
+    bridge = Runner(tiny_llama_hf(seed=2))
     drop = lambda module, args, kwargs: (args, {k: v for k, v in kwargs.items()
                                                 if k not in ("cache", "past_key_values")})
-    handles = [m.register_forward_pre_hook(drop, with_kwargs=True)
-               for m in bridge.modules() if hasattr(m, "_update_kv_cache")]
+    handles = [m.register_forward_pre_hook(drop, with_kwargs=True)  # on every HF attention (no bridge is built)
+               for m in bridge.modules() if type(m).__name__ == "LlamaAttention"]
+    assert handles
     cache = KVCache.for_model(bridge, capacity=16)
     with pytest.raises(CacheBypassedError, match=f"transformers {transformers.__version__}.*neither"):
         with torch.no_grad():
@@ -91,7 +93,7 @@ def test_building_a_cache_changes_nothing_on_the_model():
     cache adds no hook, replaces no method, and guarding twice adds nothing either."""
     from beliefscope.models import guard
 
-    bridge = build_bridge(tiny_llama_hf(seed=2))
+    bridge = Runner(tiny_llama_hf(seed=2))
     modules = [bridge, *bridge.modules()]
 
     def hooks():

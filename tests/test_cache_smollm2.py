@@ -23,10 +23,10 @@ def load_smollm2_bridge():
     """SmolLM2-135M as a TransformerBridge (about 30 s: GGUF dequantisation)."""
     from transformers import AutoModelForCausalLM
 
-    from beliefscope.models.bridge import build_bridge
+    from beliefscope.models.runner import Runner
 
     hf = AutoModelForCausalLM.from_pretrained(smollm2_folder(), gguf_file=GGUF).eval()
-    return build_bridge(hf, "LlamaForCausalLM")
+    return Runner(hf, arch="LlamaForCausalLM")
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMERIC = ["tests/test_probes_linear.py", "tests/test_probes_estimator.py", "tests/test_cache_core.py",
-           "tests/test_bare.py", "tests/test_invariant_attention.py", "tests/test_cache_generate.py"]
+           "tests/test_forward.py", "tests/test_invariant_attention.py", "tests/test_cache_generate.py"]
 ORDER = ["DEFAULT", "AVX2", "AVX512"]  # what torch.backends.cpu.get_cpu_capability() names, weakest first
 
 

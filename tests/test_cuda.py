@@ -11,11 +11,11 @@ pytestmark = [pytest.mark.cuda,
 
 
 def test_bridge_logits_and_host_ids_on_cuda_equal_hf_on_cuda():
-    from beliefscope.models.bridge import build_bridge
+    from beliefscope.models.runner import Runner
 
     hf = tiny_llama_hf().cuda()
     ref = copy_of(hf.cpu()).cuda()(torch.tensor([[1, 2, 3, 4]], device="cuda")).logits
-    bridge = build_bridge(hf.cuda())
+    bridge = Runner(hf.cuda())
     ours = bridge(torch.tensor([[1, 2, 3, 4]]))  # host ids: the bridge places them
     assert ours.device.type == "cuda"
     assert torch.allclose(ours, ref, atol=1e-5)

@@ -15,7 +15,8 @@ widths, EOS, rollback points and steering sites.
   the HF block with a full recompute per token, and on one batch forward.
 
 It found two bugs. An EOS that is an accepted draft was recorded as a rejected draft: fixed, and
-`test_eos_draft_is_not_rejected` reproduces it. A stale batch size (`STALE_BATCH`) is pinned as a strict xfail.
+`test_eos_draft_is_not_rejected` reproduces it. A stale batch size in TransformerLens's GPT-2 position embedding, when an
+unhooked forward ran a copy of the HF tree without the wrappers, is gone with that copy (`test_wrapped_forward_after_unhooked_batch`).
 Tolerances and near-ties: tests/differential.py. Examples per (property, family): ``BELIEFSCOPE_DIFF_EXAMPLES``
 (default 3); ``make differential`` runs 50. Derandomized, no example database: the same cases on every
 machine and run.
@@ -411,19 +412,13 @@ def test_steer_forward_equals_forward_hook(family, scale, x, kind, alpha, seed, 
             generate(bridge, x[0].tolist(), SpecConfig(max_new_tokens=2, stop_at_eos=False))
 
 
-STALE_BATCH = ("found by this harness: on a GPT-2 (learned position embeddings), an unhooked bridge forward of a batch "
-               "of B rows runs the bare HF tree (models.bridge.BareWhenUnhookedDriver), so TransformerLens's "
-               "PosEmbedBridge never reads and clears the batch size the bridge set for it (_current_batch_size); the "
-               "next forward through the wrapped tree expands its position embeddings to B rows: the bf16 drafter's "
-               "check, or decoding under a capture of any hook the bare tree lacks (hook_embed, attn.hook_k), then "
-               "fails with 'cache shape mismatch ... layer 0 wrote batch=B'")
-
-
-@pytest.mark.xfail(strict=True, reason=STALE_BATCH)
 @pytest.mark.parametrize("path", ["bf16 drafter", "capture hook_embed", "capture attn.hook_k"])
 def test_wrapped_forward_after_unhooked_batch(path):
-    """Minimal reproduction: a fresh GPT-2 bridge, one unhooked forward of 3 rows, then one prompt decoded through
-    the wrapped tree gives plain greedy's tokens."""
+    """Found by this harness, when a bridge's unhooked forward ran a copy of the HF tree without TransformerLens's
+    wrappers: TransformerLens's GPT-2 position embedding never read and cleared the batch size the bridge had set
+    for it, so the next wrapped forward expanded its embeddings to the old batch ('cache shape mismatch ... layer 0
+    wrote batch=B'). A Runner runs one tree: a fresh GPT-2, one unhooked forward of 3 rows, then one prompt decoded
+    through the wrappers gives plain greedy's tokens."""
     bridge, ref = built("GPT-2", 0.02, twin=2)  # its own object: no other test's forwards
     cfg = SpecConfig(gamma=2, max_new_tokens=4, stop_at_eos=False)
     p = [1, 2, 3]

@@ -236,7 +236,7 @@ def test_compiled_bfloat16_greedy_parts_from_eager_only_at_rounding_ties(static)
     bfloat16 steps of the top one (a rounding tie, not a wrong mask). In float32 every token is equal."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from beliefscope.models.bridge import build_bridge
+    from beliefscope.models.runner import Runner
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=8192, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
@@ -247,7 +247,7 @@ def test_compiled_bfloat16_greedy_parts_from_eager_only_at_rounding_ties(static)
                for _ in range(12)]
     eager, replayed = (SpecConfig(max_new_tokens=24, stop_at_eos=False, compile=c) for c in (False, True))
     for dtype in (torch.float32, torch.bfloat16):
-        model = build_bridge(copy.deepcopy(hf).to(dtype)).eval()
+        model = Runner(copy.deepcopy(hf).to(dtype)).eval()
         parted = 0
         for p in prompts:
             a, b = generate(model, p, eager).tokens, generate(model, p, replayed)

@@ -102,25 +102,24 @@ def test_unknown_hook_name_lists_closest():
 
 
 def test_a_capture_sees_direct_calls_of_the_hf_model_as_it_sees_the_bridge():
-    """The decoding loops call the HF model under the bridge (or its bare tree), not the bridge: a capture
-    records those forwards at the same absolute positions, with the same activations, as the bridge's own."""
+    """The decoding loops call the Runner's HF model, not the Runner: a capture records those forwards at the
+    same absolute positions, with the same activations, as the Runner's own."""
     from beliefscope.cache import KVCache
-    from beliefscope.models.bare import runnable
     from beliefscope.models.testing import tiny_gpt2
 
     model = tiny_gpt2()
     name, x = "blocks.1.hook_resid_post", torch.tensor([[5, 6, 7, 8, 9]])
     seen = {}
-    for path in ("bridge", "hf model", "bare tree"):
+    for path in ("bridge", "hf model"):
         cache = KVCache.for_model(model, capacity=16)
         with torch.no_grad(), capture(model, [name], cache=cache) as cap:
-            run = {"bridge": model, "hf model": model.original_model, "bare tree": runnable(model)}[path]
+            run = {"bridge": model, "hf model": model.original_model}[path]
             for a, b in ((0, 3), (3, 5)):  # a prefill of 3 tokens, then 2 more on the cache
                 run(x[:, a:b], past_key_values=cache, use_cache=True)
         recs = cap.records[name]
         seen[path] = ([r.positions.tolist() for r in recs], torch.cat([r.act for r in recs], dim=1), cap.forwards)
     assert seen["bridge"][0] == [[0, 1, 2], [3, 4]] and seen["bridge"][2] == 2
-    for path in ("hf model", "bare tree"):
+    for path in ("hf model",):
         assert seen[path][0] == seen["bridge"][0] and seen[path][2] == 2, path
         torch.testing.assert_close(seen[path][1], seen["bridge"][1])
 
@@ -133,16 +132,17 @@ def test_resolve_hooks_builds_no_hook_dict_and_follows_a_swapped_component(monke
 
     from beliefscope.hooks.names import resolve_hooks
 
-    bridge = bridge_from_hf(tiny_llama_hf())
-    names = ["embed.hook_out", *layer_names(bridge, "resid_post"), "blocks.0.attn.hook_pattern"]
+    runner = bridge_from_hf(tiny_llama_hf())
+    bridge = runner.bridge  # TransformerLens's, built: the names below need its wrappers
+    names = ["embed.hook_out", *layer_names(runner, "resid_post"), "blocks.0.attn.hook_pattern"]
     built = []
     prop = type(bridge).hook_dict
     monkeypatch.setattr(type(bridge), "hook_dict", property(lambda m: built.append(1) or prop.fget(m)))
-    first = resolve_hooks(bridge, names)
-    again = resolve_hooks(bridge, names)
+    first = resolve_hooks(runner, names)
+    again = resolve_hooks(runner, names)
     assert not built and all(a is b for a, b in zip(first, again))
     assert all(p is prop.fget(bridge)[n] for p, n in zip(first, names))
     bridge.embed = copy.deepcopy(bridge.embed)  # new hook points under "embed.hook_in" / "embed.hook_out"
-    fresh = resolve_hooks(bridge, names)
+    fresh = resolve_hooks(runner, names)
     assert fresh[0] is bridge.embed.hook_out and fresh[0] is not first[0]
     assert all(p is prop.fget(bridge)[n] for p, n in zip(fresh, names))

@@ -77,7 +77,7 @@ def tiny_llama_setup():
     model with the same weights; the toy tokenizer; coin pairs."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from beliefscope.models.bridge import build_bridge
+    from beliefscope.models.runner import Runner
     from beliefscope.models.tokenizer import toy_tokenizer
 
     tok = toy_tokenizer()
@@ -88,7 +88,7 @@ def tiny_llama_setup():
     for _ in range(2):  # the same seed twice: the same weights
         torch.manual_seed(0)
         models.append(LlamaForCausalLM(cfg).eval())
-    bridge = build_bridge(models[0], "LlamaForCausalLM")
+    bridge = Runner(models[0], arch="LlamaForCausalLM")
     return bridge, models[1], tok, task_pairs(get_task("coinflip"), 16, seed=0, events=(2, 6))
 
 

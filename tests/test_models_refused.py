@@ -59,14 +59,20 @@ def test_folder_refused(make, fragment, command, tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("arch", ["Falcon", "OLMo2"])
-def test_bf16_drafter_refused_by_name(arch):
+def test_bf16_drafter_runs_the_hf_model_and_is_refused_by_name_through_the_bridge(arch):
+    """HF's Falcon and OLMo2 run in bfloat16; TransformerLens's wrappers keep float32 paths in them. So the
+    drafter (a bfloat16 copy of the target's HF model) runs while no hook name has built the bridge, and is
+    refused by name once the copied model carries the wrappers."""
     from beliefscope.decoding import make_drafter
+    from beliefscope.models.runner import Runner
 
-    from .architectures import built
+    from .architectures import make_hf
 
-    bridge, _ = built(arch)
-    with pytest.raises(ValueError, match=f"--drafter bf16: {type(bridge.original_model).__name__} does not run"):
-        make_drafter("bf16", bridge)
+    runner = Runner(make_hf(arch))
+    assert make_drafter("bf16", runner).model.dtype == torch.bfloat16
+    _ = runner.bridge
+    with pytest.raises(ValueError, match=f"--drafter bf16: {type(runner.original_model).__name__} does not run"):
+        make_drafter("bf16", runner)
 
 
 def test_bf16_drafter_still_runs_where_it_can():

@@ -1,5 +1,5 @@
-"""The `Runner` protocol: a bridge and a Thinking States model are run, hooked and captured the same way,
-and the forward door (`models.bare.runnable`) serves the one and refuses the other."""
+"""The `Runner` class: a plain model and a Thinking States model are run, hooked and captured the same way,
+and the forward door (`models.forward.forward_module`) serves the one and refuses the other."""
 
 import pytest
 import torch
@@ -34,7 +34,7 @@ def test_both_kinds_are_runners_with_one_surface(runner):
 
 
 def test_the_door_serves_a_bridge_and_refuses_a_thinking_model(runner):
-    """hf_logits is the hot loops' forward (through `models.bare.runnable`): a bridge's logits there are its
+    """hf_logits is the hot loops' forward (through `models.forward.forward_module`): a bridge's logits there are its
     forward's; a Thinking States model is refused rather than run without its thoughts."""
     model, tok = runner
     ids = torch.tensor([tok(PROMPT)["input_ids"]])

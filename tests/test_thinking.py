@@ -149,7 +149,7 @@ def test_a_cache_for_a_thinking_model_is_shaped_like_its_backbone_and_written(ra
 
 
 def test_the_forward_door_refuses_a_thinking_model_instead_of_skipping_its_thoughts(thinking):
-    """Every decoding loop runs a model through `models.bare.runnable`. Handed the shipped Thinking States
+    """Every decoding loop runs a model through `models.forward.forward_module`. Handed the shipped Thinking States
     model, it used to run the backbone alone: plain greedy answered "heads" where the model, reading its
     own thought after "Alice flips", answers "tails". The door now refuses, and names the path that reads it."""
     from beliefscope.decoding import NGramDrafter, SpecConfig, generate, speculative_generate

@@ -9,10 +9,10 @@ chunk at ``blocks.{l_in}.hook_resid_pre``. The thoughts never enter the backbone
   initialised from its last and first blocks. T shares the backbone's embedding and unembedding.
 - Training is teacher-forced and parallel: gold thoughts give gold states, every chunk runs in
   one forward, and the loss is the LM loss plus the thought loss (`ThinkingStates.loss`).
-- `ThinkingStates` behaves like its backbone's TransformerBridge for hooks and captures
-  (``model.hook_dict``, ``model.cfg``...): calling it on token ids first works out its own
-  thoughts (without firing any hook), then runs the bridge once with the states injected, so
-  every capture and probe sees the model as it really runs.
+- `ThinkingStates` is a `models.runner.Runner` over a twin of its backbone (the same parameters, its
+  own modules), so hooks and captures work as on any model (``model.cfg``, ``run_with_cache``...): calling
+  it on token ids first works out its own thoughts (on the plain backbone, firing no hook), then runs the
+  twin once with the states injected, so every capture and probe sees the model as it really runs.
 - Chunk-by-chunk inference over `cache.KVCache` is in `decoding.thinking`.
 
 Its configuration and chunking live in `models.thinking.config` (re-exported here).
@@ -28,11 +28,11 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModel, DynamicCache
 
-from ...cache.guard import GUARD
 from ...hooks.capture import hooked
-from ..bridge import build_bridge, cache_kwarg, guard_cache_handoff, input_device
+from ..bridge import cache_kwarg, guard_cache_handoff, input_device
 from ..errors import ThoughtsSkippedError
-from ..profile import decoder_layers, model_shapes
+from ..profile import decoder_layers
+from ..runner import Runner
 from .config import ThinkingConfig, chunk_spans
 
 __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]
@@ -57,18 +57,38 @@ def _one_block_model(config):
 
 # the bridge's methods that decode or run a forward of their own (TransformerLens 4): reached through a
 # Thinking States model they would run its backbone without the thoughts, so they are refused by name
-_DECODES_THE_BACKBONE = frozenset({"generate", "generate_stream", "hf_generate", "diffusion_generate",
-                                   "predict_next_sentence"})
+
+TWIN = "hf."  # the state-dict prefix of the twin (Runner.hf): entries a checkpoint neither holds nor needs
 
 
-class ThinkingStates(nn.Module):
+def _twin_not_missing(module, incompatible) -> None:
+    """A state dict without the twin's entries loads in full: they are the backbone's, loaded with it."""
+    incompatible.missing_keys[:] = [k for k in incompatible.missing_keys if not k.startswith(TWIN)]
+
+
+def _twin(backbone: nn.Module) -> nn.Module:
+    """A second HF model of ``backbone``'s class holding the very same parameters (and its buffers), built on
+    the meta device (no weights allocated): TransformerLens's bridge may wrap the twin's modules, never the
+    backbone's, so the thought pass stays a plain HF forward."""
+    with torch.device("meta"):
+        twin = type(backbone)(backbone.config)
+    twin.load_state_dict(backbone.state_dict(keep_vars=True), assign=True, strict=False)  # the same Parameters
+    for name, buf in backbone.named_buffers():  # non-persistent ones (rotary frequencies) are not in a state dict
+        owner, _, attr = name.rpartition(".")
+        module = twin.get_submodule(owner)
+        module.register_buffer(attr, buf, persistent=attr not in module._non_persistent_buffers_set)
+    return twin.train(backbone.training)
+
+
+class ThinkingStates(Runner):
     """Thinking States over a HF causal LM; see the module docstring."""
 
     def __init__(self, backbone, tokenizer, config: ThinkingConfig | None = None):
-        super().__init__()
         config = config or ThinkingConfig()
         n_layers = len(decoder_layers(backbone))
         config.check(n_layers)
+        guard_cache_handoff(backbone)  # decodes into a KVCache (decoding.thinking)
+        super().__init__(_twin(backbone), tokenizer, name_or_path="thinking")  # the twin: hooks and captures
         self.thinking_config = config
         self.l_in = config.l_in
         self.l_out = config.l_out % n_layers
@@ -86,45 +106,28 @@ class ThinkingStates(nn.Module):
         self.tokenizer = tokenizer
         self.eos_id = tokenizer.eos_token_id
         self.boundary_id = tokenizer.convert_tokens_to_ids(config.boundary) if config.chunking == "events" else None
-        self._bridge = None
-        self.name_or_path = "thinking"
-        for m in (backbone, self.T):  # both decode into a KVCache (decoding.thinking): guarded once, here
-            guard_cache_handoff(m)
-        # a cache handed to this model is written by its bridge (guarded when built): shaped like the backbone
-        setattr(self, GUARD, model_shapes)
+        guard_cache_handoff(self.T)  # decodes into a KVCache too (decoding.thinking)
+        self.register_load_state_dict_post_hook(_twin_not_missing)
 
-    # ------------------------------------------------------------------ bridge-like surface
-    @property
-    def bridge(self):
-        """The backbone as a TransformerBridge, sharing its weights (built on first use)."""
-        if self._bridge is None:
+    def state_dict(self, *args, **kwargs):
+        """The module's state without the twin's entries (``hf.*``): they are the backbone's own tensors."""
+        return {k: v for k, v in super().state_dict(*args, **kwargs).items() if not k.startswith(TWIN)}
 
-            twin = type(self.backbone)(self.backbone.config)
-            twin.load_state_dict(self.backbone.state_dict(), assign=True)  # same tensors, no copy
-            self._bridge = build_bridge(twin.eval(), tok=self.tokenizer).eval()
-            self._bridge.name_or_path = self.name_or_path
-        return self._bridge
-
-    def __getattr__(self, name):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name.startswith("_") or name in ("backbone", "T", "C", "out_proj"):
-                raise
-            if name in _DECODES_THE_BACKBONE:
-                raise ThoughtsSkippedError(
-                    f"{self.name_or_path!r} is a Thinking States model: the bridge's {name}() would decode its "
-                    "backbone without its thoughts. Decode it with beliefscope.decoding.thinking.run_thinking (what "
-                    f"`beliefscope generate --model {self.name_or_path}` runs)") from None
-            return getattr(self.bridge, name)  # cfg, hook_dict, original_model, blocks, ...
+    # ------------------------------------------------------------------ what differs from a plain Runner
+    def generate(self, *args, **kwargs):
+        """Refused: TransformerLens's ``generate`` would decode the backbone without its thoughts."""
+        raise ThoughtsSkippedError(
+            f"{self.name_or_path!r} is a Thinking States model: the bridge's generate() would decode its "
+            "backbone without its thoughts. Decode it with beliefscope.decoding.thinking.run_thinking (what "
+            f"`beliefscope generate --model {self.name_or_path}` runs)")
 
     def forward(self, input_ids, return_type: str | None = "logits", **kwargs):
-        """Run the model as it really runs: its own thoughts, then one bridge forward with the
+        """Run the model as it really runs: its own thoughts, then one forward of the twin with the
         states injected at ``blocks.{l_in}.hook_resid_pre`` (the only pass hooks see)."""
         ids = self._batch(input_ids)
         add, _ = self.self_states(ids)
         with self.injecting(add):
-            return self.bridge(ids, return_type=return_type, **kwargs)
+            return super().forward(ids, return_type=return_type, **kwargs)
 
     def run_with_cache(self, input_ids, *args, **kwargs):
         """TransformerLens's ``run_with_cache`` over the forward the model runs (its thoughts injected), so
@@ -149,12 +152,12 @@ class ThinkingStates(nn.Module):
     @contextmanager
     def injecting(self, add: torch.Tensor):
         """Add ``add`` (``[batch, pos, d_model]``, aligned with the forward's tokens) at
-        ``blocks.{l_in}.hook_resid_pre`` of the bridge for the duration of the block."""
+        ``blocks.{l_in}.hook_resid_pre`` of the twin for the duration of the block."""
 
         def fn(act, *, hook):
             return act + add[:, -act.shape[1]:].to(act.dtype)
 
-        with hooked(self.bridge, [(f"blocks.{self.l_in}.hook_resid_pre", fn)]):
+        with hooked(self, [(f"blocks.{self.l_in}.hook_resid_pre", fn)]):
             yield
 
     # ------------------------------------------------------------------ the blocks
