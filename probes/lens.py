@@ -10,8 +10,9 @@ this on every forward it reads (``max_delta``) and refuses an architecture where
 
 The residuals are captured by `hooks.capture` (the hooks every other reading uses); the norm and the
 unembedding are the HF modules the model's forward runs (read through TransformerLens's wrappers where
-the bridge is built, `models.forward.unwrapped`, so a wrapper never recomputes them). A tuned lens (`probes.tuned_lens.TunedLens`, Belrose et al. 2023) adds
-one learned affine translator per layer before the same decoder.
+the bridge is built, `models.forward.unwrapped`, so a wrapper never recomputes them). A tuned lens
+(`probes.tuned_lens.TunedLens`, Belrose et al. 2023) adds one learned affine translator per layer before the
+same decoder.
 
 >>> import beliefscope as bs
 >>> model, tok = bs.load_model("target")

@@ -15,8 +15,9 @@ widths, EOS, rollback points and steering sites.
   the HF block with a full recompute per token, and on one batch forward.
 
 It found two bugs. An EOS that is an accepted draft was recorded as a rejected draft: fixed, and
-`test_eos_draft_is_not_rejected` reproduces it. A stale batch size in TransformerLens's GPT-2 position embedding, when an
-unhooked forward ran a copy of the HF tree without the wrappers, is gone with that copy (`test_wrapped_forward_after_unhooked_batch`).
+`test_eos_draft_is_not_rejected` reproduces it. A stale batch size in TransformerLens's GPT-2 position
+embedding, when an unhooked forward ran a copy of the HF tree without the wrappers, is gone with that copy
+(`test_wrapped_forward_after_unhooked_batch`).
 Tolerances and near-ties: tests/differential.py. Examples per (property, family): ``BELIEFSCOPE_DIFF_EXAMPLES``
 (default 3); ``make differential`` runs 50. Derandomized, no example database: the same cases on every
 machine and run.
