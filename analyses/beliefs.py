@@ -22,11 +22,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from functools import singledispatch
 
 import numpy as np
 
 from ..models.load import load_model
-from ..models.profile import model_profile, writes_thoughts
+from ..models.thinking.model import ThinkingStates
 from ..tasks.parse import parse_prompt
 from ..tasks.records import DataConfig, load_data
 from . import plots
@@ -201,10 +202,6 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
     truth is known), write both figures; returns a summary with every position's class probabilities."""
 
     out = check_writable_parent(config.out)
-    thinking = bridge is not None and writes_thoughts(bridge) or model_profile(config.model).thinking
-    if not config.probes and not thinking:
-        raise ValueError(f"{config.model!r} writes no thoughts, so its beliefs are read with a probe: fit one with "
-                         f"`beliefscope harvest` and `beliefscope probe --out DIR`, then pass --probes DIR")
     if config.task and not (config.data or config.events):
 
         parse_prompt(config.prompt, config.task)  # a prompt the named task cannot parse fails first
@@ -215,10 +212,15 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
     if bridge is None:
 
         bridge, tok = load_model(config.model)
-    if thinking:
-        if ex is None:
-            raise ValueError("a Thinking States model reads its own stories: pass --task with a story it parses")
-        return _thinking_beliefs(config, bridge, tok, ex, probe, out)
+    return _read(bridge, tok, config, ex, probe, out)
+
+
+@singledispatch
+def _read(bridge, tok, config: BeliefsConfig, ex, probe, out: str) -> dict:
+    """`main` on a loaded model: its beliefs read with the probe (a Thinking States model: its overload)."""
+    if probe is None:
+        raise ValueError(f"{config.model!r} writes no thoughts, so its beliefs are read with a probe: fit one with "
+                         f"`beliefscope harvest` and `beliefscope probe --out DIR`, then pass --probes DIR")
     check_probe_matches(probe, bridge, config.model)
     layer = config.layer if config.layer is not None else best_probe_layer(probe, config.probes)
     # a text the probe was fitted on is read by the fold probe that did not see it (`trajectory` picks it)
@@ -248,6 +250,14 @@ def main(config: BeliefsConfig, *, bridge=None, tok=None) -> dict:
         res["forced_p_state0"] = np.round(forced.p_state[:, 0], 4).tolist()
         res.update(lens_part(bridge, tok, ex, forced, out, res["files"]))
     return res
+
+
+@_read.register(ThinkingStates)
+def _read_thoughts(model, tok, config: BeliefsConfig, ex, probe, out: str) -> dict:
+    """A Thinking States model's beliefs are the thoughts it writes (a probe, when given, is read beside them)."""
+    if ex is None:
+        raise ValueError("a Thinking States model reads its own stories: pass --task with a story it parses")
+    return _thinking_beliefs(config, model, tok, ex, probe, out)
 
 
 def lens_part(model, tok, ex, forced, out: str, files: list) -> dict:

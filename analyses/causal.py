@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import importlib
 import random
+from functools import singledispatch
 
 import numpy as np
 import torch
 
 from ..decoding.thinking import run_thinking
 from ..models.thinking.data import thought_word_id
+from ..models.thinking.model import ThinkingStates
 from ..tasks import get_task
 from ..tasks.variables import VARIABLES
 
@@ -53,10 +55,17 @@ def _other_state(ex, state, rng):
     return tuple(new)
 
 
-def causal_check(model, tok, n: int, seed: int, task=None) -> dict:
+@singledispatch
+def causal_check(model, tok, n: int, seed: int, task=None) -> dict | None:
     """Replace S_j at one middle chunk by the S of another state's gold thought; does the answer
     become the one that state leads to (the task's replay of the later events), and do the later
-    thoughts name the replayed states? Random vectors of equal norm are the control."""
+    thoughts name the replayed states? Random vectors of equal norm are the control. A model that writes no
+    thoughts has no written state to replace: None (the check is `ThinkingStates`' overload, below)."""
+    return None
+
+
+@causal_check.register(ThinkingStates)
+def _replace_written_states(model, tok, n: int, seed: int, task=None) -> dict:
 
     task = task or get_task("coinflip", fmt="direct")
     exs = task.examples(n, seed, (3, 8))

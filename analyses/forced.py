@@ -18,6 +18,7 @@ are read beside the forced answers and the probe.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import singledispatch
 
 import numpy as np
 import torch
@@ -26,8 +27,9 @@ from ..cache import KVCache
 from ..decoding.thinking import thinking_readouts
 from ..hooks import hook_name
 from ..models.load import load_model
-from ..models.profile import model_profile, writes_thoughts
+from ..models.profile import model_profile
 from ..models.thinking.data import thought_state, thought_word_id
+from ..models.thinking.model import ThinkingStates
 from ..models.tokenizer import answer_token_ids
 from ..probes.crossfit import CrossFitted
 from ..probes.intervals import group_interval
@@ -76,20 +78,22 @@ def _state_probs(logits: torch.Tensor, ans: list[int]) -> np.ndarray:
     return torch.softmax(logits[..., ans].double(), -1).cpu().numpy()
 
 
+@singledispatch
 @torch.no_grad()
 def forced_answers(bridge, tok, ex, use_fork: bool = True, batch_size: int = 64) -> ForcedAnswers:
     """The model's own answer at every event boundary of ``ex``: the question is appended after each
     event and the answer distribution over the state names is read. With ``use_fork`` the KV cache of
     the story is forked at each boundary (the prefix is computed once; equal to recomputing it to
     ~1e-6); otherwise each prefix is recomputed, ``batch_size`` at a time. A Thinking States model is
-    read after its own thoughts, chunk by chunk."""
-    if writes_thoughts(bridge):
-        return _forced_thinking(bridge, tok, ex)
+    read after its own thoughts, chunk by chunk (its overload, below)."""
     return _forced_plain(bridge, tok, ex, use_fork, batch_size)
 
 
-def _forced_thinking(model, tok, ex) -> ForcedAnswers:
-    """Forced answers of a Thinking States model at the end of every event's chunk, with its thoughts."""
+@forced_answers.register(ThinkingStates)
+@torch.no_grad()
+def _forced_thinking(model: ThinkingStates, tok, ex, use_fork: bool = True, batch_size: int = 64) -> ForcedAnswers:
+    """Forced answers of a Thinking States model at the end of every event's chunk, with its thoughts (it reads
+    each story once, so ``use_fork`` and ``batch_size`` do not apply)."""
 
     story, question = split_story(ex)
     lab = ex.labels(tok, text=story)

@@ -35,7 +35,7 @@ from beliefscope.base.files import atomic_write_json, atomic_write_text
 from ..hooks import capture
 from ..models.cards import checkpoint_sha256
 from ..models.load import check_model_name, load_model
-from ..models.profile import model_profile, writes_thoughts
+from ..models.profile import model_profile
 from ..probes import fit_all_layers
 from ..probes.controls import control_labels
 from ..probes.harvest import random_init_like
@@ -339,8 +339,9 @@ def main(config: InstrumentConfig, progress=None) -> dict:
             te0 = read(twin, tok, tests[bands[0]], forced=False, progress=progress)
             res["random_init_probe_accuracy"] = float(
                 (p0.predict(te0["X"][l0], p0.hooks[l0]).numpy() == te0["truth"]).mean())
-        if writes_thoughts(model):
-            res["causal"] = causal_check(model, tok, config.causal_n, config.seed + 99, test_task)
+        causal_result = causal_check(model, tok, config.causal_n, config.seed + 99, test_task)  # None: no thoughts
+        if causal_result is not None:
+            res["causal"] = causal_result
         res["trajectory"] = story_readout(model, tok, tests[bands[-1]][0], probe, layer)
         if config.lens_n:
             res["lens"] = instrument_lens(model, tok, tests[bands[0]][: config.lens_n], tuned.get(name), progress)

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import singledispatch
 
 import numpy as np
 import torch
 
 from ..hooks.names import check_computed, hook_name, resolve_hooks
-from ..models.profile import writes_thoughts
+from ..models.thinking.model import ThinkingStates
 from ..models.tokenizer import answer_token_ids
 from ..probes.intervals import group_interval, scored
 from .pairs import Pair, counterfactual_state
@@ -161,12 +162,10 @@ def prepare(tok, pairs: list[Pair], site_list: list[Site]) -> Prepared:
                     answer_ids, np.asarray([p.unit for p in pairs]))
 
 
+@singledispatch
 def check_inputs(model, site_list: list[Site], bases: dict | None = None) -> None:
-    """Refuse, before any forward: a Thinking States model, unknown hooks, bases wider than the residual."""
-    if writes_thoughts(model):
-        raise ValueError("this model writes thoughts between chunks, which a plain forward does not run: swap its "
-                         "written state with analyses.interchange_thinking.thinking_interchange (what `beliefscope "
-                         "interchange` runs for such a model)")
+    """Refuse, before any forward: a Thinking States model (its overload, below), unknown hooks, bases wider than
+    the residual."""
     if not site_list:
         raise ValueError("no sites given: build them with analyses.interchange.sites(model, layers, positions)")
     hooks = sorted({s.hook for s in site_list})
@@ -177,6 +176,13 @@ def check_inputs(model, site_list: list[Site], bases: dict | None = None) -> Non
         if Q is not None and (Q.ndim != 2 or Q.shape[0] != d or not 1 <= Q.shape[1] <= d):
             raise ValueError(f"the subspace at {site.hook} {site.position} has shape {list(Q.shape)}: it must be "
                              f"[d_model={d}, k] with 1 <= k <= {d} (the rank cannot exceed d_model)")
+
+
+@check_inputs.register(ThinkingStates)
+def _refuse_thinking(model, site_list: list[Site], bases: dict | None = None) -> None:
+    raise ValueError("this model writes thoughts between chunks, which a plain forward does not run: swap its "
+                     "written state with analyses.interchange_thinking.thinking_interchange (what `beliefscope "
+                     "interchange` runs for such a model)")
 
 
 def source_activations(model, prep: Prepared, site_list: list[Site], batch_size: int = 16) -> torch.Tensor:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import singledispatch
 
 import numpy as np
 import torch
 
 from ..models.load import load_model
-from ..models.profile import writes_thoughts
+from ..models.thinking.model import ThinkingStates
 from ..probes.baselines import text_so_far_baseline
 from ..probes.intervals import scored
 from ..probes.twin import checkpoint_hash
@@ -184,16 +185,12 @@ def main(cfg: InterchangeConfig, *, bridge=None, tok=None, progress=None) -> dic
     pairs = build_pairs(cfg)  # records are checked before the model loads
     if bridge is None:
         bridge, tok = load_model(cfg.model)
-    if writes_thoughts(bridge):  # its belief is the written state S: swap that (the ground truth)
-        res = {"model": cfg.model, "checkpoint_hash": checkpoint_hash(bridge),
-               "source": f"task {cfg.task} ({cfg.rendering}, {cfg.events} events)",
-               **thinking_interchange(bridge, tok, pairs, cfg.seed, progress), "files": []}
-        if cfg.out:
+    return _tests(bridge, tok, cfg, pairs, progress)
 
-            os.makedirs(cfg.out, exist_ok=True)
-            res["files"] = [os.path.join(cfg.out, "interchange.json")]
-            write_json(res["files"][0], res)
-        return res
+
+@singledispatch
+def _tests(bridge, tok, cfg: InterchangeConfig, pairs: list, progress=None) -> dict:
+    """`main` on a loaded model: every test at every residual site (a Thinking States model: its overload)."""
     n = int(bridge.cfg.n_layers)
     layers = _layers(cfg.layers, n, "--layers")
     das_layers = [x for x in _layers(cfg.das_layers, n, "--das-layers") if x in layers] if cfg.das_layers != "all" \
@@ -242,5 +239,18 @@ def main(cfg: InterchangeConfig, *, bridge=None, tok=None, progress=None) -> dic
         png = os.path.join(cfg.out, "interchange.png")
         interchange_figure(res, png)
         res["files"] = [os.path.join(cfg.out, "interchange.json"), png]
+        write_json(res["files"][0], res)
+    return res
+
+
+@_tests.register(ThinkingStates)
+def _swap_the_written_state(model, tok, cfg: InterchangeConfig, pairs: list, progress=None) -> dict:
+    """A Thinking States model's belief is the state S it writes: swap that (the ground truth)."""
+    res = {"model": cfg.model, "checkpoint_hash": checkpoint_hash(model),
+           "source": f"task {cfg.task} ({cfg.rendering}, {cfg.events} events)",
+           **thinking_interchange(model, tok, pairs, cfg.seed, progress), "files": []}
+    if cfg.out:
+        os.makedirs(cfg.out, exist_ok=True)
+        res["files"] = [os.path.join(cfg.out, "interchange.json")]
         write_json(res["files"][0], res)
     return res

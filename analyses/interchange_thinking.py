@@ -15,22 +15,29 @@ a pair whose chunks end elsewhere in the source is refused, naming it.
 
 from __future__ import annotations
 
+from functools import singledispatch
+
 import numpy as np
 import torch
 
 from ..decoding.thinking import run_thinking
-from ..models.profile import writes_thoughts
 from ..models.thinking.data import thought_word_id
+from ..models.thinking.model import ThinkingStates
 from ..probes.intervals import scored
 from .pairs import counterfactual_state
 
 
-@torch.no_grad()
+@singledispatch
 def thinking_interchange(model, tok, pairs: list, seed: int = 0, progress=None) -> dict:
     """Per chunk j (1-based): IIA of the S swap and of the equal-distance random control over the pairs whose
-    counterfactual answer differs from the base's, with 95% intervals over base stories."""
-    if not writes_thoughts(model):
-        raise ValueError("this model writes no thoughts: interchange its residual with analyses.interchange")
+    counterfactual answer differs from the base's, with 95% intervals over base stories. A model that writes no
+    thoughts is refused (the swap is `ThinkingStates`' overload, below)."""
+    raise ValueError("this model writes no thoughts: interchange its residual with analyses.interchange")
+
+
+@thinking_interchange.register(ThinkingStates)
+@torch.no_grad()
+def _swap_states(model, tok, pairs: list, seed: int = 0, progress=None) -> dict:
     answers = [thought_word_id(tok, s) for s in pairs[0].base.state_names]
     g = torch.Generator().manual_seed(seed)
     runs = []

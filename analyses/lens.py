@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import singledispatch
 
 import numpy as np
 import torch
 
 from ..models.load import load_model
-from ..models.profile import compute_device, model_profile, writes_thoughts
+from ..models.profile import compute_device, model_profile
+from ..models.thinking.model import ThinkingStates
 from ..probes.intervals import group_interval
 from ..probes.lens import (
     LensDecoder,
@@ -104,15 +106,25 @@ def forced_rows(model, tok, ex, q_ids: list[int], story_ids: list[int], position
     rows = [story_ids[: int(i) + 1] + q_ids for i in positions]
     layers = list(range(model.cfg.n_layers))
     dev = compute_device(LensDecoder(model).unembed)
-    if writes_thoughts(model):  # its thoughts depend on the chunks: one unpadded forward per row
-        got = [residuals(model, torch.tensor([r], device=dev), layers) for r in rows]
-        return torch.cat([g[0][:, :, -1] for g in got], 1), torch.cat([g[1][:, -1] for g in got])
+    return _last_rows(model, rows, layers, dev)
+
+
+@singledispatch
+def _last_rows(model, rows: list[list[int]], layers: list[int], dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residuals ``[L, n, d]`` and logits ``[n, V]`` at the last token of each row: one right-padded forward."""
     width = max(map(len, rows))
     ids = torch.tensor([r + [r[-1]] * (width - len(r)) for r in rows], device=dev)  # [n, width]
     resid, logits = residuals(model, ids, layers)  # [L, n, width, d], [n, width, V]
     last = torch.tensor([len(r) - 1 for r in rows], device=resid.device)
     at = torch.arange(len(rows), device=resid.device)
     return resid[:, at, last], logits[at, last.to(logits.device)]
+
+
+@_last_rows.register(ThinkingStates)
+def _last_rows_one_by_one(model, rows: list[list[int]], layers: list[int], dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Thinking States model's thoughts depend on the chunks: one unpadded forward per row."""
+    got = [residuals(model, torch.tensor([r], device=dev), layers) for r in rows]
+    return torch.cat([g[0][:, :, -1] for g in got], 1), torch.cat([g[1][:, -1] for g in got])
 
 
 def read_story(model, tok, ex, lenses: dict, forced: bool) -> dict:

@@ -5,7 +5,9 @@ this checkout), so the same script counts an older commit checked out elsewhere 
 counts are the ones the architecture review asks for:
 
 - **branch sites on the model type**: calls of ``writes_thoughts(...)``, reads of ``model_profile(...).thinking``
-  and ``isinstance(..., ThinkingStates)`` outside the module that defines them;
+  and ``isinstance(..., ThinkingStates)`` outside the module that defines them; and, counted apart, the overloads
+  that replaced such branches: ``f.register(ThinkingStates ...)`` of a ``functools.singledispatch`` function, where
+  the caller no longer asks which kind it holds and the Thinking States case sits in one registered function;
 - **third-party surgery**: reads or writes of an underscore attribute that no module of the project defines
   (another library's private member), imports from another library's underscore module, assignments to
   ``__class__``, writes into an object's ``__dict__``, reads of closures (``__closure__``, ``cell_contents``),
@@ -170,6 +172,18 @@ def model_type_branches(trees: dict[str, ast.Module]) -> list[str]:
     return sites
 
 
+def thinking_overloads(trees: dict[str, ast.Module]) -> list[str]:
+    """``singledispatch`` registrations for ``ThinkingStates`` (``@f.register(ThinkingStates)`` or
+    ``f.register(ThinkingStates, g)``): where a model-type branch became an overload."""
+    sites = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register"
+                    and node.args and ast.unparse(node.args[0]).endswith("ThinkingStates")):
+                sites.append(f"{path}:{node.lineno} {ast.unparse(node.func.value)}")
+    return sites
+
+
 def _methods(cls: ast.ClassDef) -> set[str]:
     return {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
@@ -321,6 +335,7 @@ def counts(root: Path) -> dict:
     names = kvcache_public_names(trees)
     return {
         "model_type_branches": model_type_branches(trees),
+        "thinking_overloads": thinking_overloads(trees),
         "surgery": cut,
         "stashed_attributes": stashed_attributes(trees),
         "cache_classes": cache_classes(trees),
@@ -337,6 +352,7 @@ def summary(found: dict) -> dict:
     """The counts alone (each list replaced by its length)."""
     return {
         "model-type branch sites": len(found["model_type_branches"]),
+        "  Thinking States overloads (singledispatch)": len(found.get("thinking_overloads", ())),
         "third-party surgery sites": sum(map(len, found["surgery"].values())),
         **{f"  {k}": len(v) for k, v in found["surgery"].items()},
         "stashed _beliefscope_ attributes": len(found["stashed_attributes"]),

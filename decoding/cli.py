@@ -72,9 +72,8 @@ def _verify_widths(text: str, model, ids):
     return widths
 
 
-def _generate_thinking(cfg) -> dict:
+def _generate_thinking(model, tok, cfg, gamma: int) -> dict:
     """A Thinking States model: chunk-by-chunk greedy decoding, its thoughts beside the answer."""
-    from ..models import load_model
     from .thinking import run_thinking
 
     if cfg.drafter != "none" or cfg.temperature:
@@ -83,7 +82,6 @@ def _generate_thinking(cfg) -> dict:
     if cfg.compile:
         raise ValueError("--compile replays the decode forwards of a causal LM; a Thinking States model decodes "
                          "chunk by chunk with its own thought forwards, which are not recorded: drop --compile")
-    model, tok = load_model(cfg.model)
     ids = tok(_prompt_text(cfg, tok))["input_ids"]
     run = run_thinking(model, ids, max_new_tokens=cfg.max_new_tokens, prefill=cfg.prefill, k=cfg.k)
     starts = {e: a for a, e, complete in model.spans(ids) if complete}
@@ -111,15 +109,12 @@ def _pack(model) -> None:
 
 
 def run_generate(cfg) -> dict:
-    """`beliefscope generate` (a `GenerateConfig`): the text and every number of the run."""
-    from ..models.profile import model_profile
+    """`beliefscope generate` (a `GenerateConfig`): the text and every number of the run. The model's own
+    decoding picks the path (`_generate`: a Thinking States model decodes chunk by chunk)."""
+    from functools import singledispatch
 
-    if model_profile(cfg.model).thinking:
-        return _generate_thinking(cfg)
     from ..models.load import load_model
-    from .config import SpecConfig
-    from .drafters import make_drafter
-    from .speculative import equals, speculative_generate
+    from ..models.thinking.model import ThinkingStates
 
     gamma = _gamma(cfg.gamma)  # arguments first, then the model
     if cfg.packed:
@@ -128,6 +123,17 @@ def run_generate(cfg) -> dict:
         if not packing_available():
             raise ValueError("--packed: this torch build has no oneDNN weight packing; drop --packed")
     model, tok = load_model(cfg.model)
+    generate = singledispatch(_generate_plain)
+    generate.register(ThinkingStates, _generate_thinking)
+    return generate(model, tok, cfg, gamma)
+
+
+def _generate_plain(model, tok, cfg, gamma: int) -> dict:
+    """A causal LM: speculative decoding with the drafter (plain greedy without one)."""
+    from .config import SpecConfig
+    from .drafters import make_drafter
+    from .speculative import equals, speculative_generate
+
     if cfg.packed:
         _pack(model)
     drafter = make_drafter(cfg.drafter, model)

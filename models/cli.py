@@ -187,9 +187,7 @@ def _eval_prepare(cfg: EvalConfig) -> EvalConfig:
             if folder is None or not os.path.isfile(os.path.join(folder, "model_card.json")):
                 raise ValueError(f"--into-card needs a model folder with a model_card.json; {cfg.model} has none")
             check_writable_parent(os.path.join(folder, "model_card.json"))
-    if cfg.misses is not None:
-        if not model_profile(cfg.model).thinking:
-            raise ValueError(f"--misses lists wrong thoughts; {cfg.model} is not a Thinking States model: drop it")
+    if cfg.misses is not None:  # a model that writes no thoughts refuses it once loaded (models.evaluate)
         check_writable_parent(cfg.misses)
     n = cfg.n
     if cfg.split == "free":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import singledispatch
 
 import torch
 
@@ -18,8 +19,9 @@ from ..tasks.coinflip_free import free_examples
 from ..tasks.questions import in_chat
 from .forward import forward_module, last_logits_only
 from .load import load_model
-from .profile import hf_of, writes_thoughts
+from .profile import hf_of
 from .thinking.data import gold_thought, state_words, thought_state, thought_word_id
+from .thinking.model import ThinkingStates
 from .tokenizer import answer_token_ids
 
 
@@ -155,9 +157,15 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
     if isinstance(model, str):
 
         model, tokenizer = load_model(model)
-    if writes_thoughts(model):
-        return evaluate_thinking(model, tokenizer, task, events, n, seed, batch_size, rendering=rendering, split=split,
-                                 progress=progress, questions=questions, chat=chat, misses=misses)
+    return _evaluate_loaded(model, tokenizer, task, (lo, hi), n, seed, rendering, batch_size, formats, split, progress,
+                            questions, chat, misses)
+
+
+@singledispatch
+def _evaluate_loaded(model, tokenizer, task, events, n, seed, rendering, batch_size, formats, split, progress,
+                     questions, chat, misses) -> dict:
+    """`evaluate` of a loaded model; ``events``: ``(lo, hi)``. A Thinking States model has its overload below."""
+    lo, hi = events
     if misses is not None:
         raise ValueError("misses lists the wrong thoughts of a Thinking States model; this model has none: drop it")
     hf, tok = hf_of(model), tokenizer
@@ -191,6 +199,13 @@ def evaluate(model, task: str = "coinflip", events="1-8", n: int = 500, seed: in
         result["answer_accuracy_by_events"] = {str(k): round(v[2] / v[3], 4) for k, v in sorted(by_ev.items())
                                                if v[3]}
     return result
+
+
+@_evaluate_loaded.register(ThinkingStates)
+def _evaluate_with_thoughts(model, tokenizer, task, events, n, seed, rendering, batch_size, formats, split, progress,
+                            questions, chat, misses) -> dict:
+    return evaluate_thinking(model, tokenizer, task, "{}-{}".format(*events), n, seed, batch_size, rendering=rendering,
+                             split=split, progress=progress, questions=questions, chat=chat, misses=misses)
 
 
 @torch.no_grad()

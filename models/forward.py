@@ -27,8 +27,6 @@ import torch
 from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
 
 from ..hooks.names import hf_of
-from .errors import ThoughtsSkippedError
-from .profile import writes_thoughts
 
 
 def is_wrapper(module: torch.nn.Module) -> bool:
@@ -43,19 +41,12 @@ def unwrapped(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+@functools.singledispatch
 def forward_module(model) -> torch.nn.Module:
     """The module a forward of ``model`` (a Runner, a bridge or a HF model) calls: its HF model, wrapped by
-    TransformerLens where a hook name needed the bridge.
-
-    A Thinking States model (`models.thinking`) is refused: its HF model alone is its backbone without
-    the thoughts its answers are read after, so a forward here would be a silently different model."""
-    if writes_thoughts(model):
-        name = getattr(model, "name_or_path", "thinking")
-        raise ThoughtsSkippedError(
-            f"{name!r} is a Thinking States model: this path runs its HF model directly, which answers "
-            "without its thoughts. Decode it with beliefscope.decoding.thinking.run_thinking (what "
-            f"`beliefscope generate --model {name}` runs), or call the model itself, model(ids), whose "
-            "forward injects its thoughts")
+    TransformerLens where a hook name needed the bridge. A Thinking States model refuses
+    (`models.thinking.model` registers the refusal): its HF model alone is its backbone without the thoughts
+    its answers are read after, so a forward here would be a silently different model."""
     return hf_of(model)
 
 

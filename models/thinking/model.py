@@ -31,6 +31,7 @@ from transformers import AutoModel, DynamicCache
 from ...hooks.capture import hooked
 from ..bridge import cache_kwarg, guard_cache_handoff, input_device
 from ..errors import ThoughtsSkippedError
+from ..forward import forward_module
 from ..profile import decoder_layers
 from ..runner import Runner
 from .config import ThinkingConfig, chunk_spans
@@ -396,3 +397,13 @@ class ThinkingStates(Runner):
         """T, C and the output projection (the backbone is saved with save_pretrained)."""
         return {k: v for k, v in self.state_dict().items() if not k.startswith("backbone.")}
 
+
+@forward_module.register(ThinkingStates)
+def _refuse_the_backbone_alone(model) -> nn.Module:
+    """The forward door (`models.forward.forward_module`) refuses a Thinking States model: its HF model alone
+    answers without its thoughts."""
+    raise ThoughtsSkippedError(
+        f"{model.name_or_path!r} is a Thinking States model: this path runs its HF model directly, which answers "
+        "without its thoughts. Decode it with beliefscope.decoding.thinking.run_thinking (what "
+        f"`beliefscope generate --model {model.name_or_path}` runs), or call the model itself, model(ids), whose "
+        "forward injects its thoughts")
