@@ -163,9 +163,9 @@ def _ragged_forks(bridge, story_ids, q_ids, positions, ans, batch_size) -> list[
         rows = positions[s: s + batch_size]
         n = len(rows)
         cache = KVCache.for_model(bridge, batch=n, capacity=T + q + 8)
-        for layer in range(n_layers):  # the story once per row: one buffer copy, no forward
-            cache.update(keys[layer].expand(n, -1, -1, -1), values[layer].expand(n, -1, -1, -1), layer)
-        cache.rollback([int(i) + 1 for i in rows])  # row r now ends at its own event boundary
+        # the story once per row (one buffer copy, no forward); row r ends at its own event boundary
+        cache.fill_rows([k.expand(n, -1, -1, -1) for k in keys], [v.expand(n, -1, -1, -1) for v in values],
+                        [int(i) + 1 for i in rows])
         logits = bridge(q_ids.expand(n, -1), return_type="logits", **cache.forward_kwargs(q))  # [n, q, vocab]
         out.extend(_state_probs(logits[:, -1], ans))
     return out

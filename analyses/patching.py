@@ -188,10 +188,10 @@ def resumed_logits_grad(model, base: Prefilled, idx, starts: np.ndarray, rest: l
     the patched token depends on the patch)."""
     width, upto = max(len(x) for x in rest), int(starts.max())
     cache = KVCache.for_model(model, batch=len(rest), capacity=upto + width + 8)
-    with torch.no_grad():
-        for layer in range(base.chunks[0].config.n_layers if upto else 0):  # one buffer copy per layer
-            cache.update(*base.prefix(layer, idx, upto), layer)
-    cache.rollback([int(p) for p in starts])
+    if upto:
+        with torch.no_grad():  # one buffer copy per layer; each row keeps its own prefix
+            kv = [base.prefix(layer, idx, upto) for layer in range(base.chunks[0].config.n_layers)]
+            cache.fill_rows([k for k, _ in kv], [v for _, v in kv], [int(p) for p in starts])
     cont, lens = padded(rest)
     kw, col = keep_last(model, lens, [name for name, _ in hooks])
     with hooked(model, hooks):

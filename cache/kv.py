@@ -11,6 +11,7 @@ logical positions. A *clean* cache (each row is one segment ``[0, p)``) needs ne
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Sequence
@@ -255,6 +256,45 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         if self.recorder is not None:
             self.recorder.forked(child.recorder, ats)
         return child
+
+    @contextlib.contextmanager
+    def tentative(self, keep_dropped: bool = False):
+        """Forwards inside the block write past the current lengths; on exit every row is rolled back to its
+        length at entry. What they wrote is dropped unrecorded, or, with ``keep_dropped`` (and the cache's
+        ``keep_rejected``), kept in ``recorder.rejected``. For a look-ahead that must leave the cache as it was:
+        an early-exit draft on the target's cache, a timing forward, a thought decoded and then set aside.
+
+        Example::
+
+            >>> from beliefscope.cache.testing import tiny_cache
+            >>> c, kv = tiny_cache(), [torch.zeros(1, 2, 3, 8)] * 2   # 2 layers, 3 positions
+            >>> c.fill_rows(kv, kv, [3])
+            >>> with c.tentative():
+            ...     c.fill_rows(kv, kv, [3])
+            ...     c.seq_len
+            6
+            >>> c.seq_len
+            3
+        """
+        entry = list(self.layout.lengths)
+        try:
+            yield self
+        finally:
+            for row, length in enumerate(entry):
+                if self.layout.lengths[row] > length:
+                    self.rollback(length, row=row, rejected_end=None if keep_dropped else length)
+
+    def fill_rows(self, keys: list[torch.Tensor], values: list[torch.Tensor], lengths: Sequence[int]) -> None:
+        """Write every layer's ``keys[layer]`` / ``values[layer]`` (``[batch, kv_heads, T, d_head]``, e.g. one
+        story expanded to a row per question) after the current lengths, then keep row ``b``'s first
+        ``lengths[b]`` of them: a ragged cache built from a shared prefix, with no forward."""
+        if len(keys) != self.config.n_layers or len(values) != self.config.n_layers:
+            raise ValueError(f"fill_rows takes one key and one value tensor per layer ({self.config.n_layers}); got "
+                             f"{len(keys)} and {len(values)}")
+        start = list(self.layout.lengths)
+        for layer, (k, v) in enumerate(zip(keys, values)):
+            self.update(k, v, layer)
+        self.rollback([a + int(n) for a, n in zip(start, lengths, strict=True)])
 
     def _relocate(self) -> None:
         """Move this holder's live entries to a private storage, rows left-aligned (O(length) copy)."""

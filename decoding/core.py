@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..cache import KVCache, Provenance
+from ..cache import KVCache
 from ..models.bridge import cache_kwarg
 from ..models.context import position_limit
 from ..models.forward import forward_module, last_logits_only
@@ -227,22 +227,3 @@ def pick(logits: torch.Tensor, cfg: SpecConfig, position: int) -> int:
     if cfg.temperature == 0:
         return int(logits.argmax())
     return sample(probs(logits, cfg.temperature), seeded_generator(cfg.seed, position, "target"))
-
-
-def settle(cache, position: int, n_accepted: int, drafts_end: int, keep: int, keep_rejected: bool) -> None:
-    """Label and cut a verify window laid out as [pending, accepted drafts, rejected drafts, padding] from
-    ``position``: the accepted ones ACCEPTED, the rejected ones REJECTED (kept in ``cache.recorder.rejected`` with
-    ``keep_rejected``), the padding dropped with no record; then the cache holds ``keep`` positions.
-
-    ``keep`` is below the accepted drafts' end when EOS (or the budget) ends the output on an accepted draft:
-    that draft is the pending output token, and the accepted drafts after it are cut unlabelled, like padding.
-    They were not rejected, so they are never in ``cache.recorder.rejected``."""
-    accepted_end = position + 1 + n_accepted
-    cache.recorder.mark(position + 1, min(keep, accepted_end), Provenance.ACCEPTED)
-    if keep_rejected and accepted_end < drafts_end:
-        cache.recorder.mark(accepted_end, drafts_end, Provenance.REJECTED)
-    if keep < accepted_end:
-        cache.rollback(accepted_end, rejected_end=drafts_end)
-        cache.rollback(keep, rejected_end=keep)
-    else:
-        cache.rollback(keep, rejected_end=drafts_end)

@@ -6,10 +6,12 @@
 - ``models.thinking.prefill.SpeculativePrefill``: Thinking States' speculative prefill, one story
   or a batch (drafted chunks and thoughts, verified by T).
 
-A step asks the policy for a proposal, runs one verify forward over it, asks which part is accepted
-and lets the policy commit it (the cache is rolled back to what stays). A step whose proposal is
-None verifies nothing (a scheduler round where no request is due). EOS and the token budget are
-applied by ``decoding.core.clip_new``, traces and events by the policy that keeps them.
+A step asks the policy for a proposal, runs one verify forward over it, and asks which part is accepted
+and what the cache keeps of it (a `Keep`: every row's length, and the verify window's labels). The
+engine alone then labels and cuts the cache (`settle`), and lets the policy commit the step to its own
+bookkeeping. A step whose proposal is None verifies nothing (a scheduler round where no request is
+due). EOS and the token budget are applied by ``decoding.core.clip_new``, traces and events by the
+policy that keeps them.
 
 >>> class Count:                      # a policy that proposes 0, 1, 2 and accepts every other one
 ...     def __init__(self): self.seen, self.kept = [], []
@@ -17,6 +19,7 @@ applied by ``decoding.core.clip_new``, traces and events by the policy that keep
 ...     def propose(self): return len(self.seen)
 ...     def verify(self, proposal): self.seen.append(proposal); return proposal
 ...     def accept(self, proposal, out): return out % 2 == 0
+...     def keep(self, proposal, accepted): return None  # no cache
 ...     def commit(self, proposal, accepted): self.kept += [proposal] if accepted else []
 >>> run(Count()).kept
 [0, 2]
@@ -25,6 +28,10 @@ applied by ``decoding.core.clip_new``, traces and events by the policy that keep
 from __future__ import annotations
 
 from typing import Any, Protocol, TypeVar
+
+from ..cache.keep import Keep, settle
+
+__all__ = ["Keep", "Policy", "run", "settle"]
 
 
 class Policy(Protocol):
@@ -42,8 +49,12 @@ class Policy(Protocol):
     def accept(self, proposal, out) -> Any:
         """What the verifier keeps of the proposal, from the forward's output ``out``."""
 
+    def keep(self, proposal, accepted) -> Keep | None:
+        """What the cache keeps of the step (None: the policy's cache needs no cut); the engine applies it to
+        ``policy.cache``."""
+
     def commit(self, proposal, accepted) -> None:
-        """Keep ``accepted``, roll the cache back past it, and record the step."""
+        """Record the step in the policy's own bookkeeping (the cache already holds what it keeps)."""
 
 
 P = TypeVar("P", bound=Policy)
@@ -56,5 +67,9 @@ def run(policy: P) -> P:
         if proposal is None:
             continue
         out = policy.verify(proposal)
-        policy.commit(proposal, policy.accept(proposal, out))
+        accepted = policy.accept(proposal, out)
+        kept = policy.keep(proposal, accepted)
+        if kept is not None:
+            settle(policy.cache, kept)
+        policy.commit(proposal, accepted)
     return policy

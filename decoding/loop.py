@@ -13,7 +13,8 @@ What differs between them is a *step kind* (`PlainStep` below, ``decoding.specul
 - ``verify(model, cache, pending, proposal, width) -> logits [1 + n, vocab]``: one target forward of
   ``[pending, drafts..., padding]`` ``width`` wide;
 - ``accept(logits, proposal, position) -> (path, next token)``: the accepted drafts, root to leaf;
-- ``commit(cache, position, proposal, path, keep)``: the cache then holds ``keep`` positions;
+- ``keep(cache, position, proposal, path, keep) -> engine.Keep``: what the cache keeps (``keep`` positions, and
+  the verify window's labels), which the engine applies (a tree first moves its accepted nodes together);
 - ``after(result, proposal, path, n_kept, width) -> dict``: its own bookkeeping once ``n_kept`` drafts
   of ``path`` are committed, and the ``Step`` fields only it knows (``rejected``, a tree's parents and path).
 
@@ -54,7 +55,7 @@ from .core import (
     token_budget,
 )
 from .drafter import Drafter
-from .engine import run
+from .engine import Keep, run
 from .graphed import GraphedForward
 from .trace import Step, Trace, close_step, record_counts
 from .tree import TokenTree
@@ -188,10 +189,14 @@ class SpeculativeRun:
         return path, clip_new([*(prop.tokens[i] for i in path), nxt], self.budget - (self.length - self.n_prompt),
                               self.eos)
 
-    def commit(self, prop: Proposal, accepted: tuple[list[int], list[int]]) -> None:
+    def keep(self, prop: Proposal, accepted: tuple[list[int], list[int]]) -> Keep:
         path, new = accepted
         keep = self.pos + len(new)  # the pending token and the accepted drafts stay; the last new token is pending
-        self.kind.commit(self.cache, self.pos, prop, path, keep)
+        return self.kind.keep(self.cache, self.pos, prop, path, keep)
+
+    def commit(self, prop: Proposal, accepted: tuple[list[int], list[int]]) -> None:
+        path, new = accepted
+        keep = self.pos + len(new)
         self.buf[self.length: self.length + len(new)] = torch.tensor(new)
         self.length += len(new)
         t_verify = time.perf_counter() - self.t_verify
@@ -257,9 +262,8 @@ class PlainStep:
     def accept(self, logits: torch.Tensor, prop: Proposal, position: int) -> tuple[list[int], int]:
         return [], pick(logits[0], self.cfg, position)
 
-    def commit(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> None:
-        if keep < cache.seq_len:
-            cache.rollback(keep, rejected_end=keep)  # the padding of a fixed-shape forward: no draft, never kept
+    def keep(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> Keep:
+        return Keep(keep)  # the padding of a fixed-shape forward is cut: no draft, never kept
 
     def after(self, res: Generation, prop: Proposal, path: list[int], n_kept: int, width: int) -> dict:
         return {"rejected": []}

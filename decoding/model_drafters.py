@@ -14,6 +14,7 @@ at every depth (``model_propose_tree``), at no extra draft forward.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from contextlib import contextmanager
 
@@ -203,27 +204,22 @@ class EarlyExitDrafter(Drafter):
         with first_layers(run, self.k):
             return forward(run, x, self.cache, last_only=True)[-1]
 
-    def _give_back(self, start: int) -> None:
-        """The target's cache as it was before drafting (layers >= k were never written). The drafts are not
-        the verifier's rejections, so none is kept (``rejected_end=start``), whatever the cache's config says:
-        the drafter never touches the target's configuration."""
-        self.cache.rollback(start, rejected_end=start)
+    def _look_ahead(self):
+        """With a shared cache, the target's cache as it was before drafting once the drafts are made (layers >= k
+        were never written; `KVCache.tentative`). The drafts are not the verifier's rejections, so none is kept,
+        whatever the cache's config says: the drafter never touches the target's configuration."""
+        return self.cache.tentative() if self.share_cache else contextlib.nullcontext()
 
     def propose(self, ids, n, cfg):
-        start = self.cache.seq_len
-        out = _draft_chain(self._forward, ids[start:], ids, n, cfg)
-        if self.share_cache:
-            self._give_back(start)
-        return out
+        with self._look_ahead():
+            return _draft_chain(self._forward, ids[self.cache.seq_len:], ids, n, cfg)
 
     def propose_tree(self, ids, shape, cfg):
         """Chain + next-best leaves of the first k layers (``model_propose_tree``)."""
         if not self.share_cache:
             return super().propose_tree(ids, shape, cfg)
-        start = self.cache.seq_len
-        tree = model_propose_tree(self, ids, shape, cfg, self._forward, ids[start:])
-        self._give_back(start)
-        return tree
+        with self._look_ahead():
+            return model_propose_tree(self, ids, shape, cfg, self._forward, ids[self.cache.seq_len:])
 
     def sync(self, n_committed):
         if not self.share_cache:

@@ -346,6 +346,10 @@ class Scheduler:
             kept.append((r, drafts, accepted, new))
         return kept
 
+    def keep(self, due: list[Request], kept: list[tuple]) -> None:
+        """None: the scheduler's slots keep each row's accepted tokens by moving its length (`commit`)."""
+        return None
+
     def commit(self, due: list[Request], kept: list[tuple]) -> None:
         """Keep each row's accepted tokens: the verify slot keeps the pending token and the accepted
         drafts (an O(1) rollback), the fast pool row is cut back to the committed tokens; the round ends."""

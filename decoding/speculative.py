@@ -28,9 +28,9 @@ from .core import (
     probs,
     sample,
     seeded_generator,
-    settle,
 )
 from .drafter import Drafter
+from .engine import Keep
 from .loop import Proposal, generate, speculative_loop
 from .tree_generate import TreeStep
 
@@ -109,12 +109,12 @@ class ChainStep:
             accepted, nxt = accept_sampled(logits, prop.drafts, prop.q, self.cfg, position)
         return list(range(accepted)), nxt
 
-    def commit(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> None:
+    def keep(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> Keep:
         # the window [pending, drafts..., padding] sits at position..: the pending token is the verifier's own
         # (VERIFIED, as written), the drafts on `path` were accepted, those after it were not (REJECTED, kept
         # with keep_rejected), and the padding is dropped with no label, never kept
         drafts_end = position + 1 + len(prop.tokens)
-        settle(cache, position, len(path), drafts_end, keep, self.cfg.keep_rejected)
+        return Keep(keep, (position, len(path), drafts_end), self.cfg.keep_rejected)
 
     def after(self, res: Generation, prop: Proposal, path: list[int], n_kept: int, width: int) -> dict:
         self.gamma = min(self.cfg.next_gamma(self.gamma, len(path)), self.cfg.window_size - 1)

@@ -76,12 +76,10 @@ def _chunk_forward(model, ids: list[int], cache: KVCache, S: torch.Tensor | None
 def think_cached(model, h: torch.Tensor, tcache: KVCache) -> list[int]:
     """T writes one thought after a chunk (chunk states ``h [c, d]``) in its own cache, greedily;
     the thought span is tagged THOUGHT, then the cache is rolled back to empty."""
-    base = tcache.seq_len
-    hidden = model.T(inputs_embeds=h[None], past_key_values=tcache).last_hidden_state  # [1, c, d]
-    with tcache.recorder.tagging(THOUGHT):
-        z = engine.run(ThoughtDecode(model, hidden, tcache)).thought
-    tcache.rollback(base)
-    return z
+    with tcache.tentative(keep_dropped=True):  # the thought span ends in recorder.rejected (keep_thoughts)
+        hidden = model.T(inputs_embeds=h[None], past_key_values=tcache).last_hidden_state  # [1, c, d]
+        with tcache.recorder.tagging(THOUGHT):
+            return engine.run(ThoughtDecode(model, hidden, tcache)).thought
 
 
 @torch.no_grad()

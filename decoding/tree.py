@@ -28,7 +28,8 @@ import torch
 
 from ..cache.masks import apply_windows, key_positions
 from .config import TreeConfig  # noqa: F401 (re-exported)
-from .core import context_limit, probs, sample, seeded_generator, settle
+from .core import context_limit, probs, sample, seeded_generator
+from .engine import Keep
 
 
 @dataclass
@@ -218,10 +219,11 @@ def accept_tree_sampled(logits: torch.Tensor, tree: TokenTree, temperature: floa
         node, depth = chosen, depth + 1
 
 
-def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: int, keep_rejected: bool) -> None:
-    """After a tree verify at ``position`` (the pending token's), make the cache hold the prefix, the
-    pending token and the first ``keep - position - 1`` nodes of ``path`` contiguously, and drop the rest
-    (`decoding.core.settle`: accepted nodes that eos or the budget cut are dropped, never REJECTED).
+def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: int, keep_rejected: bool) -> Keep:
+    """After a tree verify at ``position`` (the pending token's), lay the cache out so that it can hold the
+    prefix, the pending token and the first ``keep - position - 1`` nodes of ``path`` contiguously; returns the
+    `engine.Keep` that drops the rest (`engine.settle`: accepted nodes that eos or the budget cut are dropped,
+    never REJECTED).
 
     Accepted entries computed at tree slots are moved next to the prefix with ``KVCache.overwrite``
     (their keys already carry the right positions: a node's position is the pending token's plus
@@ -240,7 +242,7 @@ def commit_path(cache, position: int, tree: TokenTree, path: list[int], keep: in
             k, v = cache.keys(layer, src), cache.values(layer, src)  # [kv_heads, m, d_head] copies
             cache.overwrite(layer, dst, k, v)
     nodes_end = position + 1 + len(tree)  # past the last node; the padding of the forward lies beyond
-    settle(cache, position, len(path), nodes_end, keep, keep_rejected)
+    return Keep(keep, (position, len(path), nodes_end), keep_rejected)
 
 
 def layout(tokens: list[int], parents: list[int], q: list | None = None) -> TokenTree:

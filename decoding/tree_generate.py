@@ -22,6 +22,7 @@ import torch
 from ..cache import Provenance
 from .config import SpecConfig
 from .core import Generation, hf_logits
+from .engine import Keep
 from .loop import Proposal, speculative_loop
 from .tree import (
     TokenTree,
@@ -75,8 +76,8 @@ class TreeStep:
             return accept_tree_greedy(logits, prop.tree)
         return accept_tree_sampled(logits, prop.tree, self.cfg.temperature, self.cfg.seed, position)
 
-    def commit(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> None:
-        commit_path(cache, position, prop.tree, path, keep, self.cfg.keep_rejected)
+    def keep(self, cache, position: int, prop: Proposal, path: list[int], keep: int) -> Keep:
+        return commit_path(cache, position, prop.tree, path, keep, self.cfg.keep_rejected)
 
     def after(self, res: Generation, prop: Proposal, path: list[int], n_kept: int, width: int) -> dict:
         tree = prop.tree

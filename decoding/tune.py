@@ -31,15 +31,14 @@ def time_windows(model, prompt_ids, widths=tuple(range(1, 10)), repeats: int = 7
         raise ValueError(f"need repeats >= 1 and positive widths; got repeats={repeats}, widths={widths!r}")
     cache = new_cache(model, ids.numel() + max(widths) + 1)
     forward(model, ids, cache)
-    n = ids.numel()
     times: dict[int, list[float]] = {w: [] for w in widths}
     for r in range(repeats + 1):
         for w in (widths if r % 2 else tuple(widths)[::-1]):
             x = torch.zeros(w, dtype=torch.long)  # [w]
-            t0 = time.perf_counter()
-            forward(model, x, cache)
-            dt = time.perf_counter() - t0
-            cache.rollback(n)
+            with cache.tentative():  # the cache holds the prompt again after each timed forward
+                t0 = time.perf_counter()
+                forward(model, x, cache)
+                dt = time.perf_counter() - t0
             if r:
                 times[w].append(dt)
     return times

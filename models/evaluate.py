@@ -167,7 +167,8 @@ def _evaluate_loaded(model, tokenizer, task, events, n, seed, rendering, batch_s
     """`evaluate` of a loaded model; ``events``: ``(lo, hi)``. A Thinking States model has its overload below."""
     lo, hi = events
     if misses is not None:
-        raise ValueError("misses lists the wrong thoughts of a Thinking States model; this model has none: drop it")
+        raise ValueError(f"misses lists the wrong thoughts of a Thinking States model; "
+                         f"{getattr(model, 'name_or_path', 'this model')} is not a Thinking States model: drop it")
     hf, tok = hf_of(model), tokenizer
     by_ev: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0])  # em_ok, em_n, ans_ok, ans_n
     held = story_split(rendering, split)

@@ -124,7 +124,7 @@ def test_eval_misses_lists_exactly_the_stories_with_a_wrong_answer_or_thought(ca
         assert m["answer"] != m["truth"] or not all(c["ok"] for c in m["chunks"])
         assert "".join(c["text"] for c in m["chunks"]).replace(" ", "") in m["prompt"].replace(" ", "")
         assert all(c["ok"] == c["got"].startswith(c["gold"]) or not c["ok"] for c in m["chunks"])
-    # the CLI refuses what cannot be read before loading anything
+    # the CLI refuses what cannot be read before any forward (a plain model has no thoughts to list)
     assert main(["eval", "--model", "target", "--misses", "m.jsonl"]) != 0
     assert "not a Thinking States model" in capsys.readouterr().err
     assert main(["eval", "--model", "thinking", "--into-card"]) != 0

@@ -105,6 +105,10 @@ class ChunkedThinking:
     def accept(self, step: ChunkStep, out):
         return out  # nothing was drafted: the forward keeps all it was given
 
+    def keep(self, step: ChunkStep, out) -> None:
+        """None: a chunk's forward is kept whole (nothing is drafted)."""
+        return None
+
     def commit(self, step: ChunkStep, out) -> None:
         logits, h = out
         for b in step.need:
@@ -152,6 +156,10 @@ class ThoughtDecode:
 
     def accept(self, token: int, hidden: torch.Tensor) -> torch.Tensor:
         return hidden
+
+    def keep(self, token: int, hidden: torch.Tensor) -> None:
+        """None: each thought token is kept (the thought is dropped as a whole after the run)."""
+        return None
 
     def commit(self, token: int, hidden: torch.Tensor) -> None:
         self.hidden = hidden

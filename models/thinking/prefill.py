@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ...cache import KVCache, Provenance
+from ...cache.keep import Keep
 from .drafter import ThoughtDrafter
 
 
@@ -59,7 +60,8 @@ class SpeculativePrefill:
     def __init__(self, model, prompts: list[list[int]], chunks: list[list[tuple[int, int]]], k: int,
                  cache: KVCache, drafter: ThoughtDrafter, state_of, after, keep=None):
         self.model, self.prompts, self.chunks, self.k, self.cache = model, prompts, chunks, k, cache
-        self.drafter, self.state_of, self.after, self.keep = drafter, state_of, after, keep
+        self.drafter, self.state_of, self.after = drafter, state_of, after
+        self.logit_positions = keep  # keep(draft): the positions whose logits a batch's forward keeps
         self.next = [0] * len(prompts)  # each story's next undrafted complete chunk
         self.key = [None] * len(prompts)  # each story's drafter state: its last non-empty thought
         self.forwards = 0  # backbone forwards run
@@ -97,7 +99,7 @@ class SpeculativePrefill:
             if len(self.prompts) == 1:  # one story: no padding, no mask, every position's logits
                 logits, h = model.backbone_forward(draft.x.to(dev), None, add, past_key_values=cache)
             else:
-                keep = self.keep(draft)
+                keep = self.logit_positions(draft)
                 logits, h = forward_rows(model, cache, draft.x.to(dev), add, draft.lens, keep)
         self.forwards += 1
         rows = [(b, a - g[0][0], e - g[0][0]) for b, g in enumerate(draft.groups) for a, e in g]
@@ -113,21 +115,26 @@ class SpeculativePrefill:
                 for b, g in enumerate(draft.groups)]
         return last, out
 
+    def keep(self, draft: DraftedChunks, accepted: tuple[list[int], Verified]) -> Keep:
+        """Each story keeps its chunks up to its last kept one (later chunks saw a wrong S), labelled VERIFIED."""
+        last, _ = accepted
+        ends = list(draft.before)
+        for b, g in enumerate(draft.groups):
+            if g:
+                ends[b] = draft.before[b] + g[last[b]][1] - g[0][0]
+        return Keep(ends, verified=tuple((b, draft.before[b], ends[b]) for b, g in enumerate(draft.groups) if g))
+
     def commit(self, draft: DraftedChunks, accepted: tuple[list[int], Verified]) -> None:
         last, out = accepted
-        ends = list(draft.before)
         for b, g in enumerate(draft.groups):
             if not g:
                 continue
-            ends[b] = draft.before[b] + g[last[b]][1] - g[0][0]  # later chunks saw a wrong S: rolled back below
-            self.cache.recorder.mark(draft.before[b], ends[b], Provenance.VERIFIED, row=b)
             for i in range(last[b] + 1):
                 a, e = g[i]
                 z = out.written[b][i]
                 self.drafter.record(self.key[b], self.prompts[b][a:e], z)
                 self.key[b] = self.drafter.next_state(self.key[b], z, self.model.carries(z))
             self.next[b] += last[b] + 1
-        self.cache.rollback(ends)
         self.after(draft, out, last)
 
     def end(self, b: int = 0) -> int:
