@@ -44,3 +44,24 @@ def test_the_door_serves_a_bridge_and_refuses_a_thinking_model(runner):
         return
     with torch.no_grad():
         assert torch.allclose(hf_logits(model, ids), model(ids), atol=1e-5)
+
+
+def test_a_thinking_models_twin_holds_the_backbones_parameters_through_moves_and_checkpoints():
+    """ThinkingStates runs hooks on a twin of its backbone (models.thinking.model._twin): the same Parameter
+    objects, so a dtype move or a training step reaches both, and a state dict neither holds nor needs the
+    twin's entries (it loads back in full)."""
+    import copy
+
+    model, tok = load_model("thinking", device="cpu")
+    model = copy.deepcopy(model)
+    assert all(a is b for a, b in zip(model.hf.parameters(), model.backbone.parameters(), strict=True))
+    state = model.state_dict()
+    assert state and not any(k.startswith("hf.") for k in state)
+    assert not model.load_state_dict(state, strict=True).missing_keys
+    ids = torch.tensor([tok(PROMPT)["input_ids"]])
+    with torch.no_grad():
+        ref = model(ids).double()
+        model.to(torch.float64)
+        assert all(a is b for a, b in zip(model.hf.parameters(), model.backbone.parameters(), strict=True))
+        assert {b.dtype for b in model.hf.buffers() if b.is_floating_point()} <= {torch.float64}
+        assert torch.allclose(model(ids), ref, atol=1e-4)  # float32 vs float64 of the same weights

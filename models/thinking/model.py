@@ -73,11 +73,11 @@ def _twin(backbone: nn.Module) -> nn.Module:
     backbone's, so the thought pass stays a plain HF forward."""
     with torch.device("meta"):
         twin = type(backbone)(backbone.config)
-    twin.load_state_dict(backbone.state_dict(keep_vars=True), assign=True, strict=False)  # the same Parameters
+    state = backbone.state_dict(keep_vars=True)
+    twin.load_state_dict(state, assign=True, strict=False)  # the same Parameters
     for name, buf in backbone.named_buffers():  # non-persistent ones (rotary frequencies) are not in a state dict
         owner, _, attr = name.rpartition(".")
-        module = twin.get_submodule(owner)
-        module.register_buffer(attr, buf, persistent=attr not in module._non_persistent_buffers_set)
+        twin.get_submodule(owner).register_buffer(attr, buf, persistent=name in state)
     return twin.train(backbone.training)
 
 
