@@ -1,9 +1,10 @@
-"""Models: load any causal LM as a TransformerBridge, train the toy models, evaluate them.
+"""Models: load any causal LM as a Runner (its HF model, guarded; TransformerLens's bridge when a hook name needs
+it), train the toy models, evaluate them.
 
 >>> from beliefscope.models import load_model
->>> bridge, tok = load_model("draft")
->>> bridge.cfg.n_layers
-1
+>>> model, tok = load_model("draft")
+>>> model.cfg.n_layers, model.built
+(1, False)
 """
 
 from .bridge import guard_cache_handoff as guard

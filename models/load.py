@@ -1,4 +1,5 @@
-"""Load any causal LM as a TransformerLens 4 `TransformerBridge`, offline unless asked otherwise.
+"""Load any causal LM as a `models.runner.Runner` (its HF model, guarded; TransformerLens 4's `TransformerBridge`
+built on demand), offline unless asked otherwise.
 
 Accepted names:
 - a shipped checkpoint, reachable from any folder: ``target``, ``draft``, ``thinking``,
@@ -8,10 +9,10 @@ Accepted names:
 - a hub name (``org/model``): tried only when ``HF_HUB_OFFLINE`` is unset and the hub answers.
 
 ``smollm2-direct`` and ``smollm2-cot`` hold only LoRA adapters (`models.adapters`), composed over
-the ``smollm2`` weights and merged into them: they load as a plain bridge.
+the ``smollm2`` weights and merged into them: they load as a plain Runner.
 
 Thinking States checkpoints (``thinking``, ``smollm2-thinking``) load as
-`models.thinking.ThinkingStates`; ``smollm2-thinking`` holds only its trained parts and is
+`models.thinking.ThinkingStates` (a Runner too); ``smollm2-thinking`` holds only its trained parts and is
 composed over the ``smollm2`` weights at load time (a backbone with other weights is refused).
 
 The pieces below `load_model` live in their own modules (and stay importable from here): names and
@@ -69,25 +70,25 @@ from .thinking.ckpt import load_thinking
 
 
 def bridge_from_hf(model, tok=None):
-    """Wrap an in-memory HF causal LM as a TransformerBridge (the model is modified in place) whose
-    attention always writes the KV cache it is given (`models.bridge`). The bridge is in eval mode: dropout off,
-    so two forwards agree and speculative decoding equals greedy."""
+    """An in-memory HF causal LM as a `Runner`: guarded in place (its attention always writes the KV cache it is
+    given, `models.bridge`), and in eval mode: dropout off, so two forwards agree and speculative decoding equals
+    greedy. TransformerLens's bridge is built on it only when a hook name needs its wrappers."""
 
     model.eval()
     return Runner(model, tok)
 
 
 def load_model(name_or_path, device=None, dtype=None, *, tokenizer=None) -> tuple[Runner, Any]:
-    """Load a model as ``(TransformerBridge, tokenizer)``; see the module docstring for names. The bridge
-    tokenizes a string as ``tokenizer(text)`` does, adding no BOS of its own (`models.bridge.build_bridge`).
+    """Load a model as ``(Runner, tokenizer)``; see the module docstring for names. The Runner tokenizes a
+    string as ``tokenizer(text)`` does, adding no BOS of its own (`Runner.to_tokens`).
 
-    A Thinking States checkpoint comes back as ``(ThinkingStates, tokenizer)``, whose
-    ``.bridge`` is the backbone's bridge. ``device``: default CUDA when available, else the CPU;
+    A Thinking States checkpoint comes back as ``(ThinkingStates, tokenizer)``, a Runner whose
+    ``.bridge`` is built over a twin of its backbone. ``device``: default CUDA when available, else the CPU;
     ``dtype`` (a torch dtype or its name): default float32 (see `model_defaults`).
 
     `name_or_path` may also be an HF causal LM already in memory (pass its `tokenizer`): it is wrapped where it
-    is, on its own device and dtype (its modules are modified in place and it is put in eval mode, as
-    `bridge_from_hf` says); load a copy first to keep the original untouched."""
+    is, on its own device and dtype (it is guarded and put in eval mode, as `bridge_from_hf` says; a hook name
+    that needs TransformerLens's bridge later wraps its modules in place); load a copy first to keep the original untouched."""
     if not isinstance(name_or_path, (str, os.PathLike)):
         if not (hasattr(name_or_path, "config") and hasattr(name_or_path, "forward")):
             raise TypeError(f"load_model takes a shipped name, a checkpoint folder, a hub name or an HF causal LM; got "
