@@ -88,7 +88,8 @@ def load_model(name_or_path, device=None, dtype=None, *, tokenizer=None) -> tupl
 
     `name_or_path` may also be an HF causal LM already in memory (pass its `tokenizer`): it is wrapped where it
     is, on its own device and dtype (it is guarded and put in eval mode, as `bridge_from_hf` says; a hook name
-    that needs TransformerLens's bridge later wraps its modules in place); load a copy first to keep the original untouched."""
+    that needs TransformerLens's bridge later wraps its modules in place); load a copy first to keep the original
+    untouched."""
     if not isinstance(name_or_path, (str, os.PathLike)):
         if not (hasattr(name_or_path, "config") and hasattr(name_or_path, "forward")):
             raise TypeError(f"load_model takes a shipped name, a checkpoint folder, a hub name or an HF causal LM; got "
