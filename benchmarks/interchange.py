@@ -12,9 +12,9 @@ base's last token. The sweep is every block x the position rules (``last_event``
   ``block_output``, ``unit="pos"``), called once per (position rule, batch of ``batch_size`` pairs) with the
   batch's bases and sources right-padded with an attention mask and one unit location per row
   (``{"sources->base": (source positions, base positions)}``), as pyvene's tutorials batch their calls. Each call
-  runs the sources' forward, then the bases' forward with the patch. It runs on the HF model under the bridge
-  without the TransformerLens wrappers (`models.bare`), its fastest path, and on the same (pair, site) rows ours
-  scores (ours skips no other row on minimal pairs).
+  runs the sources' forward, then the bases' forward with the patch. It runs on the Runner's HF model, with
+  no TransformerLens wrapper (a Runner builds none for resid sites), its fastest path, and on the same
+  (pair, site) rows ours scores (ours skips no other row on minimal pairs).
 
 The two are timed interleaved in one process (`benchmarks.common.interleaved`); their answers must be the same for
 every (pair, site) and their IIA equal per site. Headline ``speedup``: pyvene's time over ours (median of the

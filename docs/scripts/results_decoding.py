@@ -188,7 +188,8 @@ The instrument beside the bare Hugging Face model, same weights and inputs (`bel
 `benchmarks/README.md`). Each figure is a time ratio over the bare model: our forward, a capture of every
 `resid_post` (against `output_hidden_states`), greedy generation, and "prefill": greedy generation of a few
 tokens after a long prompt, where the prompt's forward dominates. "Before" is the TransformerLens-wrapped path
-used before `models.bare`, and for the prefill a prefill that computes every prompt position's logits, as each
+(a copy of the model with its bridge built: what every forward cost before the Runner built the bridge only on
+demand), and for the prefill a prefill that computes every prompt position's logits, as each
 did before it asked for the last position's alone (HF's `logits_to_keep`, what HF's own `generate` does).
 """
     f = functools.partial(d.fig, OVERHEAD)
