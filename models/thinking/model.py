@@ -75,9 +75,19 @@ def _twin(backbone: nn.Module) -> nn.Module:
         twin = type(backbone)(backbone.config)
     state = backbone.state_dict(keep_vars=True)
     twin.load_state_dict(state, assign=True, strict=False)  # the same Parameters
-    for name, buf in backbone.named_buffers():  # non-persistent ones (rotary frequencies) are not in a state dict
-        owner, _, attr = name.rpartition(".")
+    for name, buf in backbone.named_buffers(remove_duplicate=False):  # non-persistent ones (rotary frequencies)
+        owner, _, attr = name.rpartition(".")  # are not in a state dict
         twin.get_submodule(owner).register_buffer(attr, buf, persistent=name in state)
+    mine = dict(backbone.named_modules(remove_duplicate=False))
+    for name, module in twin.named_modules(remove_duplicate=False):  # plain tensor attributes set in __init__
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and value.is_meta and name in mine:
+                setattr(module, attr, getattr(mine[name], attr))
+    left = [n for n, t in [*twin.named_parameters(), *twin.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"the twin of this {type(backbone).__name__} keeps tensors with no values ({left[:3]}): its "
+                         "class builds state that its state dict and buffers do not hold; Thinking States cannot "
+                         "wrap it for hooks")
     return twin.train(backbone.training)
 
 
