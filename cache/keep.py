@@ -7,6 +7,7 @@ engine labels and cuts. It lives beside the cache so that policies below the eng
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .provenance import Provenance
 
@@ -19,12 +20,14 @@ class Keep:
     verify window laid out from ``position`` as [pending, accepted drafts, rejected drafts, padding]:
     ``(position, accepted drafts, end of the drafts)``; its accepted drafts are labelled ACCEPTED and, with
     ``keep_rejected``, its rejected ones REJECTED and kept in ``cache.recorder.rejected``. ``verified`` lists
-    ``(row, start, end)`` spans a ragged step labels VERIFIED."""
+    ``(row, start, end)`` spans a ragged step labels VERIFIED. A step may keep several caches (the target's and a
+    draft model's own): each `Keep` names its ``cache``, None meaning the policy's."""
 
     lengths: int | list[int]  # positions each row holds after the step
     window: tuple[int, int, int] | None = None  # (position, n accepted drafts, drafts end) of a one-row window
     keep_rejected: bool = False  # the window's rejected drafts stay in cache.recorder.rejected
     verified: tuple = ()  # (row, start, end) spans labelled VERIFIED
+    cache: Any = None  # the cache it applies to: None for the policy's own; a draft model's cache, for its drafter
 
 
 def settle(cache, keep: Keep) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..cache.keep import Keep
 from .config import SpecConfig, TreeConfig
 from .tree import TokenTree
 
@@ -35,5 +36,11 @@ class Drafter:
         drafts, q = self.propose(ids, min(shape.depth, shape.nodes), cfg)
         return TokenTree.chain(drafts.tolist(), q)
 
+    def keep(self, committed: torch.Tensor) -> Keep | None:
+        """What the drafter's own cache keeps once ``committed`` ``[n]`` (every committed token, prompt included,
+        the pending one last) stands, or None (no cache of its own). The engine settles it with the target's."""
+        return None
+
     def sync(self, n_committed: int) -> None:
-        """Called after each verify: ``n_committed`` tokens are now committed (prompt included)."""
+        """Called after each verify, once the caches are kept: ``n_committed`` tokens are now committed (prompt
+        included)."""

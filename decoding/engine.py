@@ -49,9 +49,9 @@ class Policy(Protocol):
     def accept(self, proposal, out) -> Any:
         """What the verifier keeps of the proposal, from the forward's output ``out``."""
 
-    def keep(self, proposal, accepted) -> Keep | None:
-        """What the cache keeps of the step (None: the policy's cache needs no cut); the engine applies it to
-        ``policy.cache``."""
+    def keep(self, proposal, accepted) -> Keep | tuple[Keep, ...] | None:
+        """What the caches keep of the step (None: nothing to cut); the engine applies each `Keep` to its
+        ``cache``, or to ``policy.cache`` when it names none."""
 
     def commit(self, proposal, accepted) -> None:
         """Record the step in the policy's own bookkeeping (the cache already holds what it keeps)."""
@@ -69,7 +69,7 @@ def run(policy: P) -> P:
         out = policy.verify(proposal)
         accepted = policy.accept(proposal, out)
         kept = policy.keep(proposal, accepted)
-        if kept is not None:
-            settle(policy.cache, kept)
+        for k in (() if kept is None else kept if isinstance(kept, tuple) else (kept,)):
+            settle(policy.cache if k.cache is None else k.cache, k)
         policy.commit(proposal, accepted)
     return policy

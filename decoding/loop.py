@@ -189,10 +189,13 @@ class SpeculativeRun:
         return path, clip_new([*(prop.tokens[i] for i in path), nxt], self.budget - (self.length - self.n_prompt),
                               self.eos)
 
-    def keep(self, prop: Proposal, accepted: tuple[list[int], list[int]]) -> Keep:
+    def keep(self, prop: Proposal, accepted: tuple[list[int], list[int]]) -> Keep | tuple[Keep, Keep]:
+        """The target's cache keeps the pending token and the accepted drafts (the last new token is pending);
+        a drafter with a cache of its own says what that one keeps."""
         path, new = accepted
-        keep = self.pos + len(new)  # the pending token and the accepted drafts stay; the last new token is pending
-        return self.kind.keep(self.cache, self.pos, prop, path, keep)
+        target = self.kind.keep(self.cache, self.pos, prop, path, self.pos + len(new))
+        own = self.drafter.keep(torch.cat([self.buf[: self.length], torch.tensor(new, dtype=torch.long)]))
+        return target if own is None else (target, own)
 
     def commit(self, prop: Proposal, accepted: tuple[list[int], list[int]]) -> None:
         path, new = accepted

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..cache import Provenance
+from ..cache.keep import Keep
 from ..models.forward import forward_module
 from .config import SpecConfig, TreeConfig
 from .core import (
@@ -71,7 +72,7 @@ class ModelDrafter(Drafter):
         self.model = draft_model
         self.name = name or self.name
         self.cache = None
-        self._fed: list[int] | None = None  # tokens in the draft cache (tree drafting only; None = not tracked)
+        self._fed: list[int] = []  # the tokens in the draft cache, in order
 
     def start(self, target, ids, cache, cfg):
         tv, dv = vocab_size(target), vocab_size(self.model)
@@ -87,6 +88,7 @@ class ModelDrafter(Drafter):
 
     def _step(self, x: torch.Tensor) -> torch.Tensor:
         self.forwards += 1
+        self._fed += x.tolist()  # the draft cache's tokens, kept beside it
         return forward(self.model, x, self.cache, last_only=True)[-1]
 
     def propose(self, ids, n, cfg):
@@ -94,26 +96,24 @@ class ModelDrafter(Drafter):
         return _draft_chain(self._step, ids[self.cache.seq_len:], ids, n, cfg)
 
     def propose_tree(self, ids, shape, cfg):
-        """Chain + next-best leaves (``model_propose_tree``). The accepted path may leave the chain,
-        so the draft cache is first cut back to its longest prefix equal to ``ids``."""
-        fed = self._fed if self._fed is not None else ids[:self.cache.seq_len].tolist()
-        ref = ids[:len(fed)].tolist()
-        common = next((i for i, (a, b) in enumerate(zip(fed, ref)) if a != b), min(len(fed), len(ref)))
-        common = min(common, ids.numel() - 1, self.cache.seq_len)
-        self.cache.rollback(common)
-        self._fed = ids[:common].tolist()
+        """Chain + next-best leaves (``model_propose_tree``). The draft cache holds a prefix of ``ids`` (`keep`
+        cut it back where the accepted path left the drafted chain)."""
+        held = self.cache.seq_len
+        if self._fed != ids[:held].tolist():
+            raise RuntimeError("the draft model's cache holds tokens the committed ones do not: a drafter's cache is "
+                               "kept in step by the decoding engine (decoding.engine.run settles its keep())")
+        return model_propose_tree(self, ids, shape, cfg, self._step, ids[held:])
 
-        def step(x):
-            self._fed += x.tolist()
-            return self._step(x)
-        return model_propose_tree(self, ids, shape, cfg, step, ids[common:])
+    def keep(self, committed):
+        """The draft cache keeps what was committed of it, all but the pending token (after a full accept it
+        holds one token less: caught up next time). After tree drafting the accepted path may leave the chain
+        the cache was fed, so it keeps only its longest prefix equal to ``committed``."""
+        ref = committed.tolist()
+        held = next((i for i, (a, b) in enumerate(zip(self._fed, ref)) if a != b), min(len(self._fed), len(ref)))
+        return Keep(min(held, committed.numel() - 1), cache=self.cache)
 
     def sync(self, n_committed):
-        # The draft cache holds committed tokens and unverified drafts; keep only what was committed
-        # (all but the pending token). After a full accept it holds one token less: caught up next time.
-        self.cache.rollback(min(self.cache.seq_len, n_committed - 1))
-        if self._fed is not None:
-            self._fed = self._fed[:self.cache.seq_len]
+        self._fed = self._fed[:self.cache.seq_len]
 
 
 class LowPrecisionDrafter(ModelDrafter):
@@ -221,9 +221,10 @@ class EarlyExitDrafter(Drafter):
         with self._look_ahead():
             return model_propose_tree(self, ids, shape, cfg, self._forward, ids[self.cache.seq_len:])
 
-    def sync(self, n_committed):
-        if not self.share_cache:
-            self.cache.rollback(min(self.cache.seq_len, n_committed - 1))
+    def keep(self, committed):
+        """With a cache of its own, it keeps all but the pending token (``ModelDrafter.keep``); a shared cache is
+        the target's, left as it was after drafting (`_look_ahead`)."""
+        return None if self.share_cache else Keep(min(self.cache.seq_len, committed.numel() - 1), cache=self.cache)
 
 
 def model_propose_tree(drafter, ids: torch.Tensor, shape: TreeConfig, cfg: SpecConfig, step,

@@ -178,3 +178,28 @@ def test_choose_tree_nodes_maximises_tokens_per_cost():
     assert choose_tree_nodes(ranks, cheap, max_nodes=10)[0] == 6  # the smallest tree that catches rank 5
     steep = {w: 1.0 + 0.5 * (w - 1) for w in range(1, 12)}
     assert choose_tree_nodes(ranks, steep, max_nodes=10)[0] == 1  # width is too expensive: 2/1.5 > 3/4
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_a_draft_models_own_cache_is_kept_by_the_engine_as_a_fresh_prefill_of_the_committed_tokens(tree):
+    """The engine settles the drafter's own cache beside the target's (ModelDrafter.keep): after every step, and
+    at the end, it holds a prefix of the committed tokens whose keys equal a fresh uncached prefill of that prefix
+    (the reference), even where a tree's accepted path left the chain the draft model was fed. The output is
+    plain greedy's. A draft model with other weights than the target's makes rejections and branch switches."""
+    from beliefscope.decoding import generate
+
+    target, draft = guarded(tiny_llama_hf(seed=0)), guarded(tiny_llama_hf(seed=1))
+    prompt = [3, 4, 5, 6, 7, 3, 4]
+    shape = TreeConfig(nodes=6, depth=3, min_share=0.0) if tree else None
+    cfg = SpecConfig(gamma=3, max_new_tokens=16, stop_at_eos=False, tree=shape)
+    d = ModelDrafter(draft)
+    out = speculative_generate(target, d, prompt, cfg)
+    assert out.tokens == generate(target, prompt, SpecConfig(max_new_tokens=16, stop_at_eos=False)).tokens
+    committed = prompt + out.tokens
+    n = d.cache.seq_len
+    assert 0 < n <= len(committed) - 1 and d._fed == committed[:n]
+    fresh = KVCache.for_model(draft, capacity=64)
+    with torch.no_grad():
+        draft(torch.tensor([committed[:n]]), past_key_values=fresh, use_cache=True)
+    for layer in range(fresh.config.n_layers):
+        assert (d.cache.keys(layer) - fresh.keys(layer)).abs().max() < 1e-5
