@@ -111,7 +111,7 @@ def run_thinking_batch(model, prompts, max_new_tokens: int = 1, stop_at_eos: boo
         return {b: logits[b, keep.index(p)] for b, p in step.need.items()}, h
 
     policy = engine.run(ChunkedThinking(model, prompts, max_new_tokens, stop_at_eos, forward, state.think, spans, last,
-                                        pad=pad_id(model)))
+                                        pad=pad_id(model), cache=cache))
     return BatchThinkingRun(tokens=policy.tokens, thoughts=state.thoughts, backbone_forwards=forwards,
                             think_calls=state.calls, cache=cache)
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ...cache.keep import Keep
+
 
 @dataclass
 class ChunkStep:
@@ -56,8 +58,11 @@ class ChunkedThinking:
     ``max_new_tokens=0`` runs the prompt only."""
 
     def __init__(self, model, prompts: list[list[int]], max_new_tokens: int, stop_at_eos: bool, forward, completed,
-                 spans: list[list[tuple[int, int, bool]]] | None = None, last: list | None = None, pad: int = 0):
+                 spans: list[list[tuple[int, int, bool]]] | None = None, last: list | None = None, pad: int = 0,
+                 cache=None):
         n = len(prompts)
+        self.cache = cache  # a ragged batch's cache: each row keeps its own real tokens of a step (`keep`)
+        self._before: list[int] = []  # the cache's lengths before this step's forward
         self.model, self.prompts, self.forward, self.completed, self.pad = model, prompts, forward, completed, pad
         self.max_new_tokens, self.stop_at_eos = max_new_tokens, stop_at_eos
         self.spans = [model.spans(p) for p in prompts] if spans is None else spans
@@ -100,14 +105,19 @@ class ChunkedThinking:
         return ChunkStep(x, lens, {b: 0 for b in self.active}, prefill=False)
 
     def verify(self, step: ChunkStep):
+        if self.cache is not None:
+            self._before = list(self.cache.lengths)
         return self.forward(step)
 
     def accept(self, step: ChunkStep, out):
         return out  # nothing was drafted: the forward keeps all it was given
 
-    def keep(self, step: ChunkStep, out) -> None:
-        """None: a chunk's forward is kept whole (nothing is drafted)."""
-        return None
+    def keep(self, step: ChunkStep, out) -> Keep | None:
+        """Each row keeps its real tokens of the step, not the padding of a ragged batch (None without a cache:
+        a forward of one story writes no padding)."""
+        if self.cache is None:
+            return None
+        return Keep([a + n for a, n in zip(self._before, step.lens, strict=True)])
 
     def commit(self, step: ChunkStep, out) -> None:
         logits, h = out

@@ -158,16 +158,14 @@ def _per_token_states(model, spans, shape) -> torch.Tensor | None:
 
 def forward_rows(model, cache: KVCache, x: torch.Tensor, S: torch.Tensor, lens: list[int], keep: list[int]):
     """One ``[B, w]`` backbone forward of ``x`` with each row's S ``[B, d]`` (or each token's, ``[B, w, d]``)
-    added at L_in; every row is then rolled back to its own ``lens[b]`` new tokens (the padding becomes
-    holes the cache's mask hides). Returns (logits ``[B, len(keep), V]``, h_out ``[B, w, d]``)."""
-    before = cache.lengths
+    added at L_in. Every row writes ``w`` positions; the engine then keeps each row's own ``lens[b]`` new tokens,
+    or fewer (the policy's `Keep`: the padding becomes holes the cache's mask hides). Returns (logits
+    ``[B, len(keep), V]``, h_out ``[B, w, d]``)."""
     w = x.shape[1]
     kw = cache.forward_kwargs(w)
     add = S[:, None, :].expand(-1, w, -1) if S.dim() == 2 else S  # [B, w, d]: one S per row, or per token
-    logits, h = model.backbone_forward(x, kw["attention_mask"], add, kw["position_ids"],
-                                       keep_logits=torch.tensor(keep or [0]), past_key_values=cache)
-    cache.rollback([a + k for a, k in zip(before, lens, strict=True)])
-    return logits, h
+    return model.backbone_forward(x, kw["attention_mask"], add, kw["position_ids"],
+                                  keep_logits=torch.tensor(keep or [0]), past_key_values=cache)
 
 
 def pad_id(model) -> int:
