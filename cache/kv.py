@@ -291,6 +291,10 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         if len(keys) != self.config.n_layers or len(values) != self.config.n_layers:
             raise ValueError(f"fill_rows takes one key and one value tensor per layer ({self.config.n_layers}); got "
                              f"{len(keys)} and {len(values)}")
+        written = keys[0].shape[2]  # T
+        if len(lengths) != len(self.layout.lengths) or any(not 0 <= int(n) <= written for n in lengths):
+            raise ValueError(f"fill_rows keeps 0..{written} of the {written} positions given, one length per row "
+                             f"({len(self.layout.lengths)} rows); got lengths {list(lengths)}")
         start = list(self.layout.lengths)
         for layer, (k, v) in enumerate(zip(keys, values)):
             self.update(k, v, layer)

@@ -75,7 +75,15 @@ def test_fill_rows_refuses_a_wrong_number_of_layers_before_writing():
         assert "one key and one value tensor per layer" in str(e)
     else:
         raise AssertionError("fill_rows took one layer's tensors for a 2-layer cache")
-    assert cache.seq_len == 0
+    two = one * 2
+    for lengths in ([3], [1, 1], [-1]):  # more than given, a length per row of another batch, negative
+        try:
+            cache.fill_rows(two, two, lengths)
+        except ValueError as e:
+            assert "fill_rows keeps 0..2" in str(e), str(e)
+        else:
+            raise AssertionError(f"fill_rows took lengths {lengths}")
+    assert cache.seq_len == 0  # nothing written by a refused call
 
 
 def test_settle_labels_verified_spans_and_cuts_each_row_to_its_own_length():
