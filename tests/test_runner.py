@@ -47,7 +47,7 @@ def test_the_door_serves_a_bridge_and_refuses_a_thinking_model(runner):
 
 
 def test_a_thinking_models_twin_holds_the_backbones_parameters_through_moves_and_checkpoints():
-    """ThinkingStates runs hooks on a twin of its backbone (models.thinking.model._twin): the same Parameter
+    """ThinkingStates runs hooks on a twin of its backbone (models.thinking.twin.twin_of): the same Parameter
     objects, so a dtype move or a training step reaches both, and a state dict neither holds nor needs the
     twin's entries (it loads back in full)."""
     import copy

@@ -35,6 +35,7 @@ from ..forward import forward_module
 from ..profile import decoder_layers
 from ..runner import Runner
 from .config import ThinkingConfig, chunk_spans
+from .twin import TWIN, twin_not_missing, twin_of
 
 __all__ = ["ThinkingConfig", "ThinkingStates", "chunk_spans", "decoder_layers"]
 
@@ -59,38 +60,6 @@ def _one_block_model(config):
 # the bridge's methods that decode or run a forward of their own (TransformerLens 4): reached through a
 # Thinking States model they would run its backbone without the thoughts, so they are refused by name
 
-TWIN = "hf."  # the state-dict prefix of the twin (Runner.hf): entries a checkpoint neither holds nor needs
-
-
-def _twin_not_missing(module, incompatible) -> None:
-    """A state dict without the twin's entries loads in full: they are the backbone's, loaded with it."""
-    incompatible.missing_keys[:] = [k for k in incompatible.missing_keys if not k.startswith(TWIN)]
-
-
-def _twin(backbone: nn.Module) -> nn.Module:
-    """A second HF model of ``backbone``'s class holding the very same parameters (and its buffers), built on
-    the meta device (no weights allocated): TransformerLens's bridge may wrap the twin's modules, never the
-    backbone's, so the thought pass stays a plain HF forward."""
-    with torch.device("meta"):
-        twin = type(backbone)(backbone.config)
-    state = backbone.state_dict(keep_vars=True)
-    twin.load_state_dict(state, assign=True, strict=False)  # the same Parameters
-    for name, buf in backbone.named_buffers(remove_duplicate=False):  # non-persistent ones (rotary frequencies)
-        owner, _, attr = name.rpartition(".")  # are not in a state dict
-        twin.get_submodule(owner).register_buffer(attr, buf, persistent=name in state)
-    mine = dict(backbone.named_modules(remove_duplicate=False))
-    for name, module in twin.named_modules(remove_duplicate=False):  # plain tensor attributes set in __init__
-        for attr, value in list(vars(module).items()):
-            if isinstance(value, torch.Tensor) and value.is_meta and name in mine:
-                setattr(module, attr, getattr(mine[name], attr))
-    left = [n for n, t in [*twin.named_parameters(), *twin.named_buffers()] if t.is_meta]
-    if left:
-        raise ValueError(f"the twin of this {type(backbone).__name__} keeps tensors with no values ({left[:3]}): its "
-                         "class builds state that its state dict and buffers do not hold; Thinking States cannot "
-                         "wrap it for hooks")
-    return twin.train(backbone.training)
-
-
 class ThinkingStates(Runner):
     """Thinking States over a HF causal LM; see the module docstring."""
 
@@ -99,7 +68,7 @@ class ThinkingStates(Runner):
         n_layers = len(decoder_layers(backbone))
         config.check(n_layers)
         guard_cache_handoff(backbone)  # decodes into a KVCache (decoding.thinking)
-        super().__init__(_twin(backbone), tokenizer, name_or_path="thinking")  # the twin: hooks and captures
+        super().__init__(twin_of(backbone), tokenizer, name_or_path="thinking")  # the twin: hooks and captures
         self.thinking_config = config
         self.l_in = config.l_in
         self.l_out = config.l_out % n_layers
@@ -118,7 +87,7 @@ class ThinkingStates(Runner):
         self.eos_id = tokenizer.eos_token_id
         self.boundary_id = tokenizer.convert_tokens_to_ids(config.boundary) if config.chunking == "events" else None
         guard_cache_handoff(self.T)  # decodes into a KVCache too (decoding.thinking)
-        self.register_load_state_dict_post_hook(_twin_not_missing)
+        self.register_load_state_dict_post_hook(twin_not_missing)
 
     def state_dict(self, *args, **kwargs):
         """The module's state without the twin's entries (``hf.*``): they are the backbone's own tensors."""
