@@ -37,6 +37,10 @@ class CacheConfig:
     strict_masks: bool = True  # raise if a forward needs a mask (ragged rows, holes) but the caller did not ask
     #   for one via cache.attention_mask(n) / cache.forward_kwargs(n); False: trust the caller
     model_name: str = "?"  # human-readable model name, shown in error messages and summary()
+    slots: bool = False  # a slot layout (cache.slots): `batch` fixed rows of `capacity` positions, allocated at
+    #   once and never grown; each forward runs over the rows its forward_kwargs(n, rows=..., span=...) plan names,
+    #   each row written at its own length (the deterministic scheduler's fixed-shape verifies). Needs every shape
+    #   field; forks are refused
     windows: tuple | None = None  # per layer: the model's sliding window (a query sees keys fewer than `w`
     #   logical positions back), or None for full attention; None: every layer full. The cache keeps every
     #   position (it is an inspection cache); masks hide what a window excludes

@@ -58,7 +58,8 @@ class CopyMixin:
     def __getstate__(self) -> dict:
         lens = list(self.layout.lengths)
         clean = self.layout.is_clean
-        st = None if self.storage is None else compacted_storage(self, max(lens, default=0))
+        cap = self.config.capacity if self._slotted else max(lens, default=0)  # a slot cache keeps its capacity
+        st = None if self.storage is None else compacted_storage(self, cap)
         rec = self.recorder
         if rec is not None:  # the copy's own recorder: its event list (plus the compaction's moves) and tags
             rec = copy.copy(rec)
@@ -71,7 +72,10 @@ class CopyMixin:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["config"], _storage=state["storage"])
         lens = state["lens"]
-        self.layout = Layout.left_aligned(lens)
+        if self._slotted:
+            self.layout.rollback(lens)
+        else:
+            self.layout = Layout.left_aligned(lens)
         self._step, self._closed = state["step"], state["closed"]
         self.recorder = None if state["recorder"] is None else state["recorder"].bind(self)
         self._hooks = state["hooks"]

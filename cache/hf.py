@@ -48,6 +48,8 @@ class HFProtocolMixin:
     # ------------------------------------------------------------------ lengths
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Physical length HF sees (== logical length for a clean cache; see ``seq_len``)."""
+        if self._slotted:
+            return 0  # a slot cache's forwards take their positions and mask from its plan, never from here
         lay = self.layout
         return lay.plan[0] if lay.plan is not None else lay.end
 

@@ -28,12 +28,14 @@ from .layer import KVLayer
 from .layout import Layout
 from .masks import MaskMixin
 from .recorder import Recorder
+from .slot_layout import SlotLayout
+from .slots import SlotsMixin
 from .storage import Storage
 from .validate import ValidateMixin
 
 _IDS = itertools.count()
 
-class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin, Cache):
+class KVCache(SlotsMixin, HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin, Cache):
     """Inspectable layer-wise KV cache: O(1) append/rollback, zero-copy fork, provenance, snapshots.
 
     Example::
@@ -49,7 +51,6 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         2
     """
 
-    checks_growth = True  # a guarded model's forward that was given this cache must write it (models.bridge)
     growth_mark: int | None = None  # forward_count before the guarded forward in progress
 
     def __init__(self, config: CacheConfig, *, _storage: Storage | None = None):
@@ -68,8 +69,23 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         self._hooks: list = []
         # provenance, events, rejected spans and snapshots (cache.recorder); None: this cache records nothing
         self.recorder: Recorder | None = Recorder(self) if config.record else None
+        self._slotted = config.slots  # a slot layout (cache.slots): fixed rows, each written at its own length
+        if config.slots:
+            self._allocate_slots()
         if _storage is not None:
             _storage.holders.add(self)
+
+    def _allocate_slots(self) -> None:
+        c = self.config
+        missing = [f for f in ("batch", "kv_heads", "d_head", "dtype", "device") if getattr(c, f) is None]
+        if missing or c.layer_devices is not None:
+            raise ValueError(f"CacheConfig(slots=True) allocates its rows at once: give {', '.join(missing)} (or build "
+                             "it with KVCache.for_model(model, slots=True)); a model split over devices has no slot "
+                             "layout" if missing else "a slot layout keeps every layer on one device: this model is "
+                             "split over devices")
+        self.storage = self.storage or self._new_storage(c.capacity)
+        self.storage.holders.add(self)
+        self.layout = SlotLayout([0] * c.batch, c.capacity, c.windows, torch.device(c.device))
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -115,6 +131,10 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
         # Measured through the bridge, every Python statement here costs more than in isolation (the
         # model's working set evicts it), so per-forward work is done once, at layer 0, in `_begin`,
         # and the common case of the checks is inlined (`_check` gives the errors).
+        if self._replay is not None:  # a recorded forward: pure tensor work (cache.slots.replaying)
+            return self._replayed_update(key_states, value_states, layer_idx)
+        if self._slotted:
+            return self._slot_update(key_states, value_states, layer_idx)
         k, v, layer = key_states, value_states, layer_idx
         c, s = self.config, k.shape
         if self._closed or not (s == v.shape and len(s) == 4 and s[0] == c.batch and s[1] == c.kv_heads
@@ -243,6 +263,9 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
             ...     branch.seq_len
             0
         """
+        if self._slotted:
+            raise ValueError("fork() of a slot cache (CacheConfig(slots=True)) is refused: its rows are fixed buffers "
+                             "that recorded forwards read; copy.deepcopy(cache) gives an independent one")
         lens = self.layout.lengths
         ats = list(lens) if at is None else ([at] * len(lens) if isinstance(at, int) else list(at))
         for r, t in enumerate(ats):
@@ -313,7 +336,7 @@ class KVCache(HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixin, CopyMixin
 
     def compact(self) -> None:
         """Left-align every row in a fresh buffer, dropping holes left by ragged rollbacks (O(length))."""
-        if self.storage is not None:
+        if self.storage is not None and not self._slotted:  # a slot cache has no holes
             self._relocate()
 
     def close(self) -> None:

@@ -33,6 +33,9 @@ class MaskMixin:
             >>> tiny_cache(batch=2).live_mask(3).shape
             torch.Size([2, 3])
         """
+        if self._slotted:
+            raise ValueError("a slot cache (CacheConfig(slots=True)) has no live mask: its forwards attend over a "
+                             "span of each row's slots; use cache.forward_kwargs(n, rows=..., span=...)")
         lay = self.layout
         p = lay.end
         if self.storage is not None and self.storage.conflicts(self, p, p + n_new):
@@ -56,6 +59,8 @@ class MaskMixin:
             >>> tiny_cache(batch=2).attention_mask(3).shape
             torch.Size([2, 3])
         """
+        if self._slotted:  # every row over the whole capacity: [batch, 1, n_new, capacity]
+            return self._slot_kwargs(n_new, None, None)["attention_mask"]
         live = self.live_mask(n_new)  # [batch, past + n_new]
         windows = self.config.windows
         if windows is None or (self.layout.is_clean and self.layout.plan[0] == self.layout.end):
@@ -76,10 +81,16 @@ class MaskMixin:
             >>> tiny_cache().position_ids(2).tolist()
             [[0, 1]]
         """
+        if self._slotted:
+            return self.layout.position_ids(list(range(self.layout.batch)), n_new)
         return self.layout.positions(n_new).to(self.config.device or torch.get_default_device())
 
-    def forward_kwargs(self, n_new: int) -> dict:
+    def forward_kwargs(self, n_new: int, rows=None, span: int | None = None) -> dict:
         """``dict(past_key_values=self, attention_mask=..., position_ids=...)`` for the next forward.
+
+        On a slot cache (``CacheConfig(slots=True)``, `cache.slots`), ``rows`` (default: every row) are the rows
+        the forward runs, and ``span`` (default: the capacity) the slots they attend over; elsewhere every row
+        takes part in every forward, and passing either is refused.
 
         Example::
 
@@ -87,6 +98,12 @@ class MaskMixin:
             >>> sorted(tiny_cache().forward_kwargs(1))
             ['attention_mask', 'past_key_values', 'position_ids']
         """
+        if self._slotted:
+            return {"past_key_values": self, **self._slot_kwargs(n_new, rows, span)}
+        if rows is not None or span is not None:
+            raise ValueError(f"forward_kwargs(rows={rows}, span={span}): rows and span plan a forward over some rows "
+                             "of a slot cache (CacheConfig(slots=True)); every row of this cache takes part in every "
+                             "forward: drop them")
         return {"past_key_values": self, "attention_mask": self.attention_mask(n_new),
                 "position_ids": self.position_ids(n_new)}
 

@@ -3,8 +3,9 @@
 The cache core (kv.py) keeps the K/V storage, each row's layout, ``update``, ``rollback`` and
 ``fork``, and nothing else. A ``Recorder`` is attached to it when the cache is built with
 ``CacheConfig(record=True)`` (the default). The core tells it what it did, once per forward and once
-per rollback, fork, move or overwrite (never once per layer), through five calls: ``wrote``,
-``rolled_back``, ``forked``, ``moved`` and ``overwrote``. The recorder turns them into:
+per rollback, fork, move or overwrite (never once per layer), through six calls: ``wrote``
+(``wrote_rows`` for a slot cache), ``rolled_back``, ``forked``, ``moved`` and ``overwrote``. The recorder
+turns them into:
 
 - a provenance code per position (:class:`Provenance`: who wrote it), kept per physical slot
   beside the K/V so a fork sees the labels of the prefix it shares;
@@ -14,9 +15,6 @@ per rollback, fork, move or overwrite (never once per layer), through five calls
 
 A cache built with ``record=False`` keeps none of this, and a forward does no bookkeeping beyond its
 layout: the choice for harvesting or decoding at the bare model's speed.
-
-Every public name of the recorder is also read through its cache (``cache.recorder.events`` is
-``cache.recorder.events``), so ``cache.recorder.summary()`` or ``cache.recorder.tagging(...)`` need not name it.
 
 Example::
 
@@ -94,6 +92,18 @@ class Recorder:
         events = self.events
         for r, start in enumerate(starts):
             events.append(CacheEvent(kind or ("decode" if start else "prefill"), r, start, start + n, step))
+
+    def wrote_rows(self, rows: list[int], starts: list[int], n: int, step: int) -> None:
+        """A forward over a slot cache (`cache.slots`) wrote positions ``[starts[i], starts[i] + n)`` of row
+        ``rows[i]``, each row at its own place (there, positions are slots)."""
+        prov = self._explicit_provenance() if (self.next_provenance is not None or self._tags) else None
+        kind = None if prov is None else prov.event if isinstance(prov, Tag) else KIND_OF.get(prov, "verify")
+        st, t = self.cache.storage, tick()
+        for r, start in zip(rows, starts):
+            code = int(prov) if prov is not None else int(Provenance.VERIFIED if start else Provenance.PREFILL)
+            st.stamp[r, start : start + n] = t
+            st.prov[r, start : start + n] = code
+            self.events.append(CacheEvent(kind or ("decode" if start else "prefill"), r, start, start + n, step))
 
     def rolled_back(self, row: int, to: int, length: int, rejected_end: int | None = None) -> None:
         """Row ``row`` is about to drop logical positions ``[to, length)``, of which ``[to, rejected_end)``

@@ -28,30 +28,13 @@ from __future__ import annotations
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from ..cache.slots import begin_replay, replaying
 from ..models.bridge import cache_kwarg
 from ..models.forward import forward_module, is_wrapper
 from ..models.profile import sliding_windows
 from .core import CompiledForwards, hf_logits
 
 ATTENTION = ("sdpa", "eager")  # attention implementations whose 4D mask a recording can build
-
-
-class SlotWriter:
-    """The HF cache protocol inside a recorded forward: each layer's new K/V go to the physical slots in
-    ``slots`` (a tensor, so a replay writes where the current step says), and attention reads the whole
-    buffer (the mask hides what is not the row's)."""
-
-    def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], slots: torch.Tensor):
-        self.k, self.v, self.slots = k, v, slots  # per layer [B, H, C, D]; slots [n]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        kb, vb = self.k[layer_idx], self.v[layer_idx]  # [B, H, C, D]
-        kb.index_copy_(2, self.slots, key_states)  # key_states [B, H, n, D]
-        vb.index_copy_(2, self.slots, value_states)
-        return kb, vb
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        raise RuntimeError("a recorded forward is given its positions; nothing should ask the cache's length")
 
 
 def why_not(model, cache) -> str | None:
@@ -84,9 +67,9 @@ def why_not_model(model) -> str | None:
 
 KNOWN_HOOKS = ("beliefscope.models.bridge", "beliefscope.models.context", "transformers.utils.output_capturing")
 #   modules of hooks a replay may skip: this project's input placement and cache guards (tensor work a recording
-#   keeps, or checks that pass over a `SlotWriter`), its context limit (a decoding run's budget keeps every
-#   replayed forward inside the context), and the hooks transformers leaves after ``output_hidden_states=True``
-#   (idle unless a forward asks for hidden states, which a recorded one does not)
+#   keeps, or checks a replaying cache turns off: `KVCache.checks_growth`), its context limit (a decoding run's
+#   budget keeps every replayed forward inside the context), and the hooks transformers leaves after
+#   ``output_hidden_states=True`` (idle unless a forward asks for hidden states, which a recorded one does not)
 
 
 HOOKED = "hooks on the model "  # how a why_not for hooks begins
@@ -146,11 +129,12 @@ class GraphedForward(CompiledForwards):
         rec = self.recordings.get((b, n))
         if rec is None:
             slots = torch.zeros(n, dtype=torch.long, device=st.k[0].device)  # [n] physical slots written
-            rec = self.recordings[(b, n)] = _Recording(forward_module(self.model), SlotWriter(st.k, st.v, slots),
-                                                       slots, b, n, st.capacity, self.mode, self.pool)
+            rec = self.recordings[(b, n)] = _Recording(forward_module(self.model), cache, slots, b, n, st.capacity,
+                                                       self.mode, self.pool)
         rec.set(tokens, positions, torch.arange(p, p + n), _mask(live, n, st.capacity))
         self.replays += 1
-        return rec.run().float().cpu()
+        with replaying(cache, rec.write):  # every layer writes physical slots rec.write [n] of every row
+            return rec.run().float().cpu()
 
 
 def replay_mode(device: torch.device, cpu_mode: str) -> str:
@@ -158,7 +142,7 @@ def replay_mode(device: torch.device, cpu_mode: str) -> str:
 
 
 class SlotReplays:
-    """Fixed-shape forwards of ``model`` over the first rows of a `decoding.slots.SlotCache`, replayed: the
+    """Fixed-shape forwards of ``model`` over the first rows of a slot `KVCache` (`cache.slots`), replayed: the
     scheduler's fixed-shape verify ``[verify_slots, W]`` and its fast rounds ``[n, 1]`` (one recording per
     batch size ``n``, as serving engines record one CUDA graph per batch size), each over the slots' whole
     capacity. The slot cache never grows, so a recording lasts the scheduler's life."""
@@ -176,13 +160,14 @@ class SlotReplays:
         self.eager = 0  # forwards run eagerly because a hook was attached after the run began
 
     def _why_not(self) -> str | None:
-        windows = self.slots.windows and any(w is not None for w in self.slots.windows)
+        windows = self.slots.layout.windows and any(w is not None for w in self.slots.layout.windows)
         return why_not_model(self.model) or (
             "sliding-window layers (their masks are not built for a recording)" if windows else None)
 
     def logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """Host float logits ``[n, W, vocab]`` of ``tokens`` ``[n, W]`` for rows ``0 .. n-1``, written at each
-        row's length (not advanced), over the whole capacity: `SlotCache.verify` of that view."""
+        row's length (which grows by W, as in any forward), over the whole capacity: `decoding.slots.verify` of
+        ``rows=range(n)``."""
         return self._run(tokens).float().cpu()
 
     def greedy(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,21 +180,22 @@ class SlotReplays:
     def _run(self, tokens: torch.Tensor) -> torch.Tensor:
         """The logits ``[n, W, vocab]`` of `logits`, where the forward left them."""
         n, w = tokens.shape
-        slots = self.slots
-        view = slots.view(0, n, slots.capacity)
+        slots, capacity = self.slots, self.slots.layout.capacity
+        kw = slots.forward_kwargs(w, rows=range(n), span=capacity)  # plans the forward: mask [n, 1, W, C]
         if decide_again(self):
             self.why_not = self._why_not()
         if self.why_not is not None:  # the same forward, eagerly (its hooks run)
             self.eager += 1
-            return view.verify(self.model, tokens)
+            return hf_logits(self.model, tokens, **kw)
         rec = self.recordings.get((n, w))
         if rec is None:
-            view.write_pos = torch.zeros(n, w, dtype=torch.long, device=slots.device)  # [n, W] static
-            rec = self.recordings[(n, w)] = _Recording(forward_module(self.model), view, view.write_pos, n, w,
-                                                       slots.capacity, self.mode, self.pool)
-        write = (view.lengths[:, None] + torch.arange(w)).clamp(max=slots.capacity - 1)  # [n, W]
-        rec.set(tokens, view.position_ids(w), write, view.mask(w).cpu())
-        return rec.run()
+            write = torch.zeros(n, w, dtype=torch.long, device=self.slots.layout.device)  # [n, W] static
+            rec = self.recordings[(n, w)] = _Recording(forward_module(self.model), slots, write, n, w, capacity,
+                                                       self.mode, self.pool)
+        write = begin_replay(slots, w)  # [n, W]: the eager forward's bookkeeping, and where it would write
+        rec.set(tokens, kw["position_ids"], write, kw["attention_mask"].cpu())
+        with replaying(slots, rec.write, rows=n, span=capacity):
+            return rec.run()
 
 
 def _mask(live: torch.Tensor, n: int, capacity: int) -> torch.Tensor:
@@ -231,7 +217,7 @@ class _Recording:
         self.hf, self.mode, self.runs, self.pool = hf, mode, 0, pool
         self.ids = torch.zeros(batch, n, dtype=torch.long, device=dev)  # [B, n]
         self.pos = torch.zeros(batch, n, dtype=torch.long, device=dev)  # [B, n]
-        self.write = write  # where the K/V go: [n] slots (a KVCache) or [B, n] positions (a SlotCache)
+        self.write = write  # where the K/V go: [n] slots of every row, or [B, n] positions (a slot cache)
         eager = hf.config._attn_implementation == "eager"
         dtype = next(hf.parameters()).dtype
         self.mask = torch.zeros(batch, 1, n, capacity, dtype=dtype if eager else torch.bool, device=dev)

@@ -5,7 +5,7 @@ Every active request decodes through the *fast path*: continuous batching over a
 round over the active rows). The decode batch grows and shrinks as requests arrive and finish,
 so its shapes, and on most hardware its rounding, follow the batch; it may also run in
 bfloat16. A request flagged ``deterministic`` also owns one of ``verify_slots`` rows of a
-:class:`decoding.slots.SlotCache` and is verified every ``window - 1`` fast tokens by the
+:func:`decoding.slots.slot_cache` (a `KVCache` on a slot layout) and is verified every ``window - 1`` fast tokens by the
 reference, together with the other deterministic requests that are due:
 
 - ``verify_kernels="row-invariant"`` (the default for float32 on a CPU): a copy of the model
@@ -36,13 +36,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..cache.keep import Keep
+from ..cache.slots import empty_row, move_row
 from ..models.invariant_attention import row_invariant_copy
 from ..models.packed import can_pack
 from ..models.profile import sliding_windows
 from . import engine
 from .core import check_prompt, clip_new, hf_model, pad_window, token_budget
 from .graphed import SlotReplays
-from .slots import SlotCache
+from .slots import prefill_slot, slot_cache, verify_rows, verify_slots
 from .speculative import accept_greedy
 
 
@@ -78,7 +80,7 @@ class Request:
     # filled by the scheduler:
     tokens: list[int] = field(default_factory=list)  # committed new tokens
     drafts: list[int] = field(default_factory=list)  # fast-path tokens awaiting verification
-    slot: int | None = None  # row of the scheduler's SlotCache (deterministic requests only)
+    slot: int | None = None  # row of the scheduler's slot cache, `slots` (deterministic requests only)
     row: int | None = None  # row of the fast path's KV pool while active (None: not on the fast path)
     verifies: int = 0  # verify passes run
     accepted: int = 0  # fast-path tokens accepted by the verifier
@@ -187,11 +189,13 @@ class Scheduler:
         self.rounds, self.batch_sizes, self.verify_forwards, self.min_margin = 0, Counter(), 0, float("inf")
         self.verify_rows = 0
         if cfg.compile and self.replays:  # the recordings read these buffers: keep them, emptied (stale K/V
-            self.slots.lengths.zero_()  # past a row's length is masked, so it changes no bit)
-            self.pool.lengths.zero_()
+            self.slots.reset()  # past a row's length is masked, so it changes no bit)
+            self.pool.reset()
         else:
-            self.slots = SlotCache.for_model(self.target, cfg.verify_slots, cfg.slot_capacity)
-            self.pool = SlotCache.for_model(self.fast, cfg.max_batch, cfg.slot_capacity)  # fast-path KV, a row each
+            # the verify slots and the fast path's pool (a row per request): slot caches, whose events and
+            # provenance say what each request's rows held (`cache.recorder`)
+            self.slots = slot_cache(self.target, cfg.verify_slots, cfg.slot_capacity)
+            self.pool = slot_cache(self.fast, cfg.max_batch, cfg.slot_capacity)
             self.replays = self._replays() if cfg.compile else {}
         self.rows: list[Request] = []  # rows[i] owns pool row i (compacted as requests finish)
         engine.run(self)
@@ -248,23 +252,22 @@ class Scheduler:
         self.rounds += 1
 
     def _retire(self, active: list[Request], free: list[int]) -> list[Request]:
-        """Drop finished requests: free their verify slot, compact the fast pool's rows."""
+        """Drop finished requests: free their verify slot (it holds the request until another takes it), compact
+        the fast pool's rows."""
         for r in active:
             if r.done and r.slot is not None:
-                self.slots.lengths[r.slot] = 0
                 free.append(r.slot)
                 r.slot = None
         if any(r.done for r in self.rows):
             kept = [r for r in self.rows if not r.done]
             for i, r in enumerate(kept):  # ascending: a row only moves down, onto a finished or moved one
                 if r.row != i:
-                    self.pool.move(r.row, i)
+                    move_row(self.pool, r.row, i)
                     r.row = i
             for r in self.rows:
                 if r.done:
                     r.row = None
             self.rows = kept
-            self.pool.lengths[len(kept):] = 0
         return [r for r in active if not r.done]
 
     def _checked(self, r: Request) -> bool:
@@ -278,15 +281,15 @@ class Scheduler:
         """Reference prefill ``[1, n]`` (its shape depends on the prompt only); its argmax is the first
         token, and its K/V go into the request's slot."""
         model = self.verifier if self.verifier is not None else self.target  # the verifier's own kernels
-        r.tokens = [int(self.slots.prefill(model, r.slot, r.prompt)[-1].argmax())]
+        r.tokens = [int(prefill_slot(self.slots, model, r.slot, r.prompt)[-1].argmax())]
 
     def _fast_prefill(self, r: Request) -> None:
         """Fast-path prefill ``[1, n]`` into a new pool row; an unverified request's first token."""
         r.row = len(self.rows)
         self.rows.append(r)
-        self.pool.lengths[r.row] = 0
-        logits = self.pool.view(r.row, r.row + 1, len(r.prompt)).verify(self.fast, torch.tensor([r.prompt]))
-        self.pool.lengths[r.row] = len(r.prompt)
+        empty_row(self.pool, r.row)  # a row a finished request left
+        logits = verify_slots(self.pool, self.fast, torch.tensor([r.prompt]), rows=range(r.row, r.row + 1),
+                        span=len(r.prompt))
         if not self._checked(r):
             r.tokens = [int(logits[0, -1].argmax())]
 
@@ -295,13 +298,12 @@ class Scheduler:
         the first ``batch`` rows and as many positions as the longest of them needs."""
         n = len(self.rows)
         x = torch.tensor([[(r.prompt + r.tokens + r.drafts)[-1]] for r in self.rows])  # [batch, 1]
-        lengths = self.pool.lengths[:n]
         if "fast" in self.replays:  # [batch, 1] over the whole capacity, one recording per batch size
             best, top = self.replays["fast"].greedy(x)  # [batch], [batch, 2], reduced on the device
-        else:
-            last = self.pool.view(0, n, int(lengths.max()) + 1).verify(self.fast, x)[:, -1]  # [batch, vocab]
+        else:  # over the longest row's keys; every row grows by its token
+            span = max(self.pool.layout.lengths[:n]) + 1
+            last = verify_slots(self.pool, self.fast, x, rows=range(n), span=span)[:, -1]  # [batch, vocab]
             best, top = last.argmax(-1), last.topk(2, dim=-1).values
-        lengths += 1
         self.batch_sizes[n] += 1
         self.min_margin = min(self.min_margin, float((top[:, 0] - top[:, 1]).min()))
         for r, t in zip(self.rows, best.tolist()):
@@ -314,7 +316,7 @@ class Scheduler:
         pad, window = self.cfg.pad_token_id, self.cfg.window
         invariant = self.verifier is not None
         x = torch.full((len(due) if invariant else self.cfg.verify_slots, window), pad, dtype=torch.long)  # [B, W]
-        rows = []
+        rows, self._before = [], list(self.slots.layout.lengths)  # the slots' lengths before the forward appends W
         for i, r in enumerate(due):
             budget = r.max_new_tokens - len(r.tokens)
             drafts = torch.tensor(r.drafts[: max(0, min(window - 1, budget - 1))], dtype=torch.long)
@@ -322,11 +324,11 @@ class Scheduler:
             x[row] = pad_window(torch.cat([torch.tensor(r.tokens[-1:]), drafts]), window, pad)
             rows.append((r, drafts, budget, row))
         if invariant:  # the due rows only, over their own keys: a row's bits do not depend on the others
-            logits = self.slots.verify_rows(self.verifier, x, [r.slot for r in due])  # [n, W, vocab]
+            logits = verify_rows(self.slots, self.verifier, x, [r.slot for r in due])  # [n, W, vocab]
         elif "verify" in self.replays:
             logits = self.replays["verify"].logits(x)  # [B, W, vocab], the same shape, replayed
         else:
-            logits = self.slots.verify(self.target, x)  # [B, W, vocab]
+            logits = verify_slots(self.slots, self.target, x)  # [B, W, vocab]
         self.verify_forwards += 1
         self.verify_rows += len(due)
         return rows, logits
@@ -346,19 +348,23 @@ class Scheduler:
             kept.append((r, drafts, accepted, new))
         return kept
 
-    def keep(self, due: list[Request], kept: list[tuple]) -> None:
-        """None: the scheduler's slots keep each row's accepted tokens by moving its length (`commit`)."""
-        return None
+    def keep(self, due: list[Request], kept: list[tuple]) -> tuple[Keep, Keep]:
+        """What the two caches keep: each verify slot its length before the forward plus its new tokens (every
+        other slot, a dummy row of a fixed-shape verify, its length before), and each due request's fast-path
+        row its committed tokens less the pending one (its rejected drafts' K/V are dropped)."""
+        slots = list(self._before)
+        pool = list(self.pool.layout.lengths)
+        for r, drafts, accepted, new in kept:
+            slots[r.slot] += len(new)
+            if r.row is not None:  # (a request that ends here may keep a token its row never fed: min)
+                pool[r.row] = min(pool[r.row], len(r.prompt) + len(r.tokens) + len(new) - 1)
+        return Keep(slots, cache=self.slots), Keep(pool, cache=self.pool)
 
     def commit(self, due: list[Request], kept: list[tuple]) -> None:
-        """Keep each row's accepted tokens: the verify slot keeps the pending token and the accepted
-        drafts (an O(1) rollback), the fast pool row is cut back to the committed tokens; the round ends."""
+        """Record each row's accepted tokens (the caches already keep them: `keep`); the round ends."""
         for r, drafts, accepted, new in kept:
-            self.slots.lengths[r.slot] += len(new)
             r.tokens += new
             r.drafts = []
-            if r.row is not None:
-                self.pool.lengths[r.row] = len(r.prompt) + len(r.tokens) - 1
             r.verifies += 1
             r.accepted += accepted
             r.drafted += drafts.numel()

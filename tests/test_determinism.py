@@ -158,7 +158,7 @@ def test_fast_path_request_too_long_names_slot_capacity():
 def test_smollm2_fast_logits_follow_the_batch_verified_rows_do_not(smollm2):
     """Measured on this CPU (float32, 1 thread): one row's decode logits alone vs in batches of 2..8
     differ (~1e-5); a verified row is bit-identical whatever the other slots hold."""
-    from beliefscope.decoding.slots import SlotCache
+    from beliefscope.decoding.slots import slot_cache, verify_slots
 
     bridge, tok = smollm2
     hf = bridge.original_model
@@ -168,23 +168,22 @@ def test_smollm2_fast_logits_follow_the_batch_verified_rows_do_not(smollm2):
     n = max(map(len, rows))
     step = {}
     for b in (1, 2, 8):
-        pool = SlotCache.for_model(hf, b, n + 4)
+        pool = slot_cache(hf, b, n + 4)
         for i, p in enumerate(rows[:b]):
-            pool.view(i, i + 1, len(p)).verify(hf, torch.tensor([p]))
-            pool.lengths[i] = len(p)
+            verify_slots(pool, hf, torch.tensor([p]), rows=range(i, i + 1), span=len(p))
         x = torch.tensor([[p[-1]] for p in rows[:b]])
-        step[b] = pool.view(0, b, int(pool.lengths.max()) + 1).verify(hf, x)[0, -1]  # row 0, [vocab]
+        span = max(pool.layout.lengths[:b]) + 1
+        step[b] = verify_slots(pool, hf, x, rows=range(b), span=span)[0, -1]  # row 0, [vocab]
     assert (step[1] - step[2]).abs().max() > 0 or (step[1] - step[8]).abs().max() > 0
     assert max((step[1] - step[b]).abs().max() for b in (2, 8)) < 1e-3
     outs = []
     for other in ([], rows[1:4], rows[4:7]):
-        slots = SlotCache.for_model(hf, 4, n + 8)
+        slots = slot_cache(hf, 4, n + 8)
         for i, p in enumerate([rows[0], *other]):
-            slots.view(i, i + 1, len(p)).verify(hf, torch.tensor([p]))
-            slots.lengths[i] = len(p)
+            verify_slots(slots, hf, torch.tensor([p]), rows=range(i, i + 1), span=len(p))
         x = torch.full((4, 4), 0)
         x[0] = torch.tensor(tok(" and")["input_ids"][:1] * 4)
-        outs.append(slots.verify(hf, x)[0])
+        outs.append(verify_slots(slots, hf, x)[0])
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
@@ -192,7 +191,7 @@ def test_smollm2_fast_logits_follow_the_batch_verified_rows_do_not(smollm2):
 def test_smollm2_row_invariant_verify_keeps_its_bits(smollm2):
     """SmolLM2 (GQA, 30 layers): a row verified by the row-invariant copy has the same logit bits alone
     and beside 3 rows of other prompts, and its 4-token window has the bits of 4 one-token verifies."""
-    from beliefscope.decoding.slots import SlotCache
+    from beliefscope.decoding.slots import prefill_slot, slot_cache, verify_rows
     from beliefscope.models.invariant_attention import row_invariant_copy
     from beliefscope.models.packed import packing_available
 
@@ -206,20 +205,19 @@ def test_smollm2_row_invariant_verify_keeps_its_bits(smollm2):
     window = torch.tensor([tok(" Paris, and the")["input_ids"][:4]])  # [1, 4]
 
     def verify(rows, w=4):
-        slots = SlotCache.for_model(hf, 4, 64)
+        slots = slot_cache(hf, 4, 64)
         for r, p in zip(rows, prompts, strict=False):
-            slots.prefill(twin, r, p)
+            prefill_slot(slots, twin, r, p)
         x = torch.cat([window, torch.randint(100, 5000, (len(rows) - 1, 4))])[:, :w]
-        return slots, slots.verify_rows(twin, x, rows)[0]  # [w, vocab]
+        return slots, verify_rows(slots, twin, x, rows)[0]  # [w, vocab]
 
     _, alone = verify([0])
     _, crowded = verify([2, 0, 1, 3])
     assert torch.equal(alone, crowded)
-    slots, _ = verify([0], w=1)
-    steps = [slots.verify_rows(twin, window[:, :1], [0])[0]]
-    for i in range(1, 4):
-        slots.lengths[0] += 1
-        steps.append(slots.verify_rows(twin, window[:, i: i + 1], [0])[0])
+    slots, first = verify([0], w=1)
+    steps = [first]
+    for i in range(1, 4):  # each verify appends its token to the row
+        steps.append(verify_rows(slots, twin, window[:, i: i + 1], [0])[0])
     assert torch.equal(torch.cat(steps), alone)
     full = hf(torch.tensor([prompts[0] + window[0].tolist()])).logits[0, -4:]
     assert (alone - full).abs().max() < 1e-3

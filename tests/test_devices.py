@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from beliefscope.cache import KVCache
-from beliefscope.decoding.slots import SlotCache
+from beliefscope.decoding.slots import slot_cache
 from beliefscope.decoding.tree import TokenTree, tree_forward_kwargs
 from beliefscope.hooks import capture
 from beliefscope.models.testing import tiny_gpt2, tiny_llama
@@ -46,10 +46,11 @@ def test_cache_capture_and_masks_follow_a_meta_model(make):
 
 
 def test_slot_cache_follows_a_meta_model():
-    slots = SlotCache.for_model(tiny_llama().to(META), slots=2, capacity=8)
-    slots.lengths[:] = torch.tensor([2, 3])
-    assert slots.mask(3).device == META and slots.position_ids(3).device == META
-    assert slots.write_index((2, 2, 3, 8)).device == META
+    slots = slot_cache(tiny_llama().to(META), slots=2, capacity=8)
+    slots.layout.lengths[:] = [2, 3]  # as if rows held 2 and 3 positions
+    kw = slots.forward_kwargs(3)
+    assert kw["attention_mask"].device == META and kw["position_ids"].device == META
+    assert slots.layout.write_positions([0, 1], 3).device == META
     assert slots.layers[0].keys.device == META
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from beliefscope.decoding.core import hf_model
-from beliefscope.decoding.slots import SlotCache
+from beliefscope.decoding.slots import prefill_slot, slot_cache, verify_rows, verify_slots
 from beliefscope.models.invariant_attention import TILE, row_invariant_copy, tiled_attention
 from beliefscope.models.packed import packing_available
 from beliefscope.models.testing import tiny_gpt2, tiny_llama
@@ -84,15 +84,15 @@ def test_verify_rows_bitwise_across_batch_slot_and_neighbours(builder):
     prompt, window = [3, 4, 5, 6, 7], torch.tensor([9, 10, 11, 12])
 
     def verify(slot, others):
-        slots = SlotCache.for_model(hf, slots=16, capacity=96)
-        slots.prefill(hf, slot, prompt)
+        slots = slot_cache(hf, slots=16, capacity=96)
+        prefill_slot(slots, hf, slot, prompt)
         for o in others:
-            slots.prefill(hf, o, torch.randint(1, 40, (int(torch.randint(2, 80, (1,), generator=g)),),
+            prefill_slot(slots, hf, o, torch.randint(1, 40, (int(torch.randint(2, 80, (1,), generator=g)),),
                                                generator=g).tolist())
         rows = sorted([slot, *others], key=lambda r: torch.rand(1, generator=g).item())  # any order
         x = torch.randint(1, 40, (len(rows), 4), generator=g)
         x[rows.index(slot)] = window
-        return slots.verify_rows(twin, x, rows)[rows.index(slot)]  # [W, vocab]
+        return verify_rows(slots, twin, x, rows)[rows.index(slot)]  # [W, vocab]
 
     alone = verify(0, [])
     full = hf(torch.tensor(prompt + window.tolist())[None]).logits[0, -4:]
@@ -110,12 +110,11 @@ def test_verify_rows_bitwise_across_the_window():
     prompt = [5, 6, 7, 8, 9, 10]
 
     def logits_in_windows(w):
-        slots = SlotCache.for_model(hf, slots=2, capacity=64)
-        slots.prefill(hf, 1, prompt)
+        slots = slot_cache(hf, slots=2, capacity=64)
+        prefill_slot(slots, hf, 1, prompt)
         out = []
-        for i in range(0, len(tokens), w):
-            out.append(slots.verify_rows(twin, tokens[i: i + w][None], [1])[0])
-            slots.lengths[1] += w
+        for i in range(0, len(tokens), w):  # each verify appends its window to the row
+            out.append(verify_rows(slots, twin, tokens[i: i + w][None], [1])[0])
         return torch.cat(out)  # [24, vocab]
 
     ref = logits_in_windows(1)
@@ -125,22 +124,23 @@ def test_verify_rows_bitwise_across_the_window():
 
 def test_bad_rows_and_an_overfull_slot_are_refused():
     hf = hf_model(tiny_llama())
-    slots = SlotCache.for_model(hf, slots=2, capacity=8)
+    slots = slot_cache(hf, slots=2, capacity=8)
     x = torch.ones(1, 4, dtype=torch.long)
     with pytest.raises(ValueError, match=r"rows \[2\] must be distinct slots in 0 .. 1"):
-        slots.verify_rows(hf, x, [2])
+        verify_rows(slots, hf, x, [2])
     with pytest.raises(ValueError, match=r"rows \[0, 0\] must be distinct"):
-        slots.verify_rows(hf, torch.ones(2, 4, dtype=torch.long), [0, 0])
-    slots.lengths[0] = 6
+        verify_rows(slots, hf, torch.ones(2, 4, dtype=torch.long), [0, 0])
+    prefill_slot(slots, hf, 0, [1, 2, 3, 4, 5, 6])
     with pytest.raises(ValueError, match="grow past its capacity 8.*longest row 6 \\+ window 4"):
-        slots.verify_rows(hf, x, [0])
+        verify_rows(slots, hf, x, [0])
+    assert slots.lengths == [6, 0]  # refused before any forward
     with pytest.raises(ValueError, match="dropout=0.5 must be 0"):
         tiled_attention(None, torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4), None,
                         dropout=0.5)
 
 
 def test_fast_path_decode_rows_bitwise_in_any_batch():
-    """The batch-invariant fast path's decode step (`SlotCache.view(...).verify`, one token per row
+    """The batch-invariant fast path's decode step (`verify_slots` over a run of rows, one token per row
     over the longest row's keys): a row's logits have the same bits alone and among 1-7 rows of other
     lengths, in any row position; with default kernels the run would follow the batch's shape."""
     hf = hf_model(tiny_llama())
@@ -149,17 +149,17 @@ def test_fast_path_decode_rows_bitwise_in_any_batch():
     prompt = [4, 8, 15, 16, 23, 42 % 40]
 
     def decode(row, others):
-        pool = SlotCache.for_model(twin, slots=8, capacity=128)
+        pool = slot_cache(twin, slots=8, capacity=128)
         lengths = {row: prompt}
         lengths |= {o: torch.randint(1, 40, (int(torch.randint(2, 100, (1,), generator=g)),), generator=g).tolist()
                     for o in others}
         n = 1 + len(others)
         for r, p in lengths.items():
-            pool.prefill(twin, r, p)
+            prefill_slot(pool, twin, r, p)
         x = torch.randint(1, 40, (n, 1), generator=g)
         x[row] = 7
-        span = int(pool.lengths[:n].max()) + 1
-        return pool.view(0, n, span).verify(twin, x)[row]  # [1, vocab]
+        span = max(pool.lengths[:n]) + 1
+        return verify_slots(pool, twin, x, rows=range(n), span=span)[row]  # [1, vocab]
 
     alone = decode(0, [])
     for row, others in [(1, [0]), (3, [0, 1, 2]), (5, [0, 1, 2, 3, 4, 6, 7])]:
