@@ -6,6 +6,7 @@ Run ``beliefscope bench cache`` (full) or ``beliefscope bench cache --quick`` (<
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import statistics
 import time
@@ -42,23 +43,32 @@ def smollm2_bridge():
         return None, ""
 
 
-def _decode_time(bridge, cache, ctx_tokens, steps, vocab, reset) -> float:
-    """Seconds per decoded token over ``steps`` single-token forwards after the prefill."""
+def _decode_time(bridge, cache, steps, vocab) -> float:
+    """Seconds per decoded token over ``steps`` single-token forwards after the prefill; the cache is left as it was
+    (`_tentative`)."""
     toks = torch.randint(0, vocab, (1, steps))
-    t0 = time.perf_counter()
-    for i in range(steps):
-        bridge(toks[:, i : i + 1], past_key_values=cache, return_type="logits")
-    dt = (time.perf_counter() - t0) / steps
-    reset(cache, ctx_tokens)
-    return dt
+    with _tentative(cache):
+        t0 = time.perf_counter()
+        for i in range(steps):
+            bridge(toks[:, i : i + 1], past_key_values=cache, return_type="logits")
+        return (time.perf_counter() - t0) / steps
 
 
-def _rollback(cache: KVCache, n: int) -> None:
-    cache.rollback(n)
+def _tentative(cache):
+    """The block's writes dropped on exit: `KVCache.tentative`, or transformers' ``crop`` back to the entry length
+    for its ``DynamicCache`` (the baseline, through its own API)."""
+    if isinstance(cache, KVCache):
+        return cache.tentative()
+    n = cache.get_seq_length()
+    return contextlib.closing(_Cropper(cache, n))
 
 
-def _crop(cache: DynamicCache, n: int) -> None:
-    cache.crop(n - cache.get_seq_length())
+class _Cropper:
+    def __init__(self, cache: DynamicCache, n: int):
+        self.cache, self.n = cache, n
+
+    def close(self) -> None:
+        self.cache.crop(self.n)
 
 
 def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
@@ -71,19 +81,19 @@ def bench_decode(bridge, contexts, steps, repeats, vocab) -> dict:
             for c in (ours, hf):
                 bridge(prompt, past_key_values=c, return_type="logits")
             times = {"kvcache": [], "dynamic": []}
-            _decode_time(bridge, ours, ctx, 2, vocab, _rollback)  # warm-up
-            _decode_time(bridge, hf, ctx, 2, vocab, _crop)
-            pairs = {"kvcache": (ours, _rollback), "dynamic": (hf, _crop)}
+            _decode_time(bridge, ours, 2, vocab)  # warm-up
+            _decode_time(bridge, hf, 2, vocab)
+            caches = {"kvcache": ours, "dynamic": hf}
             for i in range(repeats):  # interleaved so drift hits both equally; the order alternates (ABBA)
                 for name in (("kvcache", "dynamic") if i % 2 == 0 else ("dynamic", "kvcache")):
-                    cache, reset = pairs[name]
-                    times[name].append(_decode_time(bridge, cache, ctx, steps, vocab, reset))
+                    times[name].append(_decode_time(bridge, caches[name], steps, vocab))
             # outputs check: the same 3 tokens decoded through both caches give the same logits
             check = torch.randint(0, vocab, (1, 3))
-            got = [torch.cat([bridge(check[:, i:i + 1], past_key_values=c, return_type="logits")[0, -1:]
-                              for i in range(3)]) for c in (ours, hf)]  # [3, vocab] each
-            ours.rollback(ctx)
-            hf.crop(ctx - hf.get_seq_length())
+            got = []
+            for c in (ours, hf):
+                with _tentative(c):
+                    got.append(torch.cat([bridge(check[:, i:i + 1], past_key_values=c, return_type="logits")[0, -1:]
+                                          for i in range(3)]))  # [3, vocab]
         diff = float((got[0] - got[1]).abs().max())
         med = {k: statistics.median(v) for k, v in times.items()}
         ratios = sorted(d / k for d, k in zip(times["dynamic"], times["kvcache"]))
@@ -110,14 +120,14 @@ def bench_growth_check(bridge, ctx, steps, repeats, vocab) -> dict:
     times = {"checked": [], "unchecked": []}
     with torch.no_grad():
         bridge(prompt, past_key_values=cache, return_type="logits")
-        _decode_time(bridge, cache, ctx, 2, vocab, _rollback)  # warm-up
+        _decode_time(bridge, cache, 2, vocab)  # warm-up
         for i in range(repeats):
             for name in (("checked", "unchecked") if i % 2 == 0 else ("unchecked", "checked")):
                 if name == "checked":
-                    times[name].append(_decode_time(bridge, cache, ctx, steps, vocab, _rollback))
+                    times[name].append(_decode_time(bridge, cache, steps, vocab))
                 else:
                     with growth_check_removed(bridge):
-                        times[name].append(_decode_time(bridge, cache, ctx, steps, vocab, _rollback))
+                        times[name].append(_decode_time(bridge, cache, steps, vocab))
     ratios = sorted(c / u for c, u in zip(times["checked"], times["unchecked"]))
     return {"context": ctx, "steps": steps, "repeats": repeats,
             "ms_per_token_checked": round(statistics.median(times["checked"]) * 1e3, 4),

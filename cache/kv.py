@@ -70,6 +70,7 @@ class KVCache(SlotsMixin, HFProtocolMixin, ValidateMixin, MaskMixin, InspectMixi
         # provenance, events, rejected spans and snapshots (cache.recorder); None: this cache records nothing
         self.recorder: Recorder | None = Recorder(self) if config.record else None
         self._slotted = config.slots  # a slot layout (cache.slots): fixed rows, each written at its own length
+        self._replay = None  # (rows, span, write positions) while a recorded forward runs (cache.slots.replaying)
         if config.slots:
             self._allocate_slots()
         if _storage is not None:

@@ -31,6 +31,7 @@ from torch.utils.hooks import RemovableHandle
 from ..cache.slots import begin_replay, replaying
 from ..models.bridge import cache_kwarg
 from ..models.forward import forward_module, is_wrapper
+from ..models.internals import attention_implementation, forward_hooks
 from ..models.profile import sliding_windows
 from .core import CompiledForwards, hf_logits
 
@@ -50,13 +51,13 @@ def why_not_model(model) -> str | None:
     """Why forwards of ``model`` cannot be replayed, whatever the cache (None: they can)."""
     hf = forward_module(model)
     conf = hf.config
-    impl = getattr(conf, "_attn_implementation", None)
+    impl = attention_implementation(conf)
     if impl not in ATTENTION:
         return f"attention implementation {impl!r} (a recording builds masks for {', '.join(ATTENTION)})"
     if any(w is not None for w in sliding_windows(conf)):
         return "sliding-window layers (their masks are not built for a recording)"
     hooked = [n or "the model" for n, m in hf.named_modules()
-              if any(not _ours(fn) for d in (m._forward_hooks, m._forward_pre_hooks) for fn in d.values())]
+              if any(not _ours(fn) for fn in forward_hooks(m))]
     if hooked or any(is_wrapper(m) for m in hf.modules()):  # wrappers: a hook name built the bridge
         return f"{HOOKED}({', '.join(hooked[:3]) or 'TransformerLens hook points'}): they run Python " \
                "per forward, which a replay skips"
@@ -218,7 +219,7 @@ class _Recording:
         self.ids = torch.zeros(batch, n, dtype=torch.long, device=dev)  # [B, n]
         self.pos = torch.zeros(batch, n, dtype=torch.long, device=dev)  # [B, n]
         self.write = write  # where the K/V go: [n] slots of every row, or [B, n] positions (a slot cache)
-        eager = hf.config._attn_implementation == "eager"
+        eager = attention_implementation(hf.config) == "eager"
         dtype = next(hf.parameters()).dtype
         self.mask = torch.zeros(batch, 1, n, capacity, dtype=dtype if eager else torch.bool, device=dev)
         self.additive = eager  # eager attention adds the mask: 0 where seen, the dtype's min elsewhere

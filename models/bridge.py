@@ -50,6 +50,7 @@ from transformer_lens.model_bridge.sources import build_bridge_from_module
 from ..cache.guard import GUARD
 from .context import refuse_past_context
 from .errors import ModelLoadError
+from .internals import attention_implementation
 from .profile import compute_device, embedding_of, hf_of, model_shapes
 from .tokenizer import tokenizer_adds_bos
 
@@ -155,7 +156,7 @@ def _additive_masks_for_eager(module, args, kwargs):
     boolean mask would add 1 where a key is visible and mask nothing). TransformerLens's wrapped
     attention reads either form; HF's own needs this."""
     mask = kwargs.get("attention_mask")
-    if mask is None or getattr(module.config, "_attn_implementation", None) != "eager":
+    if mask is None or attention_implementation(module.config) != "eager":
         return None
     if isinstance(mask, dict):
         kwargs["attention_mask"] = {k: _additive(v, module) for k, v in mask.items()}

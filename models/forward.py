@@ -27,6 +27,7 @@ import torch
 from transformer_lens.model_bridge.generalized_components.base import GeneralizedComponent
 
 from ..hooks.names import hf_of
+from .internals import forward_hooks
 
 
 def is_wrapper(module: torch.nn.Module) -> bool:
@@ -75,9 +76,8 @@ def last_logits_only(hf: torch.nn.Module) -> dict:
 
 
 def _hooked(module: torch.nn.Module) -> bool:
-    """Whether a forward hook or pre-hook sits on ``module`` (read through torch's ``register_*`` bookkeeping,
-    the dictionaries ``nn.Module`` documents as where its hooks live)."""
-    return bool(module._forward_hooks or module._forward_pre_hooks)
+    """Whether a forward hook or pre-hook sits on ``module``."""
+    return bool(forward_hooks(module))
 
 
 def takes_logits_to_keep(hf: torch.nn.Module) -> bool:

@@ -23,6 +23,7 @@ from .cards import read_card
 from .devices import default_device, placement, resolve_dtype
 from .errors import ModelLoadError
 from .gguf_cache import load_cached, save_cached
+from .internals import no_split_modules
 from .names import (
     SMOLLM2,
     SMOLLM2_GGUF,
@@ -193,7 +194,7 @@ def dispatch(model, place: dict):
 
     device_map, max_memory = place["device_map"], place.get("max_memory")
     if isinstance(device_map, str):
-        no_split = getattr(model, "_no_split_modules", None) or []
+        no_split = no_split_modules(model)
         if device_map != "sequential":
             max_memory = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=no_split,
                                              low_zero=device_map == "balanced_low_0")

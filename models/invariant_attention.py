@@ -43,6 +43,7 @@ from contextlib import contextmanager
 import torch
 from transformers import AttentionInterface
 
+from .internals import attention_implementation, version_stamp
 from .packed import pack_linears, require_packable
 
 QUERIES = 64  # queries per block: every score and weighted-value product has the shape [QUERIES, TILE]
@@ -113,15 +114,14 @@ def register() -> str:
 
 @contextmanager
 def use_tiled_attention(model):
-    """Run ``model`` (a Hugging Face model, or a wrapper with ``.config``) with `tiled_attention`
-    inside the block, and with its own attention again after it."""
-    config = model.config
-    before = config._attn_implementation
-    config._attn_implementation = register()
+    """Run ``model`` (a Hugging Face model) with `tiled_attention` inside the block, and with its own attention
+    again after it (transformers' ``set_attn_implementation``)."""
+    before = attention_implementation(model.config)
+    model.set_attn_implementation(register())
     try:
         yield model
     finally:
-        config._attn_implementation = before
+        model.set_attn_implementation(before)
 
 
 def row_invariant_copy(model):
@@ -139,13 +139,13 @@ def row_invariant_copy(model):
     share one copy; an edited weight gets a fresh copy."""
 
     require_packable(model)
-    stamp = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    stamp = version_stamp(model.parameters())
     cached = _COPIES.get(id(model))
     if cached is not None and cached[0]() is model and cached[1] == stamp:
         return cached[2]
     twin = _unbridged(copy.deepcopy(model).eval())
     pack_linears(twin)
-    twin.config._attn_implementation = register()
+    twin.set_attn_implementation(register())
     _COPIES[id(model)] = (weakref.ref(model), stamp, twin)
     weakref.finalize(model, _COPIES.pop, id(model), None)
     return twin

@@ -23,6 +23,7 @@ import torch
 from ..hooks.names import hf_of  # noqa: F401  (re-exported: models.profile.hf_of)
 from .cards import read_card
 from .devices import HOST
+from .internals import accelerate_hooks
 from .names import SMOLLM2, checkpoint_path
 
 
@@ -104,8 +105,7 @@ def embedding_of(hf) -> torch.nn.Module:
 def compute_device(module: torch.nn.Module) -> torch.device:
     """Where ``module`` computes: the execution device `accelerate` gave it when it placed the model (an
     offloaded module's weights wait on the ``meta`` device meanwhile), else its first parameter's device."""
-    hook = getattr(module, "_hf_hook", None)
-    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):
+    for h in accelerate_hooks(module):
         dev = getattr(h, "execution_device", None)
         if dev is not None:
             return torch.device("cuda", dev) if isinstance(dev, int) else torch.device(dev)

@@ -32,6 +32,7 @@ from ...hooks.capture import hooked
 from ..bridge import cache_kwarg, guard_cache_handoff, input_device
 from ..errors import ThoughtsSkippedError
 from ..forward import forward_module
+from ..internals import version_stamp
 from ..profile import decoder_layers
 from ..runner import Runner
 from .config import ThinkingConfig, chunk_spans
@@ -233,8 +234,7 @@ class ThinkingStates(Runner):
 
     def _remembered_states(self) -> dict:
         """The thought -> S memo of `state_from_thoughts`, emptied when a weight C reads has changed."""
-        stamp = tuple((p.data_ptr(), p._version) for p in (*self.C.parameters(), self.out_proj.weight,
-                                                           self.backbone.get_input_embeddings().weight))
+        stamp = version_stamp((*self.C.parameters(), self.out_proj.weight, self.backbone.get_input_embeddings().weight))
         if self.__dict__.get("_memo_stamp") != stamp:
             self.__dict__["_memo_stamp"], self.__dict__["_memo"] = stamp, {}
         return self.__dict__["_memo"]
