@@ -56,6 +56,9 @@ class SlotsMixin:
         if not 0 < span <= lay.capacity:
             raise ValueError(f"span={span} must be in 1 .. {lay.capacity} (the slot capacity)")
         longest = max(lay.lengths[r] for r in rows)
+        if longest + n_new > lay.capacity:
+            raise ValueError(f"a slot would grow past its capacity {lay.capacity}: raise the scheduler's slot capacity "
+                             f"(longest row {longest} + window {n_new})")
         if longest + n_new > span:
             raise ValueError(f"span={span} is shorter than the longest planned row ({longest} held + {n_new} new): "
                              f"pass span >= {longest + n_new}")

@@ -166,6 +166,15 @@ def test_scheduler_with_replayed_fast_rounds_and_verifies_gives_the_eager_schedu
     assert comp.run(workload()) == want
     assert comp.compiled == "static" and set(comp.replays) == {"fast", "verify"}
     assert (dict(comp.batch_sizes), comp.verify_forwards) == (dict(eager.batch_sizes), eager.verify_forwards)
+    for name in ("slots", "pool"):  # a replay's bookkeeping (cache.slots.begin_replay) is the eager forward's
+        a, b = getattr(eager, name), getattr(comp, name)
+        assert a.lengths == b.lengths, name
+        assert [(e.kind, e.row, e.start, e.end) for e in a.recorder.events] == \
+            [(e.kind, e.row, e.start, e.end) for e in b.recorder.events], name
+        for row, n in enumerate(a.lengths):
+            assert torch.equal(a.recorder.provenance_of(row), b.recorder.provenance_of(row))
+            if n and name == "slots":  # what a row holds: the same K/V (float32 on the CPU: the same bits)
+                assert torch.equal(a.keys(0, row=row), b.keys(0, row=row)), (name, row)
     recorded = {k: len(r.recordings) for k, r in comp.replays.items()}
     assert comp.run(workload()) == want
     assert {k: len(r.recordings) for k, r in comp.replays.items()} == recorded
