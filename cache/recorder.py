@@ -98,12 +98,14 @@ class Recorder:
         ``rows[i]``, each row at its own place (there, positions are slots)."""
         prov = self._explicit_provenance() if (self.next_provenance is not None or self._tags) else None
         kind = None if prov is None else prov.event if isinstance(prov, Tag) else KIND_OF.get(prov, "verify")
-        st, t = self.cache.storage, tick()
-        for r, start in zip(rows, starts):
-            code = int(prov) if prov is not None else int(Provenance.VERIFIED if start else Provenance.PREFILL)
-            st.stamp[r, start : start + n] = t
-            st.prov[r, start : start + n] = code
-            self.events.append(CacheEvent(kind or ("decode" if start else "prefill"), r, start, start + n, step))
+        st = self.cache.storage
+        at = (torch.tensor(rows)[:, None], torch.tensor(starts)[:, None] + torch.arange(n))  # [R, 1], [R, n]
+        codes = [int(prov) if prov is not None else int(Provenance.VERIFIED if s else Provenance.PREFILL)
+                 for s in starts]
+        st.stamp[at] = tick()
+        st.prov[at] = torch.tensor(codes, dtype=torch.int8)[:, None]  # one code per row, over its n positions
+        self.events += [CacheEvent(kind or ("decode" if s else "prefill"), r, s, s + n, step)
+                        for r, s in zip(rows, starts)]
 
     def rolled_back(self, row: int, to: int, length: int, rejected_end: int | None = None) -> None:
         """Row ``row`` is about to drop logical positions ``[to, length)``, of which ``[to, rejected_end)``
