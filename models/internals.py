@@ -28,11 +28,17 @@ def forward_hooks(module: torch.nn.Module) -> list:
     return [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
 
 
+def version(tensor: torch.Tensor) -> int:
+    """The in-place version counter of ``tensor`` (autograd's; no public name): it changes with every in-place
+    edit. The per-forward check of a packed weight (`models.packed`) reads it alone, as cheaply as it can be."""
+    return tensor._version
+
+
 def version_stamp(tensors: Iterable[torch.Tensor]) -> tuple:
     """``(storage pointer, in-place version)`` of every tensor: it changes when a tensor is replaced or edited in
     place (steering, fine-tuning), so a value derived from weights can be kept until then. The version counter
     is autograd's, and has no public name."""
-    return tuple((t.data_ptr(), t._version) for t in tensors)
+    return tuple((t.data_ptr(), version(t)) for t in tensors)
 
 
 def attention_implementation(config) -> str | None:

@@ -44,7 +44,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from .internals import version_stamp
+from .internals import version
 
 BATCH_HINT = 8  # rows oneDNN optimises the packed layout for; 8 was fastest from 1 to 16 rows and batch-invariant
 # (a hint of 1 gives a different kernel for 1 row than for 2+, so rows would not be bitwise batch-invariant)
@@ -70,7 +70,7 @@ class PackedLinear(torch.nn.Module):
         self.enabled = True  # False: plain F.linear (see `packing_disabled`)
         self._original = [original]  # the module this replaced (a list, so it is not registered as a child)
         self._packed = None
-        self._packed_version = None  # version_stamp of the weight when it was packed
+        self._packed_version = None  # the weight's in-place version when it was packed
         self._lone_row_differs = False  # set by _pack: a 1-row input takes another oneDNN kernel here
         self._pack()
 
@@ -93,7 +93,7 @@ class PackedLinear(torch.nn.Module):
             probe = torch.randn(2, w.shape[1], generator=torch.Generator().manual_seed(0)).to(w.device)  # [2, in]
             lone, pair = self._packed_linear(probe[:1]), self._packed_linear(probe)  # [1, out], [2, out]
             self._lone_row_differs = not torch.equal(lone[0], pair[0])
-        self._packed_version = version_stamp([self.weight])
+        self._packed_version = version(self.weight)
 
     def _packed_linear(self, flat: torch.Tensor) -> torch.Tensor:  # [rows, in] -> [rows, out]
         return torch.ops.mkldnn._linear_pointwise(flat, self._packed, self.bias, "none", [], "")
@@ -108,7 +108,7 @@ class PackedLinear(torch.nn.Module):
         if (not self.enabled or needs_graph or x.device.type != "cpu" or x.dtype != torch.float32
                 or self.weight.dtype != torch.float32):
             return F.linear(x, self.weight_out_in(), self.bias)
-        if version_stamp([self.weight]) != self._packed_version:
+        if version(self.weight) != self._packed_version:  # one int compare per forward
             self._pack()  # the weight was edited in place (steering, fine-tuning): re-pack it
         flat = x.reshape(-1, x.shape[-1])  # [rows, in]
         if len(flat) == 1 and self._lone_row_differs:  # the kernel of 2+ rows, so the row keeps its bits
